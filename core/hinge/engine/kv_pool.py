@@ -2,13 +2,94 @@
 
 Slot ``page * page_size + offset`` holds one token's keys/values for every layer. Page 0 is
 reserved (a dummy page padded graph rows may point at), so usable pages are ``1..num_pages-1``.
+``PageAllocator`` owns which of those pages are free; ``KVCache.create`` sizes the storage from a
+byte budget (``kv_budget_bytes``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from hinge.contracts import AttentionLayer
+
+logger = logging.getLogger(__name__)
+
+MiB = 1 << 20
+GiB = 1 << 30
+DEFAULT_CPU_KV_BYTES = 256 * MiB
+
+
+class PageAllocator:
+    """Free list over pages ``1..num_pages-1`` (page 0 is reserved). Ids are handed out lowest first."""
+
+    def __init__(self, num_pages: int):
+        assert num_pages >= 2, f"a KV pool needs at least 2 pages (one is reserved), got {num_pages}"
+        self.num_pages = num_pages
+        self._free = list(range(num_pages - 1, 0, -1))  # pop() from the end: lowest id first
+        self._used: set[int] = set()
+
+    @property
+    def num_usable(self) -> int:
+        return self.num_pages - 1
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return len(self._used)
+
+    def can_allocate(self, n: int) -> bool:
+        return n <= len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        assert self.can_allocate(n), f"asked for {n} pages, {len(self._free)} free"
+        pages = [self._free.pop() for _ in range(n)]
+        self._used.update(pages)
+        return pages
+
+    def free(self, pages: list[int]) -> None:
+        for page in pages:
+            assert page in self._used, f"page {page} freed but not allocated (double free?)"
+            self._used.remove(page)
+            self._free.append(page)
+
+    def reset(self) -> None:
+        self.__init__(self.num_pages)
+
+
+def kv_bytes_per_token(layers: list[AttentionLayer], dtype: torch.dtype) -> int:
+    """K + V bytes one token takes across all attention layers."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return sum(2 * layer.num_kv_heads * layer.head_dim * itemsize for layer in layers)
+
+
+def kv_budget_bytes(device: str, *, kv_cache_bytes: int | None, mem_fraction_static: float,
+                    free_before_weights: int | None = None) -> int:
+    """Bytes the KV pool may take.
+
+    CPU: ``kv_cache_bytes`` (None: 256 MiB). CUDA: ``mem_fraction_static`` of the memory that was
+    free before the weights loaded, minus what the weights (and anything else since) took.
+    """
+    if device != "cuda":
+        return DEFAULT_CPU_KV_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
+    free_now, _total = torch.cuda.mem_get_info()
+    before = free_now if free_before_weights is None else free_before_weights
+    budget = int(mem_fraction_static * before) - (before - free_now)
+    if kv_cache_bytes is not None:
+        budget = min(budget, int(kv_cache_bytes))
+    if budget <= 0:
+        raise ValueError(
+            f"no GPU memory left for the KV cache: mem_fraction_static={mem_fraction_static} of "
+            f"{before / GiB:.2f} GiB free minus {(before - free_now) / GiB:.2f} GiB of weights is "
+            f"{budget / GiB:.2f} GiB; raise mem_fraction_static or use a smaller model")
+    return budget
 
 
 @dataclass
@@ -16,7 +97,42 @@ class KVCache:
     k: list[torch.Tensor]  #: per attention layer: (num_pages * page_size, num_kv_heads, head_dim)
     v: list[torch.Tensor]
     page_size: int
+    allocator: PageAllocator | None = field(default=None, repr=False)
 
     @property
     def num_pages(self) -> int:
         return self.k[0].shape[0] // self.page_size if self.k else 0
+
+    @property
+    def num_usable_tokens(self) -> int:
+        return (self.num_pages - 1) * self.page_size
+
+    @classmethod
+    def create(cls, layers: list[AttentionLayer], *, budget_bytes: int, page_size: int,
+               dtype: torch.dtype, device: str | torch.device) -> KVCache:
+        """Allocate as many pages as ``budget_bytes`` holds and log the size in tokens."""
+        per_token = kv_bytes_per_token(layers, dtype)
+        per_page = max(per_token, 1) * page_size
+        num_pages = budget_bytes // per_page
+        if num_pages < 2:
+            raise ValueError(
+                f"KV budget of {budget_bytes / MiB:.2f} MiB holds {num_pages} page(s) of "
+                f"{page_size} tokens ({per_page} bytes each); at least 2 are needed: raise "
+                f"kv_cache_bytes (CPU) or mem_fraction_static (CUDA)")
+        slots = num_pages * page_size
+        k = [torch.zeros(slots, layer.num_kv_heads, layer.head_dim, dtype=dtype, device=device)
+             for layer in layers]
+        v = [torch.zeros_like(t) for t in k]
+        cache = cls(k=k, v=v, page_size=page_size, allocator=PageAllocator(num_pages))
+        logger.info(
+            "KV cache: %d tokens (%d pages of %d) for %d layers, %d bytes/token, K + V = %.2f MiB "
+            "of a %.2f MiB budget, %s", cache.num_usable_tokens, num_pages - 1, page_size,
+            len(layers), per_token, num_pages * per_page / MiB, budget_bytes / MiB, dtype)
+        return cache
+
+    def slot(self, pages: list[int], position: int) -> int:
+        """Flat slot of token ``position`` of a request holding ``pages``."""
+        return pages[position // self.page_size] * self.page_size + position % self.page_size
+
+    def pages_needed(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)

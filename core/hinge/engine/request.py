@@ -1,0 +1,137 @@
+"""A request's tokens and lengths (every count is a property), the scheduled batch, the output.
+
+Token layout of one request (``|`` marks the KV boundary)::
+
+    all_ids   [ prompt (num_prompt) ][ output (num_output) ]        = num_tokens
+    KV        [ num_computed tokens | extend_len tokens not yet in KV ]
+
+``cached_tokens`` of those ``num_computed`` came from the prefix cache. A decoding request has
+``extend_len == 1`` (the last sampled token); a retracted one is requeued with ``num_computed = 0``
+and recomputes prompt and output in its next prefill.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from hinge.contracts import CacheHit
+    from hinge.engine.batch import Phase
+    from hinge.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Request:
+    def __init__(self, rid: str, prompt_ids: list[int], params: SamplingParams, arrival: int = 0):
+        self.rid = rid
+        self.prompt_ids = list(prompt_ids)
+        self.params = params
+        self.arrival = arrival
+        self.status = RequestStatus.WAITING
+        self.output_ids: list[int] = []
+        self.num_computed = 0  #: tokens whose KV is in ``pages``
+        self.pages: list[int] = []
+        self.state_slot: int | None = None
+        self.cache_hit: CacheHit | None = None  #: locked prefix-cache hit while running
+        self.cached_tokens = 0  #: prompt tokens served from the prefix cache (first admission)
+        self.num_retractions = 0
+        self.generator: torch.Generator | None = None
+        # client-visible results
+        self.text = ""
+        self.finish_reason: str | None = None
+        self.matched_stop: int | str | None = None
+        self.logprobs: list[float] = []
+        self.top_logprobs: list[list[tuple[int, float]]] = []
+        self.prompt_logprobs: list[float] = []
+        self.detok: Any = None  #: incremental detokenizer state, owned by the engine
+        self.spec_verify_ct = 0
+        self.spec_accepted_tokens = 0
+
+    # lengths --------------------------------------------------------------------------------
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt + self.num_output
+
+    @property
+    def extend_len(self) -> int:
+        """Tokens this request still has to run through the model before it can sample."""
+        return self.num_tokens - self.num_computed
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_output > 0 and self.extend_len == 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def prompt_logprobs_from(self) -> int | None:
+        """First prompt position whose logprob is returned (position 0 has none), or None."""
+        start = self.params.prompt_logprobs_start
+        if start is None:
+            return None
+        return max(start, 1)
+
+    def __repr__(self) -> str:
+        return (f"Request({self.rid!r}, {self.status.value}, prompt={self.num_prompt}, "
+                f"output={self.num_output}, computed={self.num_computed}, pages={len(self.pages)})")
+
+
+@dataclass
+class ScheduledBatch:
+    """What ``Scheduler.schedule`` picked: each request runs ``extend_lens[i]`` new tokens."""
+
+    phase: Phase
+    reqs: list[Request]
+    extend_lens: list[int]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.extend_lens)
+
+
+@dataclass
+class RequestOutput:
+    """One request's state after a step (see docs/internals.md).
+
+    ``prompt_logprobs[i]`` is the logprob of prompt position ``max(prompt_logprobs_start, 1) + i``
+    (position 0 has no logprob and is omitted). Logprobs are of the raw model logits.
+    """
+
+    rid: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    new_token_ids: list[int]
+    text: str
+    finished: bool
+    finish_reason: str | None
+    matched_stop: int | str | None = None
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+    prompt_logprobs: list[float] | None = None
+    cached_tokens: int = 0
+    spec_verify_ct: int = 0
+    spec_accepted_tokens: int = 0
+    new_text: str = ""  #: text produced by this step (for streaming)

@@ -1,0 +1,145 @@
+"""Token sampling: penalties, temperature, top-k, top-p, min-p, per-request generators, logprobs.
+
+Order (vLLM's): repetition/frequency/presence penalties on the model logits, then greedy argmax
+(temperature 0 or top_k 1) or temperature, then top-k, top-p and min-p masks, then a draw from
+the renormalised distribution with the request's own ``torch.Generator``.
+
+Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
+and masks), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
+row-wise and the draw uses one generator per request, so a row's result does not depend on the
+other rows; with ``deterministic`` the log-softmax runs one row at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from hinge.engine.request import Request
+
+
+@dataclass
+class SamplingArgs:
+    """Host-side arguments of one step, built once by ``prepare``."""
+
+    temperature: torch.Tensor  #: (B, 1) float32, 1 for greedy rows
+    top_k: torch.Tensor  #: (B,) int64, vocab size when off
+    top_p: torch.Tensor  #: (B,) float32
+    min_p: torch.Tensor  #: (B,) float32
+    greedy: list[bool]
+    generators: list[torch.Generator | None]
+    penalties: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    num_top_logprobs: int
+    need_logprobs: bool
+
+
+@dataclass
+class SampleOutput:
+    token_ids: list[int]
+    logprobs: list[float] | None  #: of the sampled token, raw logits
+    top_logprobs: list[list[tuple[int, float]]] | None
+
+
+class Sampler:
+    def __init__(self, vocab_size: int, device: str | torch.device, deterministic: bool = False):
+        self.vocab_size = vocab_size
+        self.device = torch.device(device)
+        self.deterministic = deterministic
+
+    def prepare(self, reqs: list[Request]) -> SamplingArgs:
+        ps = [r.params for r in reqs]
+        greedy = [p.is_greedy for p in ps]
+        f32 = {"dtype": torch.float32, "device": self.device}
+        temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
+        top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
+        return SamplingArgs(
+            temperature=torch.tensor(temps, **f32).unsqueeze(1),
+            top_k=torch.tensor(top_k, dtype=torch.int64, device=self.device),
+            top_p=torch.tensor([p.top_p for p in ps], **f32),
+            min_p=torch.tensor([p.min_p for p in ps], **f32),
+            greedy=greedy,
+            generators=[r.generator for r in reqs],
+            penalties=self._prepare_penalties(reqs),
+            num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
+            need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
+        )
+
+    def _prepare_penalties(self, reqs: list[Request]):
+        ps = [r.params for r in reqs]
+        if all(p.repetition_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0
+               for p in ps):
+            return None
+        b, v = len(reqs), self.vocab_size
+        seen = torch.zeros(b, v, dtype=torch.bool)  # prompt + output (repetition)
+        counts = torch.zeros(b, v, dtype=torch.float32)  # output only (frequency, presence)
+        for i, req in enumerate(reqs):
+            if req.prompt_ids or req.output_ids:
+                seen[i, torch.tensor(req.all_ids, dtype=torch.int64)] = True
+            if req.output_ids:
+                counts[i].index_add_(0, torch.tensor(req.output_ids, dtype=torch.int64),
+                                     torch.ones(req.num_output))
+        col = lambda xs: torch.tensor(xs, dtype=torch.float32).unsqueeze(1)  # noqa: E731
+        return tuple(t.to(self.device) for t in (
+            seen, counts, col([p.repetition_penalty for p in ps]),
+            col([p.frequency_penalty for p in ps]), col([p.presence_penalty for p in ps])))
+
+    def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self.deterministic:
+            return torch.cat([torch.log_softmax(row, dim=-1).unsqueeze(0) for row in logits])
+        return torch.log_softmax(logits, dim=-1)
+
+    def sample(self, logits: torch.Tensor, args: SamplingArgs) -> SampleOutput:
+        """``logits`` (B, vocab) raw model logits -> one token per row."""
+        raw = logits.float()
+        x = apply_penalties(raw, *args.penalties) if args.penalties is not None else raw
+        tokens = torch.argmax(x, dim=-1)
+        sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
+        if sampled_rows:
+            idx = torch.tensor(sampled_rows, device=x.device)
+            probs = filtered_probs(x[idx] / args.temperature[idx], args.top_k[idx],
+                                   args.top_p[idx], args.min_p[idx])
+            for j, i in enumerate(sampled_rows):
+                tokens[i] = torch.multinomial(probs[j], 1, generator=args.generators[i])[0]
+        token_list = tokens.tolist()
+        if not args.need_logprobs:
+            return SampleOutput(token_list, None, None)
+        logprobs = self.log_softmax(raw)
+        chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
+        top = None
+        if args.num_top_logprobs > 0:
+            vals, ids = logprobs.topk(args.num_top_logprobs, dim=-1)
+            top = [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), vals.tolist(),
+                                                                  strict=True)]
+        return SampleOutput(token_list, chosen, top)
+
+
+def apply_penalties(logits, seen, counts, repetition, frequency, presence) -> torch.Tensor:
+    """HF-style repetition penalty over prompt + output, OpenAI frequency/presence over output."""
+    penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
+    out = torch.where(seen, penalised, logits)
+    return out - frequency * counts - presence * (counts > 0).float()
+
+
+def filtered_probs(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                   min_p: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``logits`` (B, V) restricted to each row's top-k, top-p and min-p set.
+
+    top-k keeps the k largest (ties at the k-th value kept); top-p keeps the most likely tokens
+    until their mass reaches ``top_p`` (the token that crosses it included); min-p drops tokens
+    whose probability is below ``min_p`` times the row's largest.
+    """
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    kth = sorted_logits.gather(1, (top_k - 1).clamp(max=logits.shape[1] - 1).unsqueeze(1))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop = (mass_before >= top_p.unsqueeze(1)) & (top_p < 1).unsqueeze(1)
+    drop |= probs < min_p.unsqueeze(1) * probs[:, :1]
+    drop[:, 0] = False
+    probs = probs.masked_fill(drop, 0.0)
+    probs = probs / probs.sum(dim=-1, keepdim=True)
+    return torch.zeros_like(probs).scatter_(1, order, probs)

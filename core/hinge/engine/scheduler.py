@@ -1,0 +1,206 @@
+"""Continuous batching with chunked prefill, admission that waits, and retraction.
+
+One ``schedule()`` per step builds a batch in three passes (all in arrival order):
+
+1. ``# decode``: every running request that is decoding gets one token. When the pool has no page
+   for it, the prefix cache is asked to evict, then the newest running request is retracted
+   (its pages freed, requeued at the front of ``waiting`` to recompute prompt + output).
+2. ``# chunked prefill``: running requests with prompt tokens left continue, within the token
+   budget (``chunked_prefill_size`` new tokens per step, decode tokens included).
+3. ``# admission``: waiting requests join while the budget, ``max_running_requests`` and free
+   pages allow; a request that does not fit waits (nothing is admitted in a step that retracted).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from hinge.engine.request import RequestStatus, ScheduledBatch
+
+if TYPE_CHECKING:
+    from hinge.contracts import CachePolicy
+    from hinge.engine.kv_pool import KVCache, PageAllocator
+    from hinge.engine.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+class Scheduler:
+    def __init__(self, kv: KVCache, cache: CachePolicy, *, max_running_requests: int,
+                 chunked_prefill_size: int):
+        assert kv.allocator is not None, "the KV cache needs a page allocator"
+        self.kv = kv
+        self.allocator: PageAllocator = kv.allocator
+        self.cache = cache
+        self.max_running_requests = max_running_requests
+        self.token_budget = chunked_prefill_size if chunked_prefill_size > 0 else 1 << 62
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_retractions = 0
+
+    # queue management -----------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def find(self, rid: str) -> Request | None:
+        for req in (*self.running, *self.waiting):
+            if req.rid == rid:
+                return req
+        return None
+
+    def finish(self, req: Request) -> None:
+        """Remove a finished or aborted request and hand its KV to the cache policy."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self._release(req)
+        req.status = RequestStatus.FINISHED
+
+    # one step -------------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch | None:
+        """The next batch, or None when nothing can run (nothing unfinished, or a bug)."""
+        for _ in range(len(self.running) + len(self.waiting) + 1):
+            batch, retracted = self._try_schedule()
+            if batch is not None:
+                return batch
+            if not retracted:
+                if len(self.running) <= 1:
+                    return None
+                # running prefills hold the pool and none can take a token: make room
+                self._retract(self.running[-1])
+        return None
+
+    def _try_schedule(self) -> tuple[ScheduledBatch | None, bool]:
+        reqs: list[Request] = []
+        lens: list[int] = []
+        budget = self.token_budget
+        retracted = False
+        # decode
+        for req in list(self.running):
+            if req not in self.running or not req.is_decoding:
+                continue
+            while not self._reserve(req, req.num_tokens):
+                victim = self.running[-1]
+                self._retract(victim)
+                retracted = True
+                if victim is req:
+                    break
+            else:
+                reqs.append(req)
+                lens.append(1)
+                budget -= 1
+        # chunked prefill
+        for req in self.running:
+            if req.is_decoding or req in reqs or budget <= 0:
+                continue
+            n = self._fit(req, min(req.extend_len, budget))
+            if n > 0:
+                reqs.append(req)
+                lens.append(n)
+                budget -= n
+        # admission
+        while (self.waiting and budget > 0 and not retracted
+               and len(self.running) < self.max_running_requests):
+            req = self.waiting[0]
+            n = self._admit(req, budget)
+            if n == 0:
+                break
+            reqs.append(req)
+            lens.append(n)
+            budget -= n
+        if not reqs:
+            return None, retracted
+        decoding = [r.is_decoding for r in reqs]
+        phase = "decode" if all(decoding) else "prefill" if not any(decoding) else "mixed"
+        return ScheduledBatch(phase=phase, reqs=reqs, extend_lens=lens), retracted
+
+    # pages ----------------------------------------------------------------------------------
+    def _pages_short(self, req: Request, num_tokens: int) -> int:
+        return self.kv.pages_needed(num_tokens) - len(req.pages)
+
+    def _make_room(self, num_pages: int) -> bool:
+        short = num_pages - self.allocator.num_free
+        if short > 0:
+            freed = self.cache.evict(short)
+            if freed:
+                self.allocator.free(freed)
+        return self.allocator.can_allocate(num_pages)
+
+    def _reserve(self, req: Request, num_tokens: int) -> bool:
+        """Give ``req`` pages for its first ``num_tokens`` tokens; False when the pool is short."""
+        short = self._pages_short(req, num_tokens)
+        if short <= 0:
+            return True
+        if not self._make_room(short):
+            return False
+        req.pages.extend(self.allocator.allocate(short))
+        return True
+
+    def _fit(self, req: Request, n: int) -> int:
+        """Largest ``m <= n`` new tokens of ``req`` the pool can hold now (pages reserved)."""
+        if self._reserve(req, req.num_computed + n):
+            return n
+        self._make_room(1)
+        room = (len(req.pages) + self.allocator.num_free) * self.kv.page_size - req.num_computed
+        m = max(0, min(n, room))
+        if m > 0:
+            assert self._reserve(req, req.num_computed + m)
+        return m
+
+    def _admit(self, req: Request, budget: int) -> int:
+        """Move the head of ``waiting`` to ``running`` with its first chunk; 0 if it must wait."""
+        hit = self.cache.match(self._matchable(req))
+        n = min(req.num_tokens - hit.length, budget)
+        # NOTE: keep a page of headroom per decoding request so admission does not force retraction
+        headroom = sum(1 for r in self.running if r.is_decoding)
+        need = self.kv.pages_needed(hit.length + n) - len(hit.pages) + headroom
+        if not self._make_room(need):
+            return 0
+        self.waiting.popleft()
+        self.cache.lock(hit)
+        req.cache_hit = hit
+        req.pages = list(hit.pages)
+        req.num_computed = hit.length
+        if req.num_retractions == 0:
+            req.cached_tokens = hit.length
+        assert self._reserve(req, hit.length + n)
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        return n
+
+    def _matchable(self, req: Request) -> list[int]:
+        """Tokens a prefix hit may cover: never the last one (its logits are needed), never past
+        the first position whose prompt logprob is still to be computed."""
+        ids = req.all_ids[:-1]
+        start = req.prompt_logprobs_from
+        if start is not None:
+            ids = ids[:max(start - 1 + len(req.prompt_logprobs), 0)]
+        return ids
+
+    def _retract(self, req: Request) -> None:
+        logger.info("retracting request %s (%d tokens) to free %d KV pages",
+                    req.rid, req.num_tokens, len(req.pages))
+        self.running.remove(req)
+        self._release(req)
+        req.num_computed = 0
+        req.num_retractions += 1
+        req.status = RequestStatus.WAITING
+        self.waiting.appendleft(req)
+        self.num_retractions += 1
+
+    def _release(self, req: Request) -> None:
+        if req.pages:
+            to_free = self.cache.insert(req.all_ids[:req.num_computed], list(req.pages))
+            if to_free:
+                self.allocator.free(to_free)
+        if req.cache_hit is not None:
+            self.cache.unlock(req.cache_hit)
+            req.cache_hit = None
+        req.pages = []
