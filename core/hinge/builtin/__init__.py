@@ -1,0 +1,8 @@
+"""Reference components shipped with hinge, registered through the plugin hooks
+(``hinge.builtin.plugin``), and the bundled models (``hinge.builtin.models``)."""
+
+from __future__ import annotations
+
+from hinge.builtin.models import default_model_path, random_model_path
+
+__all__ = ["default_model_path", "random_model_path"]

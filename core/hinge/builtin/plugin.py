@@ -1,0 +1,63 @@
+"""The built-in components, registered through the same hooks as any plugin (as plugin ``hinge``).
+
+Factories are ``"module:attr"`` strings: nothing below imports torch or a kernel.
+"""
+
+from __future__ import annotations
+
+from hinge.plugins.capabilities import (
+    AttentionCapabilities,
+    CacheCapabilities,
+    QuantizerCapabilities,
+)
+from hinge.plugins.hookspecs import hookimpl
+from hinge.plugins.specs import AttentionBackendSpec, CachePolicySpec, QuantizerSpec
+
+TORCH_ATTENTION = AttentionBackendSpec(
+    name="torch",
+    factory="hinge.builtin.torch_attention:TorchAttentionBackend",
+    capabilities=AttentionCapabilities(
+        sliding_window=True,
+        batch_invariant=True,
+        graph_note="reference backend: builds its metadata on the host every step",
+    ),
+    description="reference paged attention in plain torch (GQA, causal, sliding window)",
+)
+
+NO_QUANTIZER = QuantizerSpec(
+    name="none",
+    factory="hinge.builtin.no_quant:NoQuantizer",
+    capabilities=QuantizerCapabilities(
+        claims_unquantized=True,
+        weight_formats=frozenset({"dense"}),
+        batch_invariant=True,
+        prefill_graph=True,
+        decode_graph=True,
+        draft_graph=True,
+    ),
+    description="unquantized weights in the model dtype",
+)
+
+NO_CACHE = CachePolicySpec(
+    name="none",
+    factory="hinge.builtin.no_cache:NoCachePolicy",
+    capabilities=CacheCapabilities(
+        batch_invariant=True, prefill_graph=True, decode_graph=True, draft_graph=True
+    ),
+    description="no prefix sharing: every request's pages are freed when it finishes",
+)
+
+
+@hookimpl
+def register_attention_backends(register):
+    register(TORCH_ATTENTION)
+
+
+@hookimpl
+def register_quantizers(register):
+    register(NO_QUANTIZER)
+
+
+@hookimpl
+def register_cache_policies(register):
+    register(NO_CACHE)

@@ -1,0 +1,246 @@
+"""EngineConfig: every setting of an engine, from CLI > HINGE_* env > YAML > defaults.
+
+``load_config(yaml_path, env, overrides)`` merges the sources and validates once; an error
+names the field, where its value came from, what is allowed and what to change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+GraphMode = Literal["auto", "off", "require"]
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message says which field, from where, and the fix."""
+
+
+class PluginSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: load only these plugins (entry-point or distribution names); None = all installed
+    allow: list[str] | None = None
+    #: never load these plugins
+    block: list[str] = Field(default_factory=list)
+    #: any plugin failure is fatal (``--strict-plugins``)
+    strict: bool = False
+
+    @field_validator("allow", "block", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+
+class GraphSettings(BaseModel):
+    """Per phase: ``auto`` (graph when every component allows it), ``off``, or ``require``
+    (a start-up error when anything vetoes)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prefill: GraphMode = "auto"
+    decode: GraphMode = "auto"
+    draft: GraphMode = "auto"
+
+
+class EngineConfig(BaseModel):
+    """The fields of docs/internals.md, flat; nested only for ``plugins`` and ``graphs``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = None
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    attention: str = "torch"
+    attention_options: dict[str, Any] = Field(default_factory=dict)
+    quantizer: str = "auto"
+    quantizer_options: dict[str, Any] = Field(default_factory=dict)
+    speculator: str | None = None
+    speculator_options: dict[str, Any] = Field(default_factory=dict)
+    cache: str = "none"
+    cache_options: dict[str, Any] = Field(default_factory=dict)
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
+    graphs: GraphSettings = Field(default_factory=GraphSettings)
+    deterministic: bool = False
+    page_size: int = Field(16, ge=1, le=4096)
+    kv_cache_bytes: int | None = Field(None, gt=0)
+    mem_fraction_static: float = Field(0.85, gt=0, le=1)
+    max_running_requests: int = Field(64, ge=1)
+    chunked_prefill_size: int = 512
+    max_model_len: int | None = Field(None, ge=1)
+    state_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = Field(0, ge=0)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_path(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
+
+    @field_validator("speculator", mode="before")
+    @classmethod
+    def _no_speculator(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "none", "off"):
+            return None
+        return value
+
+    @field_validator("graphs", mode="before")
+    @classmethod
+    def _graphs_shorthand(cls, value: Any) -> Any:
+        # `graphs: off` sets every phase
+        if isinstance(value, str) or value is False:
+            mode = "off" if value is False else value
+            return {"prefill": mode, "decode": mode, "draft": mode}
+        return value
+
+    @field_validator("attention", "quantizer", "cache")
+    @classmethod
+    def _component_name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a component (see `hinge plugins`)")
+        return value.strip()
+
+    @property
+    def resolved_dtype(self) -> str:
+        """``auto`` -> float32 on cpu, bfloat16 on cuda."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "float32" if self.device == "cpu" else "bfloat16"
+
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.resolved_dtype)
+
+
+# -------------------------------------------------------------------------------------------------
+# loading: defaults < YAML < HINGE_* env < overrides (CLI)
+# -------------------------------------------------------------------------------------------------
+
+_DICT_FIELDS = {"attention_options", "quantizer_options", "speculator_options", "cache_options"}
+_ENV_SPECIAL = {
+    "HINGE_PLUGINS": ("plugins", "allow"),
+    "HINGE_PLUGINS_BLOCK": ("plugins", "block"),
+    "HINGE_STRICT_PLUGINS": ("plugins", "strict"),
+    "HINGE_GRAPHS_PREFILL": ("graphs", "prefill"),
+    "HINGE_GRAPHS_DECODE": ("graphs", "decode"),
+    "HINGE_GRAPHS_DRAFT": ("graphs", "draft"),
+}
+_NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len"}
+
+
+def env_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """HINGE_<FIELD> variables as a nested dict, plus the variable each field came from."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for var, raw in env.items():
+        if var in _ENV_SPECIAL:
+            group, key = _ENV_SPECIAL[var]
+            values.setdefault(group, {})[key] = raw
+            sources[f"{group}.{key}"] = var
+            continue
+        if not var.startswith("HINGE_"):
+            continue
+        name = var[len("HINGE_"):].lower()
+        if name not in EngineConfig.model_fields or name in ("plugins", "graphs"):
+            continue  # other HINGE_* variables belong to other tools (e.g. the test suite)
+        if name in _DICT_FIELDS or name in ("plugins", "graphs"):
+            try:
+                values[name] = json.loads(raw) if raw.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{var} must be a JSON object, got {raw!r}: {exc}") from None
+        elif name in _NULLABLE and raw.strip().lower() in ("", "none", "null"):
+            values[name] = None
+        else:
+            values[name] = raw
+        sources[name] = var
+    return values, sources
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any], source: str, sources: dict[str, str],
+           prefix: str = "") -> None:
+    for key, value in update.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key not in _DICT_FIELDS:
+            _merge(base[key], value, source, sources, prefix=f"{path}.")
+            continue
+        base[key] = dict(value) if isinstance(value, Mapping) else value
+        sources[path] = source
+
+
+def _check_keys(data: Mapping[str, Any], source: str) -> None:
+    known = sorted(EngineConfig.model_fields)
+    for key in data:
+        if key not in EngineConfig.model_fields:
+            hint = difflib.get_close_matches(str(key), known, n=1)
+            raise ConfigError(
+                f"unknown config key {key!r} in {source}"
+                + (f"; did you mean {hint[0]!r}?" if hint else "")
+                + f"; known keys: {', '.join(known)}"
+            )
+
+
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass an existing YAML file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def load_config(
+    yaml_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> EngineConfig:
+    """Merge defaults < YAML < ``HINGE_*`` env < ``overrides`` (CLI flags) into one EngineConfig.
+
+    :param env: the environment to read (``os.environ`` when None; ``{}`` to ignore it).
+    :param overrides: flat field -> value (nested dicts for ``plugins``/``graphs``); a value of
+        None means "not given" and is skipped (use ``speculator="none"`` to turn speculation off).
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if yaml_path is not None:
+        yaml_data = load_yaml(yaml_path)
+        _check_keys(yaml_data, str(yaml_path))
+        _merge(data, yaml_data, str(yaml_path), sources)
+    env_values, env_sources = env_settings(env)
+    _merge(data, env_values, "env", sources)
+    sources.update(env_sources)
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    _check_keys(given, "overrides")
+    _merge(data, given, "command line", sources)
+    return validate_config(data, sources)
+
+
+def validate_config(data: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> EngineConfig:
+    """``EngineConfig.model_validate`` with one readable line per problem."""
+    sources = sources or {}
+    try:
+        return EngineConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+            field = loc.split(".")[0]
+            origin = sources.get(loc) or sources.get(field)
+            where = f" (from {origin})" if origin else ""
+            got = f"; got {err['input']!r}" if "input" in err and not isinstance(err["input"], dict) else ""
+            lines.append(f"{loc}{where}: {err['msg']}{got}")
+        raise ConfigError("invalid hinge config:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,306 @@
+"""Discovery, failure capture and attributed registration of hinge plugins.
+
+Entry points of the group ``hinge.plugins`` are loaded one by one: a plugin that fails to import
+is recorded (status ``failed`` and its error) and only matters when one of its components is
+selected, or with ``plugins.strict``. The built-ins register through the same hooks, as the
+plugin ``hinge``. Registration calls each hookimpl separately with a ``register`` callback bound
+to its plugin, so every component knows its owner and a duplicate name names both.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import pluggy
+
+from hinge.plugins import hookspecs
+from hinge.plugins.specs import KIND_LABELS, SPEC_TYPES, ComponentSpec
+
+if TYPE_CHECKING:
+    from hinge.config import PluginSettings
+
+ENTRY_POINT_GROUP = "hinge.plugins"
+BUILTIN_PLUGIN = "hinge"
+Status = Literal["ok", "failed", "blocked", "not allowed"]
+
+
+class PluginError(RuntimeError):
+    """A plugin could not be loaded or registered; the message names plugin and distribution."""
+
+
+@dataclass(frozen=True)
+class ComponentRecord:
+    """A registered component and who registered it."""
+
+    kind: str  #: slot: attention, quantizer, cache, speculator
+    spec: ComponentSpec
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def owner(self) -> str:
+        return _owner(self.plugin, self.distribution, self.version)
+
+
+@dataclass
+class PluginRecord:
+    name: str  #: the entry-point name (``hinge`` for the built-ins)
+    module: str | None
+    distribution: str | None
+    version: str | None
+    status: Status = "ok"
+    error: str | None = None
+    hooks: list[str] = field(default_factory=list)
+    components: list[ComponentRecord] = field(default_factory=list)
+
+    @property
+    def owner(self) -> str:
+        return _owner(self.name, self.distribution, self.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "module": self.module,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "hooks": sorted(self.hooks),
+            "components": [
+                {
+                    "kind": c.kind,
+                    "name": c.name,
+                    "description": c.spec.description,
+                    "options": sorted(c.spec.options_model.model_fields) if c.spec.options_model else [],
+                    "capabilities": c.spec.capabilities.to_dict(),
+                }
+                for c in self.components
+            ],
+        }
+
+
+def _owner(plugin: str, distribution: str | None, version: str | None) -> str:
+    if distribution is None:
+        return f"plugin {plugin!r}"
+    return f"plugin {plugin!r} (distribution {distribution}{' ' + version if version else ''})"
+
+
+def _normalize(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager plus the records ``hinge plugins`` lists and the per-slot registries."""
+
+    def __init__(self, settings: PluginSettings | None = None) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.strict = bool(settings.strict) if settings else False
+        self.allow = None if settings is None or settings.allow is None else list(settings.allow)
+        self.block = list(settings.block) if settings else []
+        self.records: dict[str, PluginRecord] = {}
+        self.components: dict[str, dict[str, ComponentRecord]] = {k: {} for k in SPEC_TYPES}
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load_builtins(self) -> None:
+        from hinge.builtin import plugin as builtin_plugin
+
+        self._register_module(builtin_plugin, BUILTIN_PLUGIN, "hinge", _version("hinge"))
+
+    def load_entry_points(self, entry_points: Iterable[Any] | None = None) -> None:
+        """Load every entry point of ``hinge.plugins`` (or the given ones), one ``try`` each."""
+        if entry_points is None:
+            entry_points = md.entry_points(group=ENTRY_POINT_GROUP)
+        for ep in sorted(entry_points, key=lambda e: e.name):
+            self._load_entry_point(ep)
+
+    def _load_entry_point(self, ep: Any) -> None:
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.name if dist is not None else None
+        dist_version = dist.version if dist is not None else None
+        if ep.name in self.records:
+            first = self.records[ep.name]
+            self._fail(
+                PluginRecord(f"{ep.name}@{dist_name}", ep.value, dist_name, dist_version),
+                f"plugin name {ep.name!r} is already used by {first.owner}; entry-point names "
+                "in the group 'hinge.plugins' must be unique",
+            )
+            return
+        record = PluginRecord(ep.name, ep.value, dist_name, dist_version)
+        names = {_normalize(ep.name)} | ({_normalize(dist_name)} if dist_name else set())
+        if names & {_normalize(b) for b in self.block}:
+            record.status = "blocked"
+            self.records[ep.name] = record
+            return
+        if self.allow is not None and not names & {_normalize(a) for a in self.allow}:
+            record.status = "not allowed"
+            self.records[ep.name] = record
+            return
+        try:
+            module = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any import failure is recorded, not fatal
+            self._fail(record, f"import failed: {type(exc).__name__}: {exc}", exc)
+            return
+        try:
+            self._register_module(module, ep.name, dist_name, dist_version, record)
+        except Exception as exc:  # noqa: BLE001 - e.g. pluggy's PluginValidationError
+            self._fail(record, f"registration failed: {type(exc).__name__}: {exc}", exc)
+
+    def _register_module(
+        self,
+        module: Any,
+        name: str,
+        dist: str | None,
+        version: str | None,
+        record: PluginRecord | None = None,
+    ) -> None:
+        record = record or PluginRecord(name, getattr(module, "__name__", None), dist, version)
+        self.register(module, name=name)
+        record.hooks = sorted(c.name for c in self.get_hookcallers(module) or [])
+        self.records[name] = record
+
+    def _fail(self, record: PluginRecord, error: str, exc: BaseException | None = None) -> None:
+        record.status = "failed"
+        record.error = error
+        for component in record.components:
+            if self.components[component.kind].get(component.name) is component:
+                del self.components[component.kind][component.name]
+        record.components = []
+        existing = self.records.setdefault(record.name, record)
+        if existing is record and self.get_plugin(record.name) is not None:
+            self.unregister(name=record.name)
+        if self.strict:
+            raise PluginError(
+                f"{record.owner}: {error}\n(strict plugins: any plugin failure is fatal; fix or "
+                f"uninstall it, or block it with plugins.block / HINGE_PLUGINS)"
+            ) from exc
+
+    # -- checking -----------------------------------------------------------------------------
+
+    def check_hooks(self) -> None:
+        """Fail on hookimpls that match no hookspec (a misspelled name would be silently unused)."""
+        known = sorted(n for n in vars(hookspecs) if hasattr(getattr(self.hook, n, None), "spec"))
+        problems = []
+        for hook_name, caller in sorted(vars(self.hook).items()):
+            if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.hookimpl_opts.get("optionalhook"):
+                    continue
+                owner = self.records[impl.plugin_name].owner if impl.plugin_name in self.records else impl.plugin_name
+                hint = difflib.get_close_matches(hook_name, known, n=1)
+                problems.append(
+                    f"{owner}: hookimpl {hook_name!r} matches no hinge hook"
+                    + (f"; did you mean {hint[0]!r}?" if hint else f"; hooks: {', '.join(known)}")
+                )
+        if problems:
+            raise PluginError(
+                "\n".join(problems)
+                + "\nfix the plugin, or block it with plugins.block / HINGE_PLUGINS"
+            )
+        self.check_pending()
+
+    # -- registration -------------------------------------------------------------------------
+
+    def collect_components(self) -> None:
+        """Call every ``register_*`` impl with a ``register`` bound to its own plugin."""
+        for slot, spec_type in SPEC_TYPES.items():
+            caller = getattr(self.hook, spec_type.hook)
+            for impl in caller.get_hookimpls():
+                record = self.records[impl.plugin_name]
+                if record.status != "ok":
+                    continue
+
+                def register(spec: Any, _slot: str = slot, _record: PluginRecord = record) -> None:
+                    self._add_component(_slot, spec, _record)
+
+                try:
+                    impl.function(*[register for _ in impl.argnames])
+                except PluginError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a failing plugin is isolated
+                    self._fail(record, f"{spec_type.hook} raised {type(exc).__name__}: {exc}", exc)
+
+    def _add_component(self, slot: str, spec: Any, record: PluginRecord) -> None:
+        spec_type = SPEC_TYPES[slot]
+        if not isinstance(spec, spec_type):
+            raise TypeError(
+                f"{spec_type.hook} must register {spec_type.__name__} objects, got {spec!r}"
+            )
+        registry = self.components[slot]
+        if spec.name in registry:
+            first = registry[spec.name]
+            raise PluginError(
+                f"{KIND_LABELS[slot]} {spec.name!r} registered twice: by {first.owner} and by "
+                f"{record.owner}; uninstall or block one of them (plugins.block / HINGE_PLUGINS)"
+            )
+        component = ComponentRecord(slot, spec, record.name, record.distribution, record.version)
+        registry[spec.name] = component
+        record.components.append(component)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def names(self, slot: str) -> list[str]:
+        return sorted(self.components[slot])
+
+    def unavailable_plugins(self) -> list[PluginRecord]:
+        return [r for r in self.records.values() if r.status != "ok"]
+
+    def get_component(self, slot: str, name: str) -> ComponentRecord:
+        """The component registered under ``name``, or an error listing what is installed."""
+        registry = self.components[slot]
+        if name in registry:
+            return registry[name]
+        label = KIND_LABELS[slot]
+        lines = [f"unknown {label} {name!r}; installed: {', '.join(self.names(slot)) or '(none)'}"]
+        close = difflib.get_close_matches(name, self.names(slot), n=1)
+        if close:
+            lines[0] += f" (did you mean {close[0]!r}?)"
+        for r in self.unavailable_plugins():
+            why = r.error if r.status == "failed" else f"{r.status} by plugins config / HINGE_PLUGINS"
+            lines.append(f"  not loaded, may provide it: {r.owner}: {r.status}: {why}")
+        lines.append("see `hinge plugins` for every plugin and its components")
+        raise PluginError("\n".join(lines))
+
+    def listing(self) -> list[dict[str, Any]]:
+        """What ``hinge plugins --json`` prints: every plugin, built-ins first."""
+        order = sorted(self.records.values(), key=lambda r: (r.name != BUILTIN_PLUGIN, r.name))
+        return [r.to_dict() for r in order]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def get_plugin_manager(
+    settings: PluginSettings | None = None,
+    *,
+    entry_points: Iterable[Any] | None = None,
+    builtins: bool = True,
+) -> PluginManager:
+    """A loaded, checked plugin manager with every component registered.
+
+    :param settings: ``EngineConfig.plugins`` (allow, block, strict); None = defaults.
+    :param entry_points: the entry points to load instead of the installed ones (tests); ``[]``
+        loads built-ins only.
+    """
+    pm = PluginManager(settings)
+    if builtins:
+        pm.load_builtins()
+    pm.load_entry_points(entry_points)
+    pm.check_hooks()
+    pm.collect_components()
+    return pm
