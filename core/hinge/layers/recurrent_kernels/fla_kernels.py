@@ -1,0 +1,73 @@
+"""GPU path: fla-core's Triton kernels for the gated delta rule (CUDA only, imported lazily).
+
+Prefill runs ``chunk_gated_delta_rule`` over the packed batch (``cu_seqlens``, one initial state
+per request); decode (every request one token) runs ``fused_recurrent_gated_delta_rule`` with one
+row per request. Per-position states (verify steps, a few tokens) and the short convolution use
+the torch reference, which runs on CUDA as is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinge.layers.recurrent_kernels.base import DeltaRuleResult
+from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uniform_len
+
+
+def _import_fla():
+    try:
+        from fla.ops.gated_delta_rule import (
+            chunk_gated_delta_rule,
+            fused_recurrent_gated_delta_rule,
+        )
+    except ImportError as exc:  # pragma: no cover - depends on the GPU extra
+        raise ImportError(
+            "recurrent kernels 'fla' need fla-core (flash-linear-attention); install hinge's "
+            "`gpu` extra on a CUDA machine, or use the 'torch' reference kernels"
+        ) from exc
+    return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+class FlaRecurrentKernels(TorchRecurrentKernels):
+    name = "fla"
+
+    def __init__(self) -> None:
+        self._chunk, self._recurrent = _import_fla()
+
+    def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
+        if track_states or q.device.type != "cuda":
+            return super().gated_delta_rule(
+                q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states
+            )
+        rep = v.shape[-2] // q.shape[-2]
+        if rep > 1:  # expand q/k heads to the value heads (grouped value attention)
+            q, k = q.repeat_interleave(rep, dim=-2), k.repeat_interleave(rep, dim=-2)
+        state0 = initial_state.float().contiguous()
+        b = len(cu_seqlens) - 1
+        common = dict(
+            scale=q.shape[-1] ** -0.5,
+            initial_state=state0,
+            output_final_state=True,
+            use_qk_l2norm_in_kernel=True,
+        )
+        if _uniform_len(cu_seqlens) == 1:  # decode: one row per request
+            out, final = self._recurrent(
+                q.view(b, 1, *q.shape[1:]),
+                k.view(b, 1, *k.shape[1:]),
+                v.view(b, 1, *v.shape[1:]),
+                g=g.float().view(b, 1, -1),
+                beta=beta.to(q.dtype).view(b, 1, -1),
+                **common,
+            )
+            return DeltaRuleResult(out.view(v.shape), final.float())
+        cu = torch.tensor(cu_seqlens, dtype=torch.int32, device=q.device)
+        out, final = self._chunk(
+            q[None].contiguous(),
+            k[None].contiguous(),
+            v[None].contiguous(),
+            g=g.float()[None],
+            beta=beta.to(q.dtype)[None],
+            cu_seqlens=cu,
+            **common,
+        )
+        return DeltaRuleResult(out[0], final.float())
