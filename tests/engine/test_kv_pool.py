@@ -1,0 +1,82 @@
+"""Page allocator and KV sizing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from hinge.contracts import AttentionLayer
+from hinge.engine.kv_pool import KVCache, PageAllocator, kv_budget_bytes, kv_bytes_per_token
+
+
+def _layers(n=2, kv_heads=2, head_dim=8):
+    return [AttentionLayer(i, 4, kv_heads, head_dim, head_dim ** -0.5) for i in range(n)]
+
+
+def test_page_zero_is_reserved_and_pages_come_lowest_first():
+    pool = PageAllocator(5)
+    assert pool.num_usable == 4 and pool.num_free == 4
+    assert pool.allocate(2) == [1, 2]
+    assert pool.allocate(2) == [3, 4]
+    assert not pool.can_allocate(1) and pool.can_allocate(0)
+
+
+def test_freed_pages_are_reused_and_counts_balance():
+    pool = PageAllocator(6)
+    a = pool.allocate(3)
+    pool.free(a[:2])
+    assert pool.num_used == 1 and pool.num_free == 4
+    again = pool.allocate(4)
+    assert 0 not in again and set(a[:2]) <= set(again)
+
+
+def test_double_free_is_caught():
+    pool = PageAllocator(4)
+    pages = pool.allocate(1)
+    pool.free(pages)
+    with pytest.raises(AssertionError, match="double free"):
+        pool.free(pages)
+
+
+def test_kv_cache_is_sized_from_the_byte_budget_and_logged_in_tokens(caplog):
+    layers = _layers()
+    per_token = kv_bytes_per_token(layers, torch.float32)
+    assert per_token == 2 * (2 * 2 * 8 * 4)
+    budget = per_token * 4 * 10 + 7  # ten pages of four tokens and a few spare bytes
+    with caplog.at_level(logging.INFO, logger="hinge.engine.kv_pool"):
+        kv = KVCache.create(layers, budget_bytes=budget, page_size=4, dtype=torch.float32,
+                            device="cpu")
+    assert kv.num_pages == 10 and kv.num_usable_tokens == 36
+    assert kv.k[0].shape == (40, 2, 8) and len(kv.v) == 2
+    assert kv.allocator.num_usable == 9
+    assert "KV cache: 36 tokens (9 pages of 4)" in caplog.text
+
+
+def test_budget_too_small_for_two_pages_says_what_to_raise():
+    with pytest.raises(ValueError, match="kv_cache_bytes"):
+        KVCache.create(_layers(), budget_bytes=100, page_size=16, dtype=torch.float32,
+                       device="cpu")
+
+
+def test_cpu_budget_is_kv_cache_bytes_with_a_256_mib_default():
+    assert kv_budget_bytes("cpu", kv_cache_bytes=None, mem_fraction_static=0.9) == 256 << 20
+    assert kv_budget_bytes("cpu", kv_cache_bytes=12345, mem_fraction_static=0.9) == 12345
+
+
+def test_slot_maps_positions_through_pages():
+    kv = KVCache.create(_layers(1), budget_bytes=1 << 20, page_size=4, dtype=torch.float32,
+                        device="cpu")
+    assert [kv.slot([7, 2], p) for p in (0, 3, 4, 6)] == [28, 31, 8, 10]
+    assert kv.pages_needed(0) == 0 and kv.pages_needed(4) == 1 and kv.pages_needed(5) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_budget_is_a_fraction_of_free_memory_minus_weights():
+    free, _ = torch.cuda.mem_get_info()
+    weights = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    budget = kv_budget_bytes("cuda", kv_cache_bytes=None, mem_fraction_static=0.5,
+                             free_before_weights=free)
+    assert abs(budget - (free // 2 - (256 << 20))) < (64 << 20)
+    del weights
