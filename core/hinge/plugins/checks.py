@@ -1,0 +1,169 @@
+"""Plan checks from declared capabilities: device, dtype, compute capability, page size,
+deterministic mode, and what the model needs (sliding window, head dim, recurrent layers).
+
+Each check returns reasons (strings a user can act on), never raises: the plan joins them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hinge.plugins.specs import KIND_LABELS
+
+if TYPE_CHECKING:
+    from hinge.config import EngineConfig
+    from hinge.plugins.manager import PluginManager
+    from hinge.plugins.plan import ResolvedPlan
+
+RECURRENT_LAYER_TYPES = ("linear_attention", "conv", "mamba")
+
+
+def _label(c: Any) -> str:
+    return f"{KIND_LABELS[c.slot]} {c.name!r} ({c.plugin})"
+
+
+def model_dict(config: EngineConfig, model_info: Any) -> dict[str, Any]:
+    """What is known of the model as a HF config dict (text part of composite configs)."""
+    if model_info is None:
+        if config.model is not None:
+            path = Path(config.model)
+        else:
+            from hinge.builtin import default_model_path
+
+            path = Path(default_model_path())
+        info: Any = _read_json(path / "config.json") or {}
+        quant = _read_json(path / "hf_quant_config.json")
+        if quant and "quantization_config" not in info:
+            info = {**info, "hf_quant_config": quant}
+    elif isinstance(model_info, dict):
+        info = model_info
+    elif hasattr(model_info, "hf_config"):
+        hf = model_info.hf_config
+        info = hf.to_dict() if hasattr(hf, "to_dict") else dict(vars(hf))
+    elif hasattr(model_info, "to_dict"):
+        info = model_info.to_dict()
+    else:
+        info = dict(vars(model_info))
+    text = info.get("text_config")
+    if isinstance(text, dict):
+        info = {**info, **text}
+    return info
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def checkpoint_quant_methods(info: dict[str, Any]) -> set[str]:
+    """``quant_method`` / ``quant_algo`` values of a checkpoint, lowercase; empty = unquantized."""
+    methods: set[str] = set()
+    qc = info.get("quantization_config")
+    if isinstance(qc, dict):
+        for key in ("quant_method", "quant_algo"):
+            if isinstance(qc.get(key), str):
+                methods.add(qc[key].lower())
+    modelopt = info.get("hf_quant_config")
+    if isinstance(modelopt, dict):
+        methods.add("modelopt")
+        algo = (modelopt.get("quantization") or {}).get("quant_algo")
+        if isinstance(algo, str):
+            methods.add(algo.lower())
+    return methods
+
+
+def resolve_quantizer_name(config: EngineConfig, pm: PluginManager, model_info: Any) -> str:
+    """``quantizer = auto``: the one quantizer whose ``checkpoint_methods`` claim the checkpoint,
+    else ``none`` for an unquantized checkpoint."""
+    from hinge.plugins.plan import PlanError
+
+    if config.quantizer != "auto":
+        return config.quantizer
+    methods = checkpoint_quant_methods(model_dict(config, model_info))
+    if not methods:
+        return "none"
+    claimants = sorted(
+        name for name, rec in pm.components["quantizer"].items()
+        if methods & set(rec.spec.capabilities.checkpoint_methods)
+    )
+    if len(claimants) == 1:
+        return claimants[0]
+    if not claimants:
+        raise PlanError(
+            f"the checkpoint is quantized ({', '.join(sorted(methods))}) and no installed quantizer "
+            f"claims it; installed quantizers: {', '.join(pm.names('quantizer'))}; install the "
+            "plugin for this format (see `hinge plugins`) or set quantizer explicitly"
+        )
+    raise PlanError(
+        f"quantizers {', '.join(claimants)} all claim this checkpoint ({', '.join(sorted(methods))}); "
+        "choose one with quantizer=<name>"
+    )
+
+
+def capability_reasons(
+    plan: ResolvedPlan, model_info: Any, device_capability: tuple[int, int] | None
+) -> list[str]:
+    config = plan.config
+    reasons: list[str] = []
+    for c in plan.selected():
+        caps = c.spec.capabilities
+        if plan.device not in caps.devices:
+            reasons.append(
+                f"{_label(c)} does not run on {plan.device}; it supports {', '.join(sorted(caps.devices))}"
+            )
+        if c.slot != "cache" and plan.dtype not in caps.dtypes:
+            reasons.append(
+                f"{_label(c)} does not support dtype {plan.dtype}; it supports "
+                f"{', '.join(sorted(caps.dtypes))} (set dtype)"
+            )
+        need = caps.min_compute_capability
+        if plan.device == "cuda" and need and device_capability and tuple(device_capability) < need:
+            reasons.append(
+                f"{_label(c)} needs CUDA compute capability >= {need[0]}.{need[1]}, this GPU has "
+                f"{device_capability[0]}.{device_capability[1]}"
+            )
+        if config.deterministic and c.slot in ("attention", "quantizer") and not caps.batch_invariant:
+            reasons.append(
+                f"deterministic = true but {_label(c)} is not batch invariant; select one that "
+                "is or set deterministic = false"
+            )
+    attn = plan.attention.spec.capabilities
+    if attn.page_sizes is not None and config.page_size not in attn.page_sizes:
+        reasons.append(
+            f"{_label(plan.attention)} does not support page_size {config.page_size}; "
+            f"it supports {', '.join(map(str, sorted(attn.page_sizes)))} (set page_size)"
+        )
+    multiple = plan.cache.spec.capabilities.page_size_multiple
+    if config.page_size % multiple:
+        reasons.append(f"{_label(plan.cache)} needs page_size to be a multiple of {multiple}")
+    reasons.extend(_model_reasons(plan, model_info))
+    return reasons
+
+
+def _model_reasons(plan: ResolvedPlan, model_info: Any) -> list[str]:
+    try:
+        info = model_dict(plan.config, model_info)
+    except Exception:  # noqa: BLE001 - a model that cannot be read is reported by the loader
+        return []
+    reasons = []
+    attn = plan.attention.spec.capabilities
+    window = info.get("sliding_window")
+    if window and info.get("use_sliding_window", True) and not attn.sliding_window:
+        reasons.append(f"the model uses a sliding window ({window}) and {_label(plan.attention)} "
+                       "does not support one")
+    heads = info.get("num_attention_heads")
+    head_dim = info.get("head_dim") or (info["hidden_size"] // heads if heads and info.get("hidden_size") else None)
+    if head_dim and attn.head_dims is not None and head_dim not in attn.head_dims:
+        reasons.append(f"{_label(plan.attention)} does not support head_dim {head_dim}; it supports "
+                       f"{', '.join(map(str, sorted(attn.head_dims)))}")
+    layer_types = info.get("layer_types") or []
+    hybrid = any(t in RECURRENT_LAYER_TYPES for t in layer_types)
+    cache = plan.cache.spec.capabilities
+    if hybrid and cache.prefix_sharing and not cache.recurrent_state:
+        reasons.append(f"the model has recurrent layers and {_label(plan.cache)} cannot store "
+                       "their state checkpoints; select a cache policy that can, or cache=none")
+    return reasons

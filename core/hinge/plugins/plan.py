@@ -1,0 +1,227 @@
+"""ResolvedPlan: the one component per slot that config selected, and every graph decision.
+
+``resolve_plan(config, pm)`` turns names into registered specs (unknown names list what is
+installed and which plugins failed), validates each component's options with its own model,
+checks devices/dtypes/page sizes against capabilities, asks ``validate_plan`` impls for reasons,
+and decides per phase (prefill, decode, draft) whether a CUDA graph is captured, with reasons.
+Nothing is built here: ``plan.build_<slot>(build_context)`` calls a factory when the engine asks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from hinge.plugins.capabilities import GRAPH_PHASES
+from hinge.plugins.checks import capability_reasons, resolve_quantizer_name
+from hinge.plugins.specs import KIND_LABELS, BuildContext, ComponentSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from pydantic import BaseModel
+
+    from hinge.config import EngineConfig
+    from hinge.plugins.manager import PluginManager
+
+SLOTS = ("attention", "quantizer", "cache", "speculator")
+
+
+class PlanError(ValueError):
+    """The selected components cannot work together; the message lists every reason."""
+
+
+@dataclass(frozen=True)
+class SelectedComponent:
+    slot: str
+    name: str
+    plugin: str
+    distribution: str | None
+    version: str | None
+    spec: ComponentSpec
+    options: BaseModel | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "plugin": self.plugin,
+            "distribution": self.distribution,
+            "version": self.version,
+            "factory": self.spec.factory if isinstance(self.spec.factory, str) else repr(self.spec.factory),
+            "options": self.options.model_dump(mode="json") if self.options is not None else {},
+            "capabilities": self.spec.capabilities.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class GraphDecision:
+    phase: str
+    enabled: bool
+    mode: str  #: auto | off | require (from config)
+    reasons: tuple[str, ...] = ()  #: why not (or notes when enabled), each "who: why"
+    #: what the captured step must produce besides logits (hidden states, per-position states)
+    needs: tuple[str, ...] = ()
+    max_batch: int | None = None  #: cap from graph_capture_eligibility verdicts
+
+    def describe(self) -> str:
+        state = "on" if self.enabled else "off"
+        line = f"{self.phase} graph: {state}"
+        if self.reasons:
+            line += ", because " + "; ".join(self.reasons)
+        if self.enabled and self.max_batch is not None:
+            line += f" (max batch {self.max_batch})"
+        if self.enabled and self.needs:
+            line += f" (captures {', '.join(self.needs)})"
+        return line
+
+
+@dataclass(frozen=True)
+class ResolvedPlan:
+    config: EngineConfig
+    device: str
+    dtype: str  #: resolved (never "auto")
+    attention: SelectedComponent
+    quantizer: SelectedComponent
+    cache: SelectedComponent
+    speculator: SelectedComponent | None
+    #: phase -> decision; empty while validate_plan / graph_capture_eligibility impls run
+    graphs: Mapping[str, GraphDecision] = field(default_factory=lambda: MappingProxyType({}))
+
+    def selected(self) -> list[SelectedComponent]:
+        return [c for c in (self.attention, self.quantizer, self.cache, self.speculator) if c]
+
+    def build_context(self, model_config: Any = None) -> BuildContext:
+        import torch
+
+        return BuildContext(
+            device=self.device,
+            dtype=getattr(torch, self.dtype),
+            deterministic=self.config.deterministic,
+            page_size=self.config.page_size,
+            model_config=model_config,
+        )
+
+    def _build(self, component: SelectedComponent, build: BuildContext) -> Any:
+        try:
+            factory = component.spec.load_factory()
+        except (ImportError, AttributeError) as exc:
+            raise PlanError(
+                f"{KIND_LABELS[component.slot]} {component.name!r} of plugin {component.plugin!r} "
+                f"(distribution {component.distribution}) cannot be built: its factory "
+                f"{component.spec.factory!r} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
+        return factory(component.options, build)
+
+    def build_attention(self, build: BuildContext) -> Any:
+        return self._build(self.attention, build)
+
+    def build_quantizer(self, build: BuildContext) -> Any:
+        return self._build(self.quantizer, build)
+
+    def build_cache(self, build: BuildContext) -> Any:
+        return self._build(self.cache, build)
+
+    def build_speculator(self, build: BuildContext) -> Any:
+        return None if self.speculator is None else self._build(self.speculator, build)
+
+    def describe(self) -> list[str]:
+        lines = [f"device: {self.device}, dtype: {self.dtype}"]
+        for slot in SLOTS:
+            c = getattr(self, slot)
+            if c is None:
+                lines.append(f"{slot}: (none)")
+                continue
+            opts = c.options.model_dump(mode="json") if c.options is not None else {}
+            where = f"plugin {c.plugin}" + (
+                f", distribution {c.distribution} {c.version or ''}".rstrip() if c.distribution else ""
+            )
+            lines.append(f"{slot}: {c.name} ({where})" + (f" options {opts}" if opts else ""))
+        lines.extend(self.graphs[p].describe() for p in GRAPH_PHASES if p in self.graphs)
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "deterministic": self.config.deterministic,
+            "page_size": self.config.page_size,
+            **{s: (getattr(self, s).to_dict() if getattr(self, s) else None) for s in SLOTS},
+            "graphs": {
+                p: {"enabled": d.enabled, "mode": d.mode, "reasons": list(d.reasons),
+                    "needs": list(d.needs), "max_batch": d.max_batch}
+                for p, d in self.graphs.items()
+            },
+        }
+
+
+def _select(pm: PluginManager, slot: str, name: str, options: dict[str, Any]) -> SelectedComponent:
+    from hinge.plugins.manager import PluginError
+
+    try:
+        record = pm.get_component(slot, name)
+    except PluginError as exc:
+        raise PlanError(str(exc)) from None
+    return SelectedComponent(
+        slot=slot,
+        name=name,
+        plugin=record.plugin,
+        distribution=record.distribution,
+        version=record.version,
+        spec=record.spec,
+        options=record.spec.validate_options(options),
+    )
+
+
+def resolve_plan(
+    config: EngineConfig,
+    pm: PluginManager | None = None,
+    model_info: Any = None,
+    *,
+    device_capability: tuple[int, int] | None = None,
+) -> ResolvedPlan:
+    """Select, validate and decide graphs. Raises PlanError (or OptionsError) with every reason.
+
+    :param pm: a loaded plugin manager; None = ``get_plugin_manager(config.plugins)``.
+    :param model_info: what is known of the model without loading weights: a HF config dict, a
+        ``ModelConfig`` (``.hf_config``), or None (then ``config.model``'s config.json is read).
+    :param device_capability: CUDA compute capability; None = asked from torch on cuda.
+    """
+    from hinge.plugins.graphs import decide_graphs
+    from hinge.plugins.manager import get_plugin_manager
+
+    if pm is None:
+        pm = get_plugin_manager(config.plugins)
+    quantizer_name = resolve_quantizer_name(config, pm, model_info)
+    plan = ResolvedPlan(
+        config=config,
+        device=config.device,
+        dtype=config.resolved_dtype,
+        attention=_select(pm, "attention", config.attention, config.attention_options),
+        quantizer=_select(pm, "quantizer", quantizer_name, config.quantizer_options),
+        cache=_select(pm, "cache", config.cache, config.cache_options),
+        speculator=None if config.speculator is None
+        else _select(pm, "speculator", config.speculator, config.speculator_options),
+    )
+    if device_capability is None and config.device == "cuda":
+        device_capability = _cuda_capability()
+    reasons = capability_reasons(plan, model_info, device_capability)
+    for impl in pm.hook.validate_plan.get_hookimpls():
+        for reason in impl.function(*[plan for _ in impl.argnames]) or []:
+            reasons.append(f"{impl.plugin_name}: {reason}")
+    if reasons:
+        raise PlanError(
+            "the selected components cannot work together:\n  - " + "\n  - ".join(reasons)
+            + "\nchange the selection or settings above; see `hinge plugins` for capabilities"
+        )
+    return dataclasses.replace(plan, graphs=MappingProxyType(decide_graphs(plan, pm)))
+
+
+def _cuda_capability() -> tuple[int, int] | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability())  # type: ignore[return-value]
+

@@ -1,0 +1,52 @@
+"""What ``hinge plugins [--json]`` and ``hinge plan [--json]`` print. Both return the text;
+the CLI prints it. Neither loads weights nor initialises CUDA (beyond asking the GPU's compute
+capability when ``device = cuda``). Errors raise ``PluginError`` / ``PlanError`` /
+``ConfigError`` with a message fit to print as-is."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hinge.config import EngineConfig
+
+
+def plugin_listing(config: EngineConfig | None = None) -> list[dict[str, Any]]:
+    """Every plugin (built-ins first): distribution, version, status, error, components."""
+    from hinge.config import load_config
+    from hinge.plugins.manager import get_plugin_manager
+
+    config = config or load_config()
+    return get_plugin_manager(config.plugins).listing()
+
+
+def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
+    listing = plugin_listing(config)
+    if json:
+        return jsonlib.dumps(listing, indent=2)
+    lines = []
+    for p in listing:
+        dist = f"{p['distribution']} {p['version'] or ''}".strip() if p["distribution"] else "-"
+        lines.append(f"{p['name']}  [{p['status']}]  {dist}  ({p['module']})")
+        if p["error"]:
+            lines.append(f"    error: {p['error']}")
+        for c in p["components"]:
+            caps = c["capabilities"]
+            graphs = [ph for ph in ("prefill", "decode", "draft") if caps.get(f"{ph}_graph")]
+            lines.append(
+                f"    {c['kind']:<10} {c['name']:<16} devices {','.join(caps['devices'])}; "
+                f"graphs {','.join(graphs) or 'none'}"
+                + (f"; options {', '.join(c['options'])}" if c["options"] else "")
+                + (f" - {c['description']}" if c["description"] else "")
+            )
+    return "\n".join(lines)
+
+
+def cmd_plan(config: EngineConfig, json: bool = False) -> str:
+    from hinge.plugins.plan import resolve_plan
+
+    plan = resolve_plan(config)
+    if json:
+        return jsonlib.dumps(plan.to_dict(), indent=2)
+    return "\n".join(plan.describe())
