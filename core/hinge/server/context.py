@@ -1,0 +1,137 @@
+"""What every route shares: the engine handle, the tokenizer, errors, prompts and disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from hinge.engine.async_engine import AsyncEngine, EngineError, RequestHandle
+from hinge.server.server_metrics import ServerMetrics
+
+T = TypeVar("T")
+
+
+class APIError(Exception):
+    """An error answered as ``{"error": {"message", "type", "code"}}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class ClientDisconnected(Exception):
+    pass
+
+
+@dataclass
+class ServerContext:
+    engine: AsyncEngine
+    model_name: str
+    model_aliases: set[str] = field(default_factory=set)
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    plugins_report: Any = None  #: callable returning what `hinge plugins --json` prints
+    health_timeout_s: float = 30.0
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.engine.tokenizer
+
+    @property
+    def max_model_len(self) -> int | None:
+        return getattr(self.engine.engine, "max_model_len", None)
+
+    @property
+    def vocab_size(self) -> int | None:
+        eng = self.engine.engine
+        for owner in (eng, getattr(eng, "model_config", None), getattr(eng, "tokenizer", None)):
+            size = getattr(owner, "vocab_size", None)
+            if isinstance(size, int):
+                return size
+        return None
+
+    def check_model(self, name: str | None) -> None:
+        if name is None or name == self.model_name or name in self.model_aliases:
+            return
+        raise APIError(400, f"unknown model {name!r}; this server serves {self.model_name!r} "
+                            "(see GET /v1/models)", "model_not_found")
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text))
+
+    def check_ids(self, ids: list[int], what: str = "prompt") -> list[int]:
+        if not ids:
+            raise APIError(400, f"{what} is empty; send at least one token")
+        vocab = self.vocab_size
+        if vocab is not None:
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise APIError(400, f"{what} has token ids outside the vocabulary [0, {vocab}): "
+                                    f"{bad[:5]}")
+        limit = self.max_model_len
+        if limit is not None and len(ids) >= limit:
+            raise APIError(400, f"{what} has {len(ids)} tokens; the context is {limit} tokens and "
+                                "at least one must be left to generate; shorten the prompt")
+        return ids
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    async def submit(self, prompt_ids: list[int], params: Any, rid: str | None) -> RequestHandle:
+        try:
+            return await self.engine.submit(prompt_ids, params, rid)
+        except ValueError as exc:
+            raise APIError(400, str(exc)) from exc
+        except EngineError as exc:
+            raise APIError(500, str(exc), "internal_error") from exc
+
+
+def sse(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
+async def until_disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` but cancel it (aborting its requests) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(until_disconnected(request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise ClientDisconnected()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def drain(handle: RequestHandle) -> Any:
+    """Run a request to the end and return its last output (None if aborted before any)."""
+    last = None
+    try:
+        async for out in handle:
+            last = out
+    except EngineError as exc:
+        raise APIError(500, str(exc), "internal_error") from exc
+    finally:
+        handle.abort()
+    return last

@@ -1,0 +1,301 @@
+"""sglang-native routes: /generate, health, /server_info, /flush_cache, /abort_request, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from hinge.engine.async_engine import EngineError, RequestHandle
+from hinge.sampling_params import SamplingParams
+from hinge.server.context import (
+    SSE_DONE,
+    APIError,
+    ServerContext,
+    drain,
+    error_body,
+    sse,
+    unless_disconnected,
+)
+from hinge.server.protocol import AbortRequest, GenerateRequest, NativeSamplingParams
+from hinge.server.server_metrics import stats_dict
+
+router = APIRouter()
+
+
+def ctx_of(request: Request) -> ServerContext:
+    return request.app.state.ctx
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+# /generate
+
+
+def _as_batch(req: GenerateRequest, ctx: ServerContext) -> tuple[list[list[int]], bool]:
+    if req.text is not None:
+        texts = req.text if isinstance(req.text, list) else [req.text]
+        return [ctx.encode(t) for t in texts], isinstance(req.text, list)
+    ids = req.input_ids or []
+    if ids and isinstance(ids[0], list):
+        return [list(x) for x in ids], True
+    return [list(ids)], False
+
+
+def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
+    if not isinstance(value, list):
+        return [value] * n
+    if len(value) != n:
+        raise APIError(400, f"`{name}` has {len(value)} entries but the batch has {n} prompts")
+    return value
+
+
+def _params(sp: NativeSamplingParams | None, req: GenerateRequest) -> SamplingParams:
+    fields = (sp or NativeSamplingParams()).model_dump()
+    fields["stop_token_ids"] = fields["stop_token_ids"] or []
+    try:
+        return SamplingParams(
+            **fields, logprobs=req.return_logprob,
+            top_logprobs=req.top_logprobs_num if req.return_logprob else 0,
+            prompt_logprobs_start=(req.logprob_start_len
+                                   if req.return_logprob and req.logprob_start_len >= 0 else None))
+    except ValueError as exc:
+        raise APIError(400, f"sampling_params: {exc}") from exc
+
+
+def check_fit(ctx: ServerContext, ids: list[int], max_new_tokens: int) -> None:
+    limit = ctx.max_model_len
+    if limit is not None and len(ids) + max_new_tokens > limit:
+        raise APIError(400, f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) "
+                            f"exceeds the context of {limit} tokens; lower max_new_tokens to at "
+                            f"most {limit - len(ids)}")
+
+
+async def submit_all(ctx: ServerContext, jobs: list[tuple[list[int], SamplingParams, str | None]]
+                     ) -> list[RequestHandle]:
+    """Validate every prompt, then add every request; on any failure abort the ones added."""
+    for ids, params, _ in jobs:
+        ctx.check_ids(ids)
+        check_fit(ctx, ids, params.max_new_tokens)
+    handles: list[RequestHandle] = []
+    try:
+        for ids, params, rid in jobs:
+            handles.append(await ctx.submit(ids, params, rid))
+    except BaseException:
+        for handle in handles:
+            handle.abort()
+        raise
+    return handles
+
+
+def _logprob_triples(ctx: ServerContext, ids: list[int], lps: list[Any] | None,
+                     with_text: bool) -> list[list[Any]]:
+    lps = list(lps or [])
+    if len(lps) == len(ids) - 1:
+        lps = [None] + lps  # the first prompt position has no logprob
+    return [[lp, tid, ctx.token_text(tid) if with_text else None] for lp, tid in zip(lps, ids, strict=False)]
+
+
+def native_item(ctx: ServerContext, req: GenerateRequest, handle: RequestHandle,
+                prompt_ids: list[int], out: Any, t0: float) -> dict[str, Any]:
+    token_ids = list(out.token_ids) if out is not None else []
+    reason = "abort" if handle.aborted else (out.finish_reason if out is not None else None)
+    finish = None
+    if reason is not None:
+        finish = {"type": reason, "matched": getattr(out, "matched_stop", None)}
+        if reason == "length":
+            finish["length"] = len(token_ids)
+    verify = getattr(out, "spec_verify_ct", 0) or 0
+    meta: dict[str, Any] = {
+        "id": handle.rid, "finish_reason": finish, "prompt_tokens": len(prompt_ids),
+        "completion_tokens": len(token_ids),
+        "cached_tokens": getattr(out, "cached_tokens", 0) or 0,
+        "e2e_latency": time.perf_counter() - t0, "spec_verify_ct": verify,
+        "spec_accept_length": len(token_ids) / verify if verify else 0.0,
+    }
+    if req.return_logprob:
+        text = req.return_text_in_logprobs
+        start = max(req.logprob_start_len, 0)
+        meta["input_token_logprobs"] = (
+            _logprob_triples(ctx, prompt_ids[start:], getattr(out, "prompt_logprobs", None), text)
+            if req.logprob_start_len >= 0 and out is not None else [])
+        meta["output_token_logprobs"] = _logprob_triples(
+            ctx, token_ids, getattr(out, "logprobs", None), text)
+        if req.top_logprobs_num > 0:
+            tops = getattr(out, "top_logprobs", None) or []
+            meta["output_top_logprobs"] = [
+                [[lp, tid, ctx.token_text(tid) if text else None] for tid, lp in row]
+                for row in tops]
+    return {"text": out.text if out is not None else "", "output_ids": token_ids,
+            "meta_info": meta}
+
+
+@router.post("/generate")
+async def generate(req: GenerateRequest, request: Request) -> Response:
+    ctx = ctx_of(request)
+    prompts, is_batch = _as_batch(req, ctx)
+    sps = _per_prompt(req.sampling_params, len(prompts), "sampling_params")
+    rids = _per_prompt(req.rid, len(prompts), "rid")
+    if is_batch and req.rid is not None and not isinstance(req.rid, list):
+        raise APIError(400, "a batch needs `rid` as a list (one per prompt) or no rid")
+    jobs = [(ids, _params(sp, req), rid) for ids, sp, rid in zip(prompts, sps, rids, strict=True)]
+    t0 = time.perf_counter()
+    handles = await submit_all(ctx, jobs)
+    if req.stream:
+        return StreamingResponse(_native_stream(ctx, req, handles, prompts, t0, is_batch),
+                                 media_type="text/event-stream")
+
+    async def run_all() -> list[dict[str, Any]]:
+        try:
+            outs = await asyncio.gather(*(drain(h) for h in handles))
+        finally:
+            for h in handles:
+                h.abort()
+        return [native_item(ctx, req, h, ids, out, t0)
+                for h, ids, out in zip(handles, prompts, outs, strict=True)]
+
+    items = await unless_disconnected(request, run_all())
+    return JSONResponse(items if is_batch else items[0])
+
+
+async def _native_stream(ctx: ServerContext, req: GenerateRequest, handles: list[RequestHandle],
+                         prompts: list[list[int]], t0: float, is_batch: bool
+                         ) -> AsyncIterator[bytes]:
+    try:
+        async for index, out in merge(handles):
+            item = native_item(ctx, req, handles[index], prompts[index], out, t0)
+            if is_batch:
+                item["index"] = index
+            yield sse(item)
+    except EngineError as exc:
+        yield sse(error_body(500, str(exc), "internal_error"))
+    finally:
+        for handle in handles:
+            handle.abort()
+    yield SSE_DONE
+
+
+async def merge(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Any]]:
+    """Interleave outputs of several requests as they arrive; an aborted request yields None last."""
+    if len(handles) == 1:
+        last = None
+        async for out in handles[0]:
+            last = out
+            yield 0, out
+        if handles[0].aborted:
+            yield 0, last
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(index: int, handle: RequestHandle) -> None:
+        last = None
+        try:
+            async for out in handle:
+                last = out
+                await queue.put((index, out, None))
+            if handle.aborted:
+                await queue.put((index, last, None))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+            await queue.put((index, None, exc))
+        await queue.put((index, None, StopAsyncIteration()))
+
+    tasks = [asyncio.ensure_future(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        remaining = len(handles)
+        while remaining:
+            index, out, exc = await queue.get()
+            if isinstance(exc, StopAsyncIteration):
+                remaining -= 1
+            elif exc is not None:
+                raise exc
+            else:
+                yield index, out
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+# service routes
+
+
+@router.get("/health")
+async def health() -> Response:
+    return Response(status_code=200)
+
+
+@router.get("/health_generate")
+async def health_generate(request: Request) -> Response:
+    ctx = ctx_of(request)
+    params = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+    try:
+        handle = await asyncio.wait_for(ctx.engine.submit([0], params), ctx.health_timeout_s)
+        out = await asyncio.wait_for(drain(handle), ctx.health_timeout_s)
+        if out is None or not out.token_ids:
+            raise EngineError("the probe request produced no token")
+    except (TimeoutError, EngineError, APIError, ValueError) as exc:
+        message = f"engine cannot generate: {exc or 'no token within the timeout'}"
+        if ctx.engine.last_error:
+            message += f"; last engine error: {ctx.engine.last_error}"
+        return JSONResponse(error_body(503, message, "unavailable"), status_code=503)
+    return Response(status_code=200)
+
+
+async def engine_stats(ctx: ServerContext) -> dict[str, Any]:
+    try:
+        stats = await ctx.engine.call(ctx.engine.engine.stats, timeout=5.0)
+        ctx.engine.last_stats = stats
+    except (TimeoutError, EngineError):
+        stats = ctx.engine.last_stats
+    return stats_dict(stats)
+
+
+@router.get("/server_info")
+async def server_info(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    try:
+        info = await ctx.engine.call(ctx.engine.engine.server_info, timeout=5.0)
+    except (TimeoutError, EngineError) as exc:
+        info = {"unavailable": str(exc) or "engine busy"}
+    info = dict(info or {})
+    info["stats"] = await engine_stats(ctx)
+    info["server"] = {"model_name": ctx.model_name, "active_requests": ctx.engine.num_active,
+                      "wedged": ctx.engine.wedged, "last_error": ctx.engine.last_error}
+    return JSONResponse(jsonable(info))
+
+
+@router.get("/v1/plugins")
+async def plugins(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    if ctx.plugins_report is None:
+        raise APIError(404, "no plugin report is available in this server")
+    return JSONResponse(jsonable(ctx.plugins_report()))
+
+
+@router.post("/flush_cache")
+async def flush_cache(request: Request) -> JSONResponse:
+    ctx = ctx_of(request)
+    ok = await ctx.engine.call(ctx.engine.engine.flush_cache, timeout=30.0)
+    if not ok:
+        raise APIError(400, "cannot flush the cache while requests are running or waiting; "
+                            "retry when the server is idle")
+    return JSONResponse({"success": True, "message": "Cache flushed."})
+
+
+@router.post("/abort_request")
+async def abort_request(body: AbortRequest, request: Request) -> JSONResponse:
+    found = await ctx_of(request).engine.abort(body.rid)
+    return JSONResponse({"rid": body.rid, "aborted": found})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> PlainTextResponse:
+    ctx = ctx_of(request)
+    text = ctx.metrics.render(await engine_stats(ctx), ctx.engine.wedged)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
