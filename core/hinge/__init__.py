@@ -1,7 +1,28 @@
-"""hinge: a plugin-architected LLM inference engine."""
+"""hinge: a plugin-architected LLM inference engine.
+
+``from hinge import LLM, SamplingParams, hookimpl``. ``LLM`` and ``SamplingParams`` load lazily,
+so importing hinge (for example from a plugin module) does not import torch or the engine.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from hinge.plugins.hookspecs import hookimpl
 
-__all__ = ["hookimpl"]
+if TYPE_CHECKING:
+    from hinge.llm import LLM
+    from hinge.sampling_params import SamplingParams
+
+__version__ = "0.1.0"
+__all__ = ["LLM", "SamplingParams", "hookimpl"]
+
+_LAZY = {"LLM": "hinge.llm", "SamplingParams": "hinge.sampling_params"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hinge' has no attribute {name!r}")

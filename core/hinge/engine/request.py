@@ -53,6 +53,7 @@ class Request:
         self.top_logprobs: list[list[tuple[int, float]]] = []
         self.prompt_logprobs: list[float] = []
         self.detok: Any = None  #: incremental detokenizer state, owned by the engine
+        self.num_emitted_chars = 0  #: text already streamed (a possible stop-string prefix waits)
         self.spec_verify_ct = 0
         self.spec_accepted_tokens = 0
 

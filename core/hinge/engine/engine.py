@@ -1,0 +1,229 @@
+"""The engine loop: schedule, run, sample, stop, hand finished KV to the cache policy.
+
+Start-up follows the plan (docs/internals.md): plugin manager -> resolved plan -> quantizer ->
+model -> attention backend and cache policy -> KV pool sized from the memory budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hinge.engine.kv_pool import KVCache, kv_budget_bytes
+from hinge.engine.output import append_token, make_output
+from hinge.engine.request import Request, RequestOutput
+from hinge.engine.runner import ModelRunner
+from hinge.engine.sampler import Sampler
+from hinge.engine.scheduler import Scheduler
+from hinge.engine.stats import EngineStats
+
+if TYPE_CHECKING:
+    from hinge.config import EngineConfig
+    from hinge.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, progress: bool = True):
+        from hinge.engine.tokenizer import Tokenizer
+        from hinge.models.loader import load_model
+        from hinge.plugins.manager import get_plugin_manager
+        from hinge.plugins.plan import resolve_plan
+
+        if config.model is None:
+            from hinge.builtin import default_model_path
+
+            config = config.model_copy(update={"model": str(default_model_path())})
+        self.config = config
+        # plan
+        self.plugin_manager = get_plugin_manager(config.plugins)
+        self.plan = resolve_plan(config, self.plugin_manager)
+        if self.plan.speculator is not None:
+            raise ValueError(
+                f"speculator {config.speculator!r} was selected, but this engine does not run "
+                "speculative decoding yet; leave speculator unset (None)")
+        self.device = config.device
+        self.dtype = config.torch_dtype()
+        build = self.plan.build_context()
+        # model
+        free_before = torch.cuda.mem_get_info()[0] if self.device == "cuda" else None
+        quantizer = self.plan.build_quantizer(build)
+        self.model = load_model(config.model, device=self.device, dtype=self.dtype,
+                                quantizer=quantizer, deterministic=config.deterministic,
+                                progress=progress)
+        mcfg = self.model.config
+        build = self.plan.build_context(mcfg)
+        self.attn = self.plan.build_attention(build)
+        self.cache = self.plan.build_cache(build)
+        self.tokenizer = Tokenizer.from_pretrained(config.model)
+        self.vocab_size = mcfg.vocab_size
+        self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
+        self.eos_ids = frozenset(mcfg.eos_token_ids) | frozenset(self.tokenizer.eos_token_ids)
+        # KV cache
+        budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
+                                 mem_fraction_static=config.mem_fraction_static,
+                                 free_before_weights=free_before)
+        self.kv = KVCache.create(self.model.attention_layers, budget_bytes=budget,
+                                 page_size=config.page_size, dtype=self.dtype, device=self.device)
+        # loop parts
+        self.scheduler = Scheduler(self.kv, self.cache,
+                                   max_running_requests=config.max_running_requests,
+                                   chunked_prefill_size=config.chunked_prefill_size)
+        self.runner = ModelRunner(self.model, self.attn, self.kv, self.device)
+        self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic)
+        self._seeds = random.Random(config.seed)
+        self._arrivals = itertools.count()
+        self._aborted: list[Request] = []
+        self._stats = EngineStats(0, 0, config.page_size, 0, 0)
+        for line in self.plan.describe():
+            logger.info("plan: %s", line)
+
+    # requests -------------------------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams,
+                    rid: str | None = None) -> str:
+        rid = rid if rid is not None else uuid.uuid4().hex
+        self._validate(rid, prompt_ids, params)
+        req = Request(rid, prompt_ids, params, arrival=next(self._arrivals))
+        if not params.is_greedy:
+            seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
+            req.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.scheduler.add(req)
+        return rid
+
+    def _validate(self, rid: str, prompt_ids: list[int], params: SamplingParams) -> None:
+        n, limit = len(prompt_ids), self.max_model_len
+        if self.scheduler.find(rid) is not None:
+            raise ValueError(f"request id {rid!r} is already in use; pick another rid")
+        if n == 0:
+            raise ValueError("the prompt is empty: send at least one token")
+        bad = [t for t in prompt_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token ids must be integers in [0, {self.vocab_size}) "
+                             f"(the model's vocab size); got {bad[:5]}")
+        if n > limit:
+            raise ValueError(f"the prompt has {n} tokens, more than max_model_len={limit}; "
+                             "shorten the prompt")
+        if n + params.max_new_tokens > limit:
+            raise ValueError(
+                f"prompt ({n} tokens) + max_new_tokens ({params.max_new_tokens}) = "
+                f"{n + params.max_new_tokens} exceeds max_model_len={limit}; set max_new_tokens "
+                f"<= {limit - n}")
+        if n + params.max_new_tokens > self.kv.num_usable_tokens:
+            raise ValueError(
+                f"prompt ({n}) + max_new_tokens ({params.max_new_tokens}) needs more KV than the "
+                f"whole pool holds ({self.kv.num_usable_tokens} tokens); lower max_new_tokens or "
+                "raise kv_cache_bytes (CPU) / mem_fraction_static (CUDA)")
+
+    def abort_request(self, rid: str) -> bool:
+        req = self.scheduler.find(rid)
+        if req is None:
+            return False
+        self.scheduler.finish(req)
+        req.finish_reason = "abort"
+        self._aborted.append(req)
+        self._stats.num_aborted += 1
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._aborted)
+
+    # one step -------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs = [make_output(r, [], True) for r in self._aborted]
+        self._aborted = []
+        sched = self.scheduler.schedule()
+        if sched is None:
+            if self.scheduler.has_unfinished():
+                raise RuntimeError(
+                    f"scheduler made no progress: {len(self.scheduler.running)} running, "
+                    f"{len(self.scheduler.waiting)} waiting, {self.kv.allocator.num_free} free "
+                    "KV pages (this is a bug)")
+            return outputs
+        logits = self.runner.forward(sched)
+        self._stats.forward_steps += 1
+        for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
+            req.num_computed += n
+        if logits.prompt_logits is not None:
+            lp = self.sampler.log_softmax(logits.prompt_logits)
+            for req, rows, targets in logits.prompt_rows:
+                req.prompt_logprobs.extend(lp[rows, targets].tolist())
+        finished: list[Request] = []
+        live = [i for i, r in enumerate(logits.sample_reqs) if r.params.max_new_tokens > 0]
+        for req in logits.sample_reqs:
+            if req.params.max_new_tokens == 0:
+                req.finish_reason = "length"
+                finished.append(req)
+        if live:
+            reqs = [logits.sample_reqs[i] for i in live]
+            sampled = self.sampler.sample(logits.sample_logits[live],
+                                          self.sampler.prepare(reqs))
+            for j, req in enumerate(reqs):
+                token = sampled.token_ids[j]
+                if sampled.logprobs is not None:
+                    req.logprobs.append(sampled.logprobs[j])
+                if sampled.top_logprobs is not None and req.params.top_logprobs:
+                    req.top_logprobs.append(sampled.top_logprobs[j][:req.params.top_logprobs])
+                append_token(req, token, self.tokenizer, self.eos_ids)
+                self._stats.generation_tokens += 1
+                if req.finish_reason is not None:
+                    finished.append(req)
+                else:
+                    outputs.append(make_output(req, [token], False))
+        for req in finished:
+            self.scheduler.finish(req)
+            self._stats.num_finished += 1
+            self._stats.prompt_tokens += req.num_prompt
+            self._stats.cached_tokens += req.cached_tokens
+            new = req.output_ids[-1:] if req in logits.sample_reqs and req.num_output else []
+            outputs.append(make_output(req, new, True))
+        return outputs
+
+    # control --------------------------------------------------------------------------------
+    def flush_cache(self) -> bool:
+        if self.scheduler.has_unfinished():
+            return False
+        freed = self.cache.flush()
+        if freed:
+            self.kv.allocator.free(freed)
+        return True
+
+    def stats(self) -> EngineStats:
+        s = self._stats
+        s.kv_pages_total = self.kv.allocator.num_usable
+        s.kv_pages_used = self.kv.allocator.num_used
+        s.num_running = len(self.scheduler.running)
+        s.num_waiting = len(self.scheduler.waiting)
+        s.num_retractions = self.scheduler.num_retractions
+        return EngineStats(**{k: getattr(s, k) for k in s.__dataclass_fields__})
+
+    def server_info(self) -> dict[str, Any]:
+        import transformers
+
+        import hinge
+
+        mcfg = self.model.config
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "plan": self.plan.to_dict(),
+            "model": {"path": str(self.config.model), "architectures": mcfg.architectures,
+                      "vocab_size": mcfg.vocab_size, "dtype": str(self.dtype)},
+            "max_model_len": self.max_model_len,
+            "kv_cache": {"tokens": self.kv.num_usable_tokens, "pages": self.kv.allocator.num_usable,
+                         "page_size": self.kv.page_size},
+            "stats": self.stats().to_dict(),
+            "versions": {"hinge": getattr(hinge, "__version__", "unknown"),
+                         "torch": torch.__version__, "transformers": transformers.__version__},
+        }
+
+    def close(self) -> None:
+        for req in list(self.scheduler.running) + list(self.scheduler.waiting):
+            self.abort_request(req.rid)
+        self._aborted = []
+        self.model = None
+        self.runner = None

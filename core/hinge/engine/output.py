@@ -1,0 +1,88 @@
+"""Per-token post-processing: append, detokenize incrementally, stop checks, RequestOutput.
+
+Stop rules, checked in this order after each token:
+
+- a stop token (``stop_token_ids``, or the model's eos unless ``ignore_eos``): the token stays in
+  ``token_ids`` (it was generated and its KV is cached), its text is not added;
+- a stop string in the text: the text is cut where the string starts;
+- ``max_new_tokens`` reached: finish reason ``length``.
+
+While a request runs, text that could be the start of a stop string is held back from
+``new_text`` (the streaming delta), so a client never receives text that is later trimmed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hinge.engine.request import RequestOutput
+
+if TYPE_CHECKING:
+    from hinge.engine.request import Request
+    from hinge.engine.tokenizer import Tokenizer
+
+
+def append_token(req: Request, token: int, tokenizer: Tokenizer | None,
+                 eos_ids: frozenset[int]) -> None:
+    """Add one sampled token to ``req`` and set ``finish_reason`` if it stops here."""
+    params = req.params
+    req.output_ids.append(token)
+    if token in params.stop_token_ids or (not params.ignore_eos and token in eos_ids):
+        _finish(req, "stop", token, tokenizer)
+        return
+    if tokenizer is not None:
+        if req.detok is None:
+            req.detok = tokenizer.decode_stream(req.prompt_ids)
+        delta = req.detok.step(token)
+        if delta:
+            req.text += delta
+            if params.stop and _trim_stop_string(req, len(delta)):
+                return
+    if req.num_output >= params.max_new_tokens:
+        _finish(req, "length", None, tokenizer)
+
+
+def _trim_stop_string(req: Request, delta_len: int) -> bool:
+    longest = max(len(s) for s in req.params.stop)
+    search_from = max(0, len(req.text) - delta_len - longest + 1)
+    hits = [(idx, s) for s in req.params.stop if (idx := req.text.find(s, search_from)) >= 0]
+    if not hits:
+        return False
+    idx, stop = min(hits)
+    req.text = req.text[:idx]
+    req.finish_reason, req.matched_stop = "stop", stop
+    return True
+
+
+def _finish(req: Request, reason: str, matched: int | None, tokenizer: Tokenizer | None) -> None:
+    req.finish_reason, req.matched_stop = reason, matched
+    if reason == "length" and req.detok is not None:
+        req.text += req.detok.flush()
+
+
+def make_output(req: Request, new_token_ids: list[int], finished: bool) -> RequestOutput:
+    params = req.params
+    end = len(req.text)
+    if not finished and params.stop:
+        hold = max(len(s) for s in params.stop) - 1
+        end = max(req.num_emitted_chars, end - hold)
+    new_text = req.text[req.num_emitted_chars:end]
+    req.num_emitted_chars = end
+    return RequestOutput(
+        rid=req.rid,
+        prompt_token_ids=req.prompt_ids,
+        token_ids=list(req.output_ids),
+        new_token_ids=list(new_token_ids),
+        text=req.text,
+        finished=finished,
+        finish_reason=req.finish_reason,
+        matched_stop=req.matched_stop,
+        logprobs=list(req.logprobs) if params.logprobs else None,
+        top_logprobs=list(req.top_logprobs) if params.top_logprobs else None,
+        prompt_logprobs=(list(req.prompt_logprobs) if params.prompt_logprobs_start is not None
+                         else None),
+        cached_tokens=req.cached_tokens,
+        spec_verify_ct=req.spec_verify_ct,
+        spec_accepted_tokens=req.spec_accepted_tokens,
+        new_text=new_text,
+    )
