@@ -1,0 +1,133 @@
+"""Build a model from a local Hugging Face directory and fill it from safetensors (never pickle).
+
+    config.json -> registry class -> build on ``device`` in ``dtype`` (linears via the quantizer)
+    -> copy every checkpoint tensor into the parameter of the same name
+    -> quantizer.process_weights_after_loading(layer) for every Linear
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors import SafetensorError, safe_open
+from tqdm.auto import tqdm
+
+from hinge.layers.linear import Linear
+from hinge.models.base import CausalLM, ModelConfig, read_json
+from hinge.models.registry import resolve_architecture
+
+if TYPE_CHECKING:
+    from hinge.contracts import Quantizer
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def load_config(path: str | Path) -> tuple[type[CausalLM], ModelConfig]:
+    """The model class and ``ModelConfig`` of a HF directory, without touching weights."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory {path} does not exist; pass a local HF checkpoint dir")
+    raw = read_json(path / "config.json")
+    cls = resolve_architecture(raw.get("architectures"), path / "config.json")
+    hf_config = cls.load_hf_config(path, raw)
+    return cls, ModelConfig.from_hf(hf_config, raw, path)
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    """The safetensors files of a checkpoint: one file, or the shards its index names."""
+    if (path / INDEX_FILE).is_file():
+        index = read_json(path / INDEX_FILE)
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{path / INDEX_FILE} has no `weight_map`; re-export the checkpoint")
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"{path / INDEX_FILE} names shard(s) that are missing: {', '.join(missing)}"
+            )
+        return [path / s for s in shards]
+    if (path / SINGLE_FILE).is_file():
+        return [path / SINGLE_FILE]
+    pickles = [p for p in PICKLE_FILES if (path / p).exists()]
+    if pickles:
+        raise ValueError(
+            f"{path} holds only pickle weights ({', '.join(pickles)}); hinge loads safetensors only "
+            "(pickle can run code). Convert once with transformers: "
+            "`AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`."
+        )
+    raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
+
+
+def load_weights(model: CausalLM, files: list[Path], *, progress: bool = True) -> None:
+    """Copy checkpoint tensors into ``model``'s parameters; error on missing/unexpected names."""
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    unexpected: list[str] = []
+    bar = tqdm(total=len(files), desc="Loading safetensors shards", unit="shard", disable=not progress)
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for ckpt_name in f.keys():
+                    name = model.checkpoint_param_name(ckpt_name)
+                    if name is None:
+                        continue
+                    param = params.get(name)
+                    if param is None:
+                        unexpected.append(ckpt_name)
+                        continue
+                    tensor = f.get_tensor(ckpt_name)
+                    if tuple(tensor.shape) != tuple(param.shape):
+                        raise ValueError(
+                            f"{file}: tensor {ckpt_name} has shape {tuple(tensor.shape)}, "
+                            f"the model expects {tuple(param.shape)} for {name}; config.json and "
+                            "weights disagree"
+                        )
+                    with torch.no_grad():
+                        param.copy_(tensor)
+                    loaded.add(name)
+        except SafetensorError as exc:
+            raise ValueError(f"{file} is not a readable safetensors file ({exc}); re-download or re-export it") from exc
+        except OSError as exc:
+            raise ValueError(f"{file} could not be read ({exc})") from exc
+        bar.update(1)
+    bar.close()
+    missing = sorted(set(params) - loaded)
+    if missing or unexpected:
+        lines = []
+        if missing:
+            lines.append(f"missing from the checkpoint ({len(missing)}): {', '.join(missing[:20])}")
+        if unexpected:
+            lines.append(f"unexpected in the checkpoint ({len(unexpected)}): {', '.join(sorted(unexpected)[:20])}")
+        raise ValueError(
+            f"checkpoint {files[0].parent} does not match {type(model).__name__}:\n  "
+            + "\n  ".join(lines)
+        )
+
+
+def load_model(
+    path: str | Path,
+    *,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    quantizer: Quantizer,
+    deterministic: bool = False,
+    progress: bool = True,
+) -> CausalLM:
+    """Load the causal LM of a local HF directory onto ``device`` in ``dtype``."""
+    path = Path(path)
+    cls, config = load_config(path)
+    files = checkpoint_files(path)
+    with torch.device(device):
+        model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic)
+    load_weights(model, files, progress=progress)
+    for module in model.modules():
+        if isinstance(module, Linear):
+            quantizer.process_weights_after_loading(module)
+    model.eval()
+    model.requires_grad_(False)
+    return model

@@ -1,0 +1,89 @@
+"""Tiny seeded random Hugging Face checkpoints for oracle tests (written by ``save_pretrained``).
+
+``make_tiny_checkpoint("qwen3", tmp_path)`` builds the transformers model of that family from a
+small config, seeds its weights (float32, CPU; norm weights perturbed away from 1 so a wrong
+norm cannot hide), and saves config.json + safetensors. Add a family with one ``ARCHS`` entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COMMON: dict[str, Any] = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-6,
+    initializer_range=0.1,
+    eos_token_id=None,
+    bos_token_id=None,
+    pad_token_id=None,
+)
+
+
+def _llama(overrides: dict):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    rope = {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+    }
+    cfg = LlamaConfig(**{**COMMON, "rope_parameters": rope, "tie_word_embeddings": False, **overrides})
+    return LlamaForCausalLM(cfg)
+
+
+def _qwen3(overrides: dict):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(**{**COMMON, "tie_word_embeddings": True, **overrides})
+    return Qwen3ForCausalLM(cfg)
+
+
+def _qwen3_moe(overrides: dict):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    base = dict(
+        num_hidden_layers=3, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], tie_word_embeddings=False,
+    )
+    cfg = Qwen3MoeConfig(**{**COMMON, **base, **overrides})
+    return Qwen3MoeForCausalLM(cfg)
+
+
+ARCHS: dict[str, Callable[[dict], Any]] = {
+    "llama": _llama,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+}
+
+
+def make_tiny_checkpoint(
+    arch: str, path: str | Path, *, seed: int = 0, max_shard_size: str | None = None, **overrides: Any
+) -> Path:
+    """Write a seeded random tiny ``arch`` checkpoint to ``path`` and return ``path``.
+
+    :param overrides: config fields to change (e.g. ``num_hidden_layers=3``).
+    :param max_shard_size: e.g. ``"40KB"`` to get a sharded checkpoint with an index.
+    """
+    import torch
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown tiny checkpoint arch {arch!r}; known: {', '.join(sorted(ARCHS))}")
+    path = Path(path)
+    torch.manual_seed(seed)
+    model = ARCHS[arch](overrides).to(torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.2 * torch.randn(param.shape, generator=gen))
+    kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
+    model.save_pretrained(path, **kwargs)
+    return path
