@@ -195,7 +195,7 @@ class PluginManager(pluggy.PluginManager):
             if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
                 continue
             for impl in caller.get_hookimpls():
-                if impl.hookimpl_opts.get("optionalhook"):
+                if impl.optionalhook:
                     continue
                 owner = self.records[impl.plugin_name].owner if impl.plugin_name in self.records else impl.plugin_name
                 hint = difflib.get_close_matches(hook_name, known, n=1)
