@@ -1,0 +1,281 @@
+"""The ``hinge`` command: generate, serve, bench, plugins, plan.
+
+Each subcommand imports what it needs only when it runs, so ``hinge --help`` and ``hinge plugins``
+stay fast. Engine flags map onto ``EngineConfig`` fields; precedence is command line > ``HINGE_*``
+environment > ``--config`` YAML > defaults (``hinge.config.load_config``). User errors (bad config,
+unknown plugin, missing model files) print one ``hinge: error: ...`` message and exit 2;
+``HINGE_DEBUG=1`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hinge.config import EngineConfig
+    from hinge.engine.engine import Engine
+    from hinge.sampling_params import SamplingParams
+
+EXIT_USAGE = 2
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+class UsageError(ValueError):
+    """A command-line value is wrong; the message says which flag and what is allowed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# flags
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_bytes(text: str) -> int:
+    """``1073741824``, ``512MiB``, ``2G`` -> bytes (K/M/G/T are powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a size like 268435456, 256MiB or 2G, got {text!r}")
+    number, unit, _ = match.groups()
+    return int(float(number) * 1024 ** " kmgt".index(unit.lower() or " "))
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (EngineConfig; overrides HINGE_* env and --config)")
+    group.add_argument("--config", metavar="YAML", help="hinge.yaml with EngineConfig fields")
+    group.add_argument("--device", help="cpu or cuda")
+    group.add_argument("--dtype", help="auto, float32, bfloat16 or float16")
+    group.add_argument("--attention", help="attention backend name (see `hinge plugins`)")
+    group.add_argument("--quantizer", help="quantizer name, or auto")
+    group.add_argument("--speculator", help="speculator name, or none")
+    group.add_argument("--cache", help="prefix cache policy name")
+    group.add_argument("--deterministic", action="store_true", default=None,
+                       help="batch-invariant kernels: results independent of batching")
+    group.add_argument("--page-size", type=int, help="tokens per KV page")
+    group.add_argument("--kv-cache-bytes", type=parse_bytes, help="CPU KV/state budget, e.g. 256MiB")
+    group.add_argument("--max-running-requests", type=int, help="decode batch cap")
+    group.add_argument("--chunked-prefill-size", type=int, help="max prefill tokens per step")
+    group.add_argument("--max-model-len", type=int, help="context limit in tokens")
+    group.add_argument("--strict-plugins", action="store_true", default=None,
+                       help="any plugin that fails to load is fatal")
+
+
+_ENGINE_FIELDS = ("device", "dtype", "attention", "quantizer", "speculator", "cache", "deterministic",
+                  "page_size", "kv_cache_bytes", "max_running_requests", "chunked_prefill_size",
+                  "max_model_len")
+
+
+def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:
+    from hinge.config import load_config
+
+    overrides: dict[str, Any] = {name: getattr(args, name, None) for name in _ENGINE_FIELDS}
+    if model is not None:
+        if not os.path.isdir(model):
+            raise UsageError(f"model directory {model!r} does not exist; pass a local Hugging Face "
+                             "checkpoint directory, or leave it out for the embedded default model")
+        overrides["model"] = model
+    if getattr(args, "strict_plugins", None):
+        overrides["plugins"] = {"strict": True}
+    return load_config(args.config, overrides=overrides)
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampling")
+    group.add_argument("--max-new-tokens", type=int, default=128)
+    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--top-k", type=int, default=-1, help="-1 = off")
+    group.add_argument("--min-p", type=float, default=0.0)
+    group.add_argument("--repetition-penalty", type=float, default=1.0)
+    group.add_argument("--frequency-penalty", type=float, default=0.0)
+    group.add_argument("--presence-penalty", type=float, default=0.0)
+    group.add_argument("--seed", type=int, default=None)
+    group.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    group.add_argument("--stop-token-id", type=int, action="append", default=None,
+                       help="stop token id (repeatable)")
+    group.add_argument("--ignore-eos", action="store_true")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    from hinge.sampling_params import SamplingParams
+
+    return SamplingParams(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        top_k=args.top_k, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        frequency_penalty=args.frequency_penalty, presence_penalty=args.presence_penalty,
+        seed=args.seed, stop=args.stop, stop_token_ids=args.stop_token_id or [],
+        ignore_eos=args.ignore_eos)
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    params = sampling_from_args(args)
+    config = config_from_args(args, model=args.model)
+    from hinge.engine.engine import Engine
+
+    engine = Engine(config)
+    try:
+        if args.chat:
+            prompt_ids = engine.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        else:
+            prompt_ids = engine.tokenizer.encode(prompt)
+        start = time.perf_counter()
+        out = run_request(engine, prompt_ids, params, stream=sys.stdout if args.stream else None)
+        elapsed = time.perf_counter() - start
+    finally:
+        engine.close()
+    if not args.stream:
+        sys.stdout.write(out.text)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    n = len(out.token_ids)
+    print(f"[hinge] {len(prompt_ids)} prompt + {n} output tokens in {elapsed:.2f} s "
+          f"({n / max(elapsed, 1e-9):.1f} tok/s), finish_reason={out.finish_reason}", file=sys.stderr)
+    return 0
+
+
+def run_request(engine: Engine, prompt_ids: list[int], params: SamplingParams, stream: Any = None):
+    """Run one request to the end through ``Engine.add_request``/``step``; with ``stream`` (a text
+    file), write each step's ``new_text`` (the engine holds back possible stop-string prefixes)."""
+    rid = engine.add_request(list(prompt_ids), params)
+    final = None
+    while final is None:
+        if not engine.has_unfinished():
+            raise RuntimeError(f"engine went idle before request {rid} finished")
+        for out in engine.step():
+            if out.rid != rid:
+                continue
+            if stream is not None and out.new_text:
+                stream.write(out.new_text)
+                stream.flush()
+            if out.finished:
+                final = out
+    return final
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    if args.model and args.model_flag and args.model != args.model_flag:
+        raise UsageError(f"two models given: {args.model!r} and --model {args.model_flag!r}")
+    config = config_from_args(args, model=args.model or args.model_flag)
+    from hinge.server.app import serve
+
+    extra = {}
+    if args.max_request_bytes is not None:
+        extra["max_request_bytes"] = args.max_request_bytes
+    result = serve(config, host=args.host, port=args.port, api_key=args.api_key, **extra)
+    return result if isinstance(result, int) else 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from hinge import plugins_cli
+    from hinge.config import load_config
+
+    print(plugins_cli.cmd_plugins(args.json, config=load_config(args.config)))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    config = config_from_args(args, model=args.model)
+    from hinge import plugins_cli
+
+    print(plugins_cli.cmd_plan(config, args.json))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from hinge import bench
+
+    return bench.run(args, config_from_args(args, model=args.model))
+
+
+# ---------------------------------------------------------------------------------------------
+# parser and entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hinge", description="hinge: a plugin-architected LLM "
+                                     "inference engine. With no model, the embedded default runs.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    gen = sub.add_parser("generate", help="complete one prompt")
+    gen.add_argument("prompt", metavar="PROMPT", help="text to complete ('-' reads stdin)")
+    gen.add_argument("--model", help="local HF checkpoint dir (default: embedded model)")
+    gen.add_argument("--chat", action="store_true", help="wrap PROMPT as a user message and apply "
+                     "the model's chat template")
+    gen.add_argument("--stream", action="store_true", help="print text as tokens are produced")
+    add_sampling_flags(gen)
+    add_engine_flags(gen)
+    gen.set_defaults(func=cmd_generate)
+
+    srv = sub.add_parser("serve", help="HTTP server: sglang-native and OpenAI-compatible API")
+    srv.add_argument("model", nargs="?", metavar="MODEL", help="local HF checkpoint dir")
+    srv.add_argument("--model", dest="model_flag", help="same as MODEL")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=30000)
+    srv.add_argument("--api-key", default=os.environ.get("HINGE_API_KEY"),
+                     help="require `Authorization: Bearer KEY` (default: $HINGE_API_KEY)")
+    srv.add_argument("--max-request-bytes", type=parse_bytes, default=None,
+                     help="refuse larger request bodies with 413")
+    add_engine_flags(srv)
+    srv.set_defaults(func=cmd_serve)
+
+    plg = sub.add_parser("plugins", help="list installed plugins, their components and status")
+    plg.add_argument("--json", action="store_true")
+    plg.add_argument("--config", metavar="YAML", help="hinge.yaml (its plugins allow/block list)")
+    plg.set_defaults(func=cmd_plugins)
+
+    pln = sub.add_parser("plan", help="show the resolved components and graph decisions "
+                         "(loads no weights)")
+    pln.add_argument("--json", action="store_true")
+    pln.add_argument("--model", help="local HF checkpoint dir (default: embedded model)")
+    add_engine_flags(pln)
+    pln.set_defaults(func=cmd_plan)
+
+    from hinge.bench import add_arguments as add_bench_arguments
+
+    bch = sub.add_parser("bench", help="offline throughput/latency on synthetic or file prompts")
+    bch.add_argument("--model", help="local HF checkpoint dir (default: embedded model)")
+    add_bench_arguments(bch)
+    add_engine_flags(bch)
+    bch.set_defaults(func=cmd_bench)
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    errors: list[type[BaseException]] = [ValueError, FileNotFoundError, NotADirectoryError]
+    try:
+        from hinge.plugins.manager import PluginError
+
+        errors.append(PluginError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("hinge: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except _user_errors() as exc:
+        if os.environ.get("HINGE_DEBUG"):
+            raise
+        print(f"hinge: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
