@@ -50,6 +50,12 @@ class GraphSettings(BaseModel):
     decode: GraphMode = "auto"
     draft: GraphMode = "auto"
 
+    @field_validator("prefill", "decode", "draft", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        # YAML 1.1 reads `off` as False and `on` as True
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
 
 class EngineConfig(BaseModel):
     """The fields of docs/internals.md, flat; nested only for ``plugins`` and ``graphs``."""
