@@ -12,6 +12,10 @@ MODEL_REGISTRY: dict[str, str] = {
     "LlamaForCausalLM": "hinge.models.llama:LlamaForCausalLM",
     "Qwen3ForCausalLM": "hinge.models.qwen3:Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM": "hinge.models.qwen3_moe:Qwen3MoeForCausalLM",
+    "Qwen3_5ForCausalLM": "hinge.models.qwen3_5:Qwen3_5ForCausalLM",
+    "Qwen3_5ForConditionalGeneration": "hinge.models.qwen3_5:Qwen3_5ForConditionalGeneration",
+    "Qwen3NextForCausalLM": "hinge.models.qwen3_next:Qwen3NextForCausalLM",
+    "Lfm2ForCausalLM": "hinge.models.lfm2:Lfm2ForCausalLM",
 }
 
 

@@ -1,0 +1,141 @@
+"""Gated DeltaNet (Qwen3.5 / Qwen3-Next linear attention) over hinge's flat batch.
+
+    h -> projections -> mixed qkv -> causal conv (silu, window in the state pool) -> q | k | v
+      -> gated delta rule (matrix state in the state pool) -> gated RMSNorm(z) -> out_proj
+
+The two checkpoint layouts differ only in the projections: Qwen3.5 has ``in_proj_qkv``,
+``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fuses them per key-head group into
+``in_proj_qkvz`` and ``in_proj_ba``. Each request reads its state slot (``ctx.batch.state_slots``)
+from ``ctx.states``; a request with no prefix starts from zeros; the final state is written back,
+and with ``track_states`` the state after every row goes to ``ctx.position_states``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hinge.engine.state_pool import RecurrentLayerSpec
+from hinge.layers import batch_invariant
+from hinge.layers.linear import Linear
+
+if TYPE_CHECKING:
+    from hinge.contracts import Quantizer
+    from hinge.engine.batch import ForwardContext
+    from hinge.layers.recurrent_kernels import RecurrentKernels
+
+
+class GatedRMSNorm(nn.Module):
+    """``weight * normalize(x) * silu(gate)`` per head, as HF's ``RMSNormGated`` (plain weight)."""
+
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, deterministic: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype), requires_grad=False)
+        self.eps = eps
+        self.deterministic = deterministic
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        norm = batch_invariant.rmsnorm if self.deterministic else batch_invariant.rmsnorm_reference
+        return (norm(x, self.weight, self.eps) * F.silu(gate.float())).to(x.dtype)
+
+
+class DepthwiseConv(nn.Module):
+    """Holds ``weight`` (C, 1, K) (and ``bias``) under the checkpoint's names; the kernels run it."""
+
+    def __init__(self, channels: int, kernel: int, bias: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel, dtype=dtype), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(channels, dtype=dtype), requires_grad=False) if bias else None
+
+
+def recurrent_inputs(ctx: ForwardContext, layer: str):
+    """The step's state slots and fresh-request mask; a clear error when the engine gave none."""
+    batch = ctx.batch
+    if ctx.states is None or batch.state_slots is None:
+        raise RuntimeError(
+            f"{layer} needs a recurrent-state pool: ForwardContext.states (hinge.engine.state_pool."
+            "StatePool) and ForwardBatch.state_slots (one slot per request) must be set for hybrid models"
+        )
+    return batch.state_slots, batch.prefix_lens == 0
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: Any, layer_idx: int, state_id: int, quantizer: Quantizer, dtype: torch.dtype,
+                 kernels: RecurrentKernels, *, layout: Literal["qwen3_5", "qwen3_next"],
+                 deterministic: bool = False, prefix: str = "") -> None:
+        super().__init__()
+        self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        if cfg.hidden_act not in ("silu", "swish"):
+            raise ValueError(f"gated DeltaNet conv activation {cfg.hidden_act!r} is not supported; use 'silu'")
+        self.layout = layout
+        self.kernels = kernels
+        hidden = cfg.hidden_size
+        lin = dict(quantizer=quantizer, dtype=dtype)
+        if layout == "qwen3_5":
+            self.in_proj_qkv = Linear(hidden, self.conv_dim, False, prefix=f"{prefix}.in_proj_qkv", **lin)
+            self.in_proj_z = Linear(hidden, self.value_dim, False, prefix=f"{prefix}.in_proj_z", **lin)
+            self.in_proj_b = Linear(hidden, self.num_v_heads, False, prefix=f"{prefix}.in_proj_b", **lin)
+            self.in_proj_a = Linear(hidden, self.num_v_heads, False, prefix=f"{prefix}.in_proj_a", **lin)
+        elif layout == "qwen3_next":
+            qkvz = 2 * self.key_dim + 2 * self.value_dim
+            self.in_proj_qkvz = Linear(hidden, qkvz, False, prefix=f"{prefix}.in_proj_qkvz", **lin)
+            self.in_proj_ba = Linear(hidden, 2 * self.num_v_heads, False, prefix=f"{prefix}.in_proj_ba", **lin)
+        else:
+            raise ValueError(f"gated DeltaNet layout {layout!r} is unknown; use 'qwen3_5' or 'qwen3_next'")
+        kernel = cfg.linear_conv_kernel_dim
+        self.conv1d = DepthwiseConv(self.conv_dim, kernel, False, dtype)
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads, dtype=dtype), requires_grad=False)
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads, dtype=dtype), requires_grad=False)
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, dtype, deterministic)
+        self.out_proj = Linear(self.value_dim, hidden, False, prefix=f"{prefix}.out_proj", **lin)
+        self.spec = RecurrentLayerSpec(
+            layer_id=layer_idx, state_id=state_id, conv_dim=self.conv_dim, conv_kernel=kernel,
+            ssm_shape=(self.num_v_heads, self.head_k_dim, self.head_v_dim),
+        )
+
+    def project(self, h: torch.Tensor):
+        """(T, hidden) -> mixed qkv (T, conv_dim), z (T, Hv, Dv), b (T, Hv), a (T, Hv)."""
+        t = h.shape[0]
+        if self.layout == "qwen3_5":
+            z = self.in_proj_z(h).view(t, self.num_v_heads, self.head_v_dim)
+            return self.in_proj_qkv(h), z, self.in_proj_b(h), self.in_proj_a(h)
+        # qwen3_next: per key head [q | k | v (r heads) | z (r heads)], then [b (r) | a (r)]
+        r = self.num_v_heads // self.num_k_heads
+        qkvz = self.in_proj_qkvz(h).view(t, self.num_k_heads, -1)
+        dk, dvr = self.head_k_dim, r * self.head_v_dim
+        q, k, v, z = torch.split(qkvz, [dk, dk, dvr, dvr], dim=-1)
+        b, a = torch.split(self.in_proj_ba(h).view(t, self.num_k_heads, 2 * r), [r, r], dim=-1)
+        mixed = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)
+        z = z.reshape(t, self.num_v_heads, self.head_v_dim)
+        return mixed, z, b.reshape(t, self.num_v_heads), a.reshape(t, self.num_v_heads)
+
+    def forward(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        batch, sid = ctx.batch, self.spec.state_id
+        slots, fresh = recurrent_inputs(ctx, "gated DeltaNet")
+        cu, track = batch.cu_extend_cpu, batch.track_states
+        t = h.shape[0]
+        mixed, z, b, a = self.project(h)
+        conv0, ssm0 = ctx.states.read(sid, slots, fresh)
+        conv = self.kernels.causal_conv1d(
+            mixed, self.conv1d.weight[:, 0], None, conv0, cu, activation="silu", track_states=track
+        )
+        q, k, v = torch.split(conv.out, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.reshape(t, self.num_k_heads, self.head_k_dim)
+        k = k.reshape(t, self.num_k_heads, self.head_k_dim)
+        v = v.reshape(t, self.num_v_heads, self.head_v_dim)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        rule = self.kernels.gated_delta_rule(q, k, v, g, beta, ssm0, cu, track_states=track)
+        ctx.states.write(sid, slots, conv.final_window, rule.final_state)
+        if track:
+            ctx.position_states.conv[sid] = conv.position_windows
+            ctx.position_states.ssm[sid] = rule.position_states
+        out = self.norm(rule.out, z)
+        return self.out_proj(out.reshape(t, self.value_dim))
