@@ -91,16 +91,13 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _plugins_report(config: Any) -> Callable[[], Any] | None:
-    try:
-        from hinge import plugins_cli
-    except ImportError:
-        return None
-    for name in ("plugins_json", "plugins_report", "plugin_report", "collect", "report"):
-        fn = getattr(plugins_cli, name, None)
-        if callable(fn):
-            return lambda: fn(config)
-    return None
+def _plugins_report(config: Any) -> Callable[[], Any]:
+    def report() -> Any:
+        from hinge.plugins_cli import plugin_listing
+
+        return plugin_listing(config)
+
+    return report
 
 
 def serve(config: Any, host: str = "127.0.0.1", port: int = 30000, api_key: str | None = None,

@@ -103,8 +103,18 @@ def _logprob_triples(ctx: ServerContext, ids: list[int], lps: list[Any] | None,
     return [[lp, tid, ctx.token_text(tid) if with_text else None] for lp, tid in zip(lps, ids, strict=False)]
 
 
+def stream_delta(sent: str, out: Any) -> str:
+    """Text of ``out`` a client may see now, beyond ``sent`` (the engine holds back text that
+    could become a stop string in ``new_text``)."""
+    new_text = getattr(out, "new_text", None)
+    if new_text is not None:
+        return new_text
+    return out.text[len(sent):] if out.text.startswith(sent) else ""
+
+
 def native_item(ctx: ServerContext, req: GenerateRequest, handle: RequestHandle,
-                prompt_ids: list[int], out: Any, t0: float) -> dict[str, Any]:
+                prompt_ids: list[int], out: Any, t0: float, text: str | None = None
+                ) -> dict[str, Any]:
     token_ids = list(out.token_ids) if out is not None else []
     reason = "abort" if handle.aborted else (out.finish_reason if out is not None else None)
     finish = None
@@ -121,19 +131,21 @@ def native_item(ctx: ServerContext, req: GenerateRequest, handle: RequestHandle,
         "spec_accept_length": len(token_ids) / verify if verify else 0.0,
     }
     if req.return_logprob:
-        text = req.return_text_in_logprobs
+        with_text = req.return_text_in_logprobs
         start = max(req.logprob_start_len, 0)
         meta["input_token_logprobs"] = (
-            _logprob_triples(ctx, prompt_ids[start:], getattr(out, "prompt_logprobs", None), text)
+            _logprob_triples(ctx, prompt_ids[start:], getattr(out, "prompt_logprobs", None), with_text)
             if req.logprob_start_len >= 0 and out is not None else [])
         meta["output_token_logprobs"] = _logprob_triples(
-            ctx, token_ids, getattr(out, "logprobs", None), text)
+            ctx, token_ids, getattr(out, "logprobs", None), with_text)
         if req.top_logprobs_num > 0:
             tops = getattr(out, "top_logprobs", None) or []
             meta["output_top_logprobs"] = [
-                [[lp, tid, ctx.token_text(tid) if text else None] for tid, lp in row]
+                [[lp, tid, ctx.token_text(tid) if with_text else None] for tid, lp in row]
                 for row in tops]
-    return {"text": out.text if out is not None else "", "output_ids": token_ids,
+    if text is None:
+        text = out.text if out is not None else ""
+    return {"text": text, "output_ids": token_ids,
             "meta_info": meta}
 
 
@@ -168,9 +180,12 @@ async def generate(req: GenerateRequest, request: Request) -> Response:
 async def _native_stream(ctx: ServerContext, req: GenerateRequest, handles: list[RequestHandle],
                          prompts: list[list[int]], t0: float, is_batch: bool
                          ) -> AsyncIterator[bytes]:
+    sent = [""] * len(handles)
     try:
         async for index, out in merge(handles):
-            item = native_item(ctx, req, handles[index], prompts[index], out, t0)
+            if out is not None and not handles[index].aborted:
+                sent[index] += stream_delta(sent[index], out)
+            item = native_item(ctx, req, handles[index], prompts[index], out, t0, sent[index])
             if is_batch:
                 item["index"] = index
             yield sse(item)

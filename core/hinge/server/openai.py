@@ -22,7 +22,7 @@ from hinge.server.context import (
     sse,
     unless_disconnected,
 )
-from hinge.server.native import check_fit, ctx_of, merge, submit_all
+from hinge.server.native import check_fit, ctx_of, merge, stream_delta, submit_all
 from hinge.server.protocol import ChatCompletionRequest, CompletionRequest, _OpenAISampling
 
 router = APIRouter()
@@ -113,14 +113,14 @@ async def _stream(choices: list[_Choice], include_usage: bool, n: int, base: dic
     yield SSE_DONE
 
 
-def _new_part(choice: _Choice, out: Any) -> tuple[str, list[int], list[Any], list[Any]]:
-    """The text and tokens of ``out`` not yet sent, and their logprobs; advances the choice."""
+def _new_part(choice: _Choice, out: Any, whole: bool = False
+              ) -> tuple[str, list[int], list[Any], list[Any]]:
+    """The text and tokens of ``out`` not yet sent (all of them if ``whole``), and their
+    logprobs; advances the choice."""
     if out is None:
         return "", [], [], []
-    text = out.text
-    delta = text[len(choice.sent_text):] if text.startswith(choice.sent_text) else ""
-    if text.startswith(choice.sent_text):
-        choice.sent_text = text
+    delta = out.text if whole else stream_delta(choice.sent_text, out)
+    choice.sent_text += delta
     start, choice.sent_tokens = choice.sent_tokens, len(out.token_ids)
     lps = list(getattr(out, "logprobs", None) or [])[start:]
     tops = list(getattr(out, "top_logprobs", None) or [])[start:]
@@ -168,9 +168,9 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     base = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
             "created": int(time.time()), "model": ctx.model_name}
 
-    def make_choice(choice: _Choice, out: Any) -> dict[str, Any]:
+    def make_choice(choice: _Choice, out: Any, whole: bool = False) -> dict[str, Any]:
         offset = len(choice.sent_text)
-        delta, ids, lps, tops = _new_part(choice, out)
+        delta, ids, lps, tops = _new_part(choice, out, whole)
         return {"index": choice.index, "text": delta,
                 "logprobs": _completion_logprobs(ctx, ids, lps, tops, offset) if logprobs else None,
                 "finish_reason": _finish_reason(choice)}
@@ -179,7 +179,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
         return StreamingResponse(_stream(choices, body.include_usage, body.n, base, make_choice, []),
                                  media_type="text/event-stream")
     await unless_disconnected(request, _finish_all(choices))
-    items = [make_choice(c, c.last) for c in choices]
+    items = [make_choice(c, c.last, whole=True) for c in choices]
     return JSONResponse({**base, "choices": items, "usage": _usage(choices, body.n)})
 
 
@@ -223,7 +223,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
             "created": int(time.time()), "model": ctx.model_name}
 
     def make_choice(choice: _Choice, out: Any, key: str = "delta") -> dict[str, Any]:
-        delta, ids, lps, tops = _new_part(choice, out)
+        delta, ids, lps, tops = _new_part(choice, out, whole=key == "message")
         message: dict[str, Any] = {"content": delta}
         if key == "message":
             message["role"] = "assistant"

@@ -13,6 +13,8 @@ def stats_dict(stats: Any) -> dict[str, Any]:
     """``Engine.stats()`` as a plain dict, whether it is a dataclass, a pydantic model or a dict."""
     if stats is None:
         return {}
+    if hasattr(stats, "to_dict"):
+        return dict(stats.to_dict())
     if isinstance(stats, dict):
         return dict(stats)
     if dataclasses.is_dataclass(stats):
@@ -90,7 +92,7 @@ class ServerMetrics:
             graph.set(count, {"phase": str(phase)})
         steps = Gauge("engine_steps_total", "Engine steps run.")
         steps.kind = "counter"
-        steps.set(pick(stats, "num_steps", "steps"))
+        steps.set(pick(stats, "forward_steps", "num_steps"))
         return render([
             self.requests, self.failed, self.prompt_tokens, self.generation_tokens,
             self.cached_tokens, self.spec_verify, self.spec_accept, self.running, self.waiting,
