@@ -1,0 +1,119 @@
+"""Build a ForwardBatch plus a paged KV cache from request lengths, with seeded random data.
+
+Each request's data (q, k, v for every one of its positions) comes from its own seed, so the
+same request gives the same numbers whether it runs alone, in a batch, or after a cached prefix:
+that is what batch-invariance tests compare. Pages are assigned in a shuffled order (page 0 is
+reserved), so a backend that assumes contiguous pages fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from hinge.contracts import AttentionLayer
+from hinge.engine.batch import ForwardBatch
+from hinge.engine.kv_pool import KVCache
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+@dataclass
+class BatchCase:
+    batch: ForwardBatch
+    kv: KVCache
+    layer: AttentionLayer
+    q: torch.Tensor  #: (T, num_heads, head_dim) new queries
+    k: torch.Tensor  #: (T, num_kv_heads, head_dim) new keys (not yet in ``kv``)
+    v: torch.Tensor
+
+    def rows_of(self, i: int) -> slice:
+        """Rows of request ``i`` in the step's T rows."""
+        cu = self.batch.cu_extend_cpu
+        return slice(cu[i], cu[i + 1])
+
+
+def infer_phase(prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> str:
+    decode = [p > 0 and e == 1 for p, e in zip(prefix_lens, extend_lens, strict=True)]
+    if all(decode):
+        return "decode"
+    return "mixed" if any(decode) else "prefill"
+
+
+def build_batch(
+    prefix_lens: Sequence[int],
+    extend_lens: Sequence[int],
+    *,
+    layer: AttentionLayer | None = None,
+    phase: str | None = None,
+    page_size: int = 16,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seeds: Sequence[int] | None = None,
+    spare_pages: int = 3,
+    page_seed: int = 0,
+) -> BatchCase:
+    """A batch of ``len(prefix_lens)`` requests: request ``i`` has ``prefix_lens[i]`` tokens
+    already in the KV cache and ``extend_lens[i]`` new ones.
+
+    :param layer: the attention layer (kv_layer_id picks the cache layer); default 4 heads,
+        2 KV heads, head_dim 16.
+    :param seeds: per-request data seeds (default ``0..B-1``).
+    """
+    layer = layer or AttentionLayer(kv_layer_id=0, num_heads=4, num_kv_heads=2, head_dim=16,
+                                    scale=16 ** -0.5)
+    b = len(prefix_lens)
+    assert len(extend_lens) == b, f"{len(prefix_lens)} prefix lens but {len(extend_lens)} extend lens"
+    seeds = list(range(b)) if seeds is None else list(seeds)
+    seq_lens = [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)]
+    pages_per_req = [-(-s // page_size) for s in seq_lens]
+    num_pages = 1 + sum(pages_per_req) + spare_pages
+    order = torch.randperm(num_pages - 1, generator=torch.Generator().manual_seed(page_seed)) + 1
+    h, g, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    num_layers = layer.kv_layer_id + 1
+    # NOTE: unused slots hold NaN so a backend that reads a slot it should not shows it
+    k_cache = [torch.full((num_pages * page_size, g, d), float("nan"), dtype=dtype) for _ in range(num_layers)]
+    v_cache = [torch.full((num_pages * page_size, g, d), float("nan"), dtype=dtype) for _ in range(num_layers)]
+    max_pages = max(pages_per_req) if pages_per_req else 1
+    page_table = torch.zeros(b, max(max_pages, 1), dtype=torch.int64)
+    qs, ks, vs, positions, out_loc = [], [], [], [], []
+    used = 0
+    for i, (prefix, seq) in enumerate(zip(prefix_lens, seq_lens, strict=True)):
+        pages = order[used : used + pages_per_req[i]]
+        used += pages_per_req[i]
+        page_table[i, : len(pages)] = pages
+        slots = (pages[:, None] * page_size + torch.arange(page_size)[None, :]).reshape(-1)[:seq]
+        gen = torch.Generator().manual_seed(1000 + seeds[i])
+        q_all = torch.randn(seq, h, d, generator=gen).to(dtype)
+        k_all = torch.randn(seq, g, d, generator=gen).to(dtype)
+        v_all = torch.randn(seq, g, d, generator=gen).to(dtype)
+        k_cache[layer.kv_layer_id][slots[:prefix]] = k_all[:prefix]
+        v_cache[layer.kv_layer_id][slots[:prefix]] = v_all[:prefix]
+        qs.append(q_all[prefix:])
+        ks.append(k_all[prefix:])
+        vs.append(v_all[prefix:])
+        positions.append(torch.arange(prefix, seq))
+        out_loc.append(slots[prefix:])
+    extend = torch.tensor(list(extend_lens), dtype=torch.int64)
+    cu = torch.cumsum(extend, 0)
+    batch = ForwardBatch(
+        phase=phase or infer_phase(prefix_lens, extend_lens),  # type: ignore[arg-type]
+        input_ids=torch.randint(0, 100, (int(extend.sum()),), generator=torch.Generator().manual_seed(7)),
+        positions=torch.cat(positions),
+        extend_lens=extend,
+        prefix_lens=torch.tensor(list(prefix_lens), dtype=torch.int64),
+        page_table=page_table,
+        out_loc=torch.cat(out_loc),
+        logits_indices=cu - 1,
+        extend_lens_cpu=list(extend_lens),
+        prefix_lens_cpu=list(prefix_lens),
+    )
+    to = torch.device(device)
+    for name in ("input_ids", "positions", "extend_lens", "prefix_lens", "page_table", "out_loc",
+                 "logits_indices"):
+        setattr(batch, name, getattr(batch, name).to(to))
+    kv = KVCache([t.to(to) for t in k_cache], [t.to(to) for t in v_cache], page_size)
+    return BatchCase(batch, kv, layer, torch.cat(qs).to(to), torch.cat(ks).to(to), torch.cat(vs).to(to))

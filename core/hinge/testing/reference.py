@@ -1,0 +1,63 @@
+"""Independent float64 oracles: attention over the paged cache, one request at a time, and a
+linear layer. Slow and plain on purpose."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from hinge.contracts import AttentionLayer
+    from hinge.engine.batch import ForwardBatch
+    from hinge.engine.kv_pool import KVCache
+
+
+def reference_attention(
+    q: torch.Tensor,
+    kv: KVCache,
+    layer: AttentionLayer,
+    batch: ForwardBatch,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(T, H, D) float64: per request, causal (and sliding-window) softmax attention of its
+    queries over its keys ``0..seq_len-1``, read through the page table.
+
+    The new tokens' keys are read from ``kv`` at ``batch.out_loc``; pass ``k``/``v`` to take
+    them from those tensors instead (before a backend wrote them).
+    """
+    ps = kv.page_size
+    k_cache = kv.k[layer.kv_layer_id].double().cpu().clone()
+    v_cache = kv.v[layer.kv_layer_id].double().cpu().clone()
+    out_loc = batch.out_loc.cpu()
+    if k is not None:
+        k_cache[out_loc] = k.double().cpu()
+    if v is not None:
+        v_cache[out_loc] = v.double().cpu()
+    qd = q.double().cpu()
+    page_table = batch.page_table.cpu()
+    rep = layer.num_heads // layer.num_kv_heads
+    out = torch.zeros_like(qd)
+    row = 0
+    for i, (prefix, extend) in enumerate(zip(batch.prefix_lens_cpu, batch.extend_lens_cpu, strict=True)):
+        seq = prefix + extend
+        slots = torch.tensor([int(page_table[i, j // ps]) * ps + j % ps for j in range(seq)], dtype=torch.int64)
+        keys = k_cache[slots].repeat_interleave(rep, dim=1)  # (S, H, D)
+        vals = v_cache[slots].repeat_interleave(rep, dim=1)
+        q_pos = torch.arange(prefix, seq)[:, None]
+        k_pos = torch.arange(seq)[None, :]
+        visible = k_pos <= q_pos  # (E, S)
+        if layer.sliding_window is not None:
+            visible &= k_pos > q_pos - layer.sliding_window
+        scores = torch.einsum("ehd,shd->hes", qd[row : row + extend], keys) * layer.scale
+        probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        out[row : row + extend] = torch.einsum("hes,shd->ehd", probs, vals)
+        row += extend
+    return out
+
+
+def reference_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """float64 ``x @ weight.T + bias``."""
+    out = x.double().cpu() @ weight.double().cpu().T
+    return out if bias is None else out + bias.double().cpu()
