@@ -1,0 +1,114 @@
+"""LFM2: gated short-conv layers and GQA attention (q/k RMSNorm, rotary), by ``layer_types``.
+
+    embed_tokens -> [operator_norm -> conv | self_attn -> +residual
+                     -> ffn_norm -> feed_forward (w2(silu(w1 x) * w3 x)) -> +residual] x L
+    -> embedding_norm (the final norm, despite its name) -> lm_head (tied)
+
+Attention tensors are named ``out_proj`` / ``q_layernorm`` / ``k_layernorm`` in the checkpoint
+and map onto ``HybridAttention``'s ``o_proj`` / ``q_norm`` / ``k_norm``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hinge.layers import Linear, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers.recurrent_kernels import get_recurrent_kernels
+from hinge.layers.short_conv import ShortConv
+from hinge.models.qwen3_5 import HybridAttention, HybridDecoderLM, head_dim_of
+
+if TYPE_CHECKING:
+    from hinge.contracts import Quantizer
+    from hinge.engine.batch import ForwardContext
+    from hinge.models.base import ModelConfig
+
+ATTN_RENAMES = {"self_attn.out_proj.": "self_attn.o_proj.", "self_attn.q_layernorm.": "self_attn.q_norm.",
+                "self_attn.k_layernorm.": "self_attn.k_norm."}
+
+
+def ffn_size(cfg: Any) -> int:
+    size = cfg.intermediate_size
+    if cfg.block_auto_adjust_ff_dim:
+        size = int(2 * size / 3)
+        if cfg.block_ffn_dim_multiplier is not None:
+            size = int(cfg.block_ffn_dim_multiplier * size)
+            size = cfg.block_multiple_of * ((size + cfg.block_multiple_of - 1) // cfg.block_multiple_of)
+    return size
+
+
+class Lfm2MLP(nn.Module):
+    def __init__(self, cfg: Any, quantizer: Quantizer, dtype: torch.dtype, prefix: str) -> None:
+        super().__init__()
+        hidden, inner = cfg.hidden_size, ffn_size(cfg)
+        self.w1 = Linear(hidden, inner, False, quantizer, dtype, f"{prefix}.w1")
+        self.w3 = Linear(hidden, inner, False, quantizer, dtype, f"{prefix}.w3")
+        self.w2 = Linear(inner, hidden, False, quantizer, dtype, f"{prefix}.w2")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Lfm2DecoderLayer(nn.Module):
+    def __init__(self, mixer_name: str, mixer: nn.Module, cfg: Any, quantizer, dtype, deterministic, prefix):
+        super().__init__()
+        norm = dict(eps=cfg.norm_eps, dtype=dtype, deterministic=deterministic)
+        self.operator_norm = RMSNorm(cfg.hidden_size, **norm)
+        self.mixer_name = mixer_name
+        setattr(self, mixer_name, mixer)  # "conv" or "self_attn", as in the checkpoint
+        self.ffn_norm = RMSNorm(cfg.hidden_size, **norm)
+        self.feed_forward = Lfm2MLP(cfg, quantizer, dtype, f"{prefix}.feed_forward")
+
+    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
+        x = self.operator_norm(h)
+        mixer = getattr(self, self.mixer_name)
+        h = h + (mixer(x, ctx) if self.mixer_name == "conv" else mixer(x, cos, sin, ctx))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Lfm2Stack(nn.Module):
+    def __init__(self, embed_tokens: VocabEmbedding, layers: list[nn.Module], embedding_norm: RMSNorm):
+        super().__init__()
+        self.embed_tokens, self.layers = embed_tokens, nn.ModuleList(layers)
+        self.embedding_norm = embedding_norm
+
+
+class Lfm2ForCausalLM(HybridDecoderLM):
+    final_norm_name = "embedding_norm"
+
+    def __init__(self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype,
+                 deterministic: bool = False) -> None:
+        super().__init__(config)
+        cfg = config.hf_config
+        kernels = get_recurrent_kernels(str(torch.get_default_device()))
+        self.rotary = RotaryEmbedding.from_config(cfg, head_dim_of(cfg))
+        layers = []
+        for i, kind in enumerate(cfg.layer_types[: cfg.num_hidden_layers]):
+            prefix = f"model.layers.{i}"
+            if kind == "conv":
+                mixer = ShortConv(cfg, i, len(self.recurrent_layers), quantizer, dtype, kernels, f"{prefix}.conv")
+                self.recurrent_layers.append(mixer.spec)
+                name = "conv"
+            elif kind == "full_attention":
+                mixer = HybridAttention(cfg, len(self.attention_layers), self.rotary, quantizer, dtype,
+                                        gated=False, norm_offset=0.0, eps=cfg.norm_eps,
+                                        deterministic=deterministic, prefix=f"{prefix}.self_attn")
+                self.attention_layers.append(mixer.layer)
+                name = "self_attn"
+            else:
+                raise ValueError(f"layer_types[{i}] = {kind!r} is not supported by Lfm2ForCausalLM; "
+                                 "expected 'conv' or 'full_attention'")
+            layers.append(Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, prefix))
+        embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
+        norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, dtype=dtype, deterministic=deterministic)
+        self.model = Lfm2Stack(embed, layers, norm)
+        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype,
+                              tied_to=embed if config.tie_word_embeddings else None, deterministic=deterministic)
+
+    def checkpoint_param_name(self, name: str) -> str | None:
+        for old, new in ATTN_RENAMES.items():
+            name = name.replace(old, new)
+        return super().checkpoint_param_name(name)
