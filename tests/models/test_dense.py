@@ -1,0 +1,127 @@
+"""Oracle: hinge's dense families against transformers' own code on tiny seeded checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from model_oracle import ARCHS, assert_logits_close, hf_logits, load_hf, load_hinge, paged
+
+
+def prompt(seed: int, n: int, vocab: int = 256) -> list[int]:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.fixture(params=ARCHS)
+def pair(request, tiny_checkpoint):
+    path = tiny_checkpoint(request.param)
+    return load_hinge(path), load_hf(path)
+
+
+def test_single_prompt_prefilled_at_once_matches_transformers(pair):
+    model, hf = pair
+    ids = prompt(0, 37)
+    out = paged(model).step([("a", ids)])
+    assert_logits_close(out.logits, hf_logits(hf, ids))
+
+
+def test_mixed_length_batch_in_one_step_matches_each_prompt_alone(pair):
+    model, hf = pair
+    prompts = [prompt(1, 5), prompt(2, 40), prompt(3, 1), prompt(4, 17)]
+    steps = [(i, p) for i, p in enumerate(prompts)]
+    runner = paged(model)
+    per_request = runner.split(runner.step(steps), steps)
+    for ids, ours in zip(prompts, per_request, strict=True):
+        assert_logits_close(ours, hf_logits(hf, ids))
+
+
+def test_chunked_prefill_then_token_by_token_decode_matches_transformers(pair):
+    model, hf = pair
+    ids = prompt(5, 50)
+    ref = hf_logits(hf, ids)
+    runner = paged(model, page_size=4)
+    got = [runner.step([("a", ids[0:16])]).logits, runner.step([("a", ids[16:35])]).logits]
+    got += [runner.step([("a", [tok])]).logits for tok in ids[35:]]
+    assert_logits_close(torch.cat(got), ref)
+
+
+def test_mixed_step_of_decodes_and_prefill_chunks_matches_transformers(pair):
+    """Decodes, a continuing chunk and a new prompt share one step."""
+    model, hf = pair
+    a, b, c = prompt(6, 30), prompt(7, 45), prompt(8, 12)
+    runner = paged(model)
+    first = [("a", a[:28]), ("b", b[:20])]
+    second = [("a", a[28:29]), ("b", b[20:45]), ("c", c)]
+    third = [("a", a[29:30]), ("c", [7])]
+    outs = [runner.split(runner.step(s), s) for s in (first, second, third)]
+    assert_logits_close(torch.cat([outs[0][0], outs[1][0], outs[2][0]]), hf_logits(hf, a))
+    assert_logits_close(torch.cat([outs[0][1], outs[1][1]]), hf_logits(hf, b))
+    assert_logits_close(torch.cat([outs[1][2], outs[2][1]]), hf_logits(hf, c + [7]))
+
+
+def test_logits_only_for_logits_indices(pair):
+    model, hf = pair
+    ids = prompt(9, 20)
+    out = paged(model).step([("a", ids)], all_logits=False)
+    assert out.logits.shape == (1, model.config.vocab_size)
+    assert out.logits.dtype == torch.float32
+    assert_logits_close(out.logits, hf_logits(hf, ids)[-1:])
+
+
+def test_greedy_32_tokens_match_transformers_generate(pair):
+    model, hf = pair
+    ids = prompt(10, 9)
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, min_new_tokens=32)
+    ref_new = ref[0, len(ids):].tolist()
+    assert len(set(ref_new)) > 4, f"degenerate reference {ref_new}: the test would prove little"
+    runner = paged(model)
+    out = runner.step([("a", ids)], all_logits=False)
+    ours = []
+    for _ in range(32):
+        ours.append(int(out.logits[-1].argmax()))
+        out = runner.step([("a", [ours[-1]])])
+    assert ours == ref_new
+
+
+def test_hidden_states_numbered_as_transformers_output_hidden_states(pair):
+    model, hf = pair
+    ids = prompt(11, 13)
+    n = model.config.num_hidden_layers
+    layers = tuple(range(n + 1))
+    out = paged(model).step([("a", ids)], capture=layers)
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids]), output_hidden_states=True).hidden_states
+    assert sorted(out.hidden_states) == list(layers)
+    for i in layers:
+        assert_logits_close(out.hidden_states[i], ref[i][0])
+
+
+def test_deterministic_mode_still_matches_transformers(tiny_checkpoint):
+    path = tiny_checkpoint("qwen3_moe")
+    model, hf = load_hinge(path, deterministic=True), load_hf(path)
+    ids = prompt(12, 70)
+    runner = paged(model, deterministic=True)
+    got = torch.cat([runner.step([("a", ids[:33])]).logits, runner.step([("a", ids[33:])]).logits])
+    assert_logits_close(got, hf_logits(hf, ids))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deterministic_logits_bit_identical_alone_batched_and_chunked(arch, tiny_checkpoint):
+    model = load_hinge(tiny_checkpoint(arch), deterministic=True)
+    target, others = prompt(13, 70), [prompt(14 + i, 3 + 11 * i) for i in range(5)]
+
+    alone = paged(model, deterministic=True).step([("t", target)]).logits
+
+    runner = paged(model, deterministic=True)
+    steps = [(i, p) for i, p in enumerate(others)] + [("t", target)]
+    batched = runner.split(runner.step(steps), steps)[-1]
+
+    runner = paged(model, deterministic=True)
+    chunks = []
+    for lo, hi in ((0, 7), (7, 50), (50, 69), (69, 70)):
+        steps = [("t", target[lo:hi]), ("x", prompt(20 + lo, 5))]
+        chunks.append(runner.split(runner.step(steps), steps)[0])
+    chunked = torch.cat(chunks)
+
+    assert torch.equal(alone, batched)
+    assert torch.equal(alone, chunked)
