@@ -1,0 +1,167 @@
+"""Loading local HF directories: safetensors only, clear errors naming the file or tensor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from hinge.builtin.no_quant import NoQuantizer
+from hinge.layers.linear import Linear
+from hinge.models.loader import load_config, load_model
+from model_oracle import build_context, load_hinge
+from safetensors.torch import load_file, save_file
+
+
+@pytest.fixture
+def ckpt(tiny_checkpoint, tmp_path):
+    """A private copy of the tiny Qwen3 checkpoint that a test may damage."""
+    dst = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("qwen3"), dst)
+    return dst
+
+
+def test_unknown_architecture_names_it_the_file_and_the_supported_list(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["architectures"] = ["FooForCausalLM"]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as err:
+        load_hinge(ckpt)
+    msg = str(err.value)
+    assert "FooForCausalLM" in msg and str(ckpt / "config.json") in msg
+    assert "Qwen3ForCausalLM" in msg and "LlamaForCausalLM" in msg and "Qwen3MoeForCausalLM" in msg
+
+
+def test_missing_config_json_names_the_file(ckpt):
+    (ckpt / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_hinge(ckpt)
+
+
+def test_invalid_config_json_names_the_file(ckpt):
+    (ckpt / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
+        load_hinge(ckpt)
+
+
+def test_missing_safetensors_names_the_expected_files(ckpt):
+    (ckpt / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        load_hinge(ckpt)
+
+
+def test_corrupt_safetensors_names_the_file(ckpt):
+    data = (ckpt / "model.safetensors").read_bytes()
+    (ckpt / "model.safetensors").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ValueError) as err:
+        load_hinge(ckpt)
+    assert str(ckpt / "model.safetensors") in str(err.value)
+
+
+def test_pickle_only_directory_is_refused_with_a_conversion_hint(ckpt):
+    (ckpt / "model.safetensors").unlink()
+    (ckpt / "pytorch_model.bin").write_bytes(b"not unpickled: hinge must never open this")
+    with pytest.raises(ValueError) as err:
+        load_hinge(ckpt)
+    msg = str(err.value)
+    assert "pytorch_model.bin" in msg and "safetensors only" in msg and "save_pretrained" in msg
+
+
+def test_sharded_checkpoint_loads_the_same_weights_as_a_single_file(tiny_checkpoint, tmp_path):
+    from hinge.testing.checkpoints import make_tiny_checkpoint
+
+    sharded = make_tiny_checkpoint("qwen3", tmp_path / "sharded", max_shard_size="40KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1
+    a, b = load_hinge(sharded), load_hinge(tiny_checkpoint("qwen3"))
+    for (name, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(pa, pb), name
+
+
+def test_sharded_checkpoint_with_a_missing_shard_names_it(tmp_path):
+    from hinge.testing.checkpoints import make_tiny_checkpoint
+
+    sharded = make_tiny_checkpoint("qwen3", tmp_path / "sharded", max_shard_size="40KB")
+    victim = sorted(sharded.glob("model-*.safetensors"))[0]
+    victim.unlink()
+    with pytest.raises(FileNotFoundError, match=victim.name):
+        load_hinge(sharded)
+
+
+def test_missing_and_unexpected_tensors_are_listed(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    tensors["model.layers.1.mlp.bogus.weight"] = torch.zeros(2)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError) as err:
+        load_hinge(ckpt)
+    msg = str(err.value)
+    assert "missing" in msg and "model.layers.1.mlp.up_proj.weight" in msg
+    assert "unexpected" in msg and "model.layers.1.mlp.bogus.weight" in msg
+
+
+def test_shape_mismatch_names_tensor_and_both_shapes(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.norm.weight"] = torch.ones(7)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"model.norm.weight has shape \(7,\).*\(64,\)"):
+        load_hinge(ckpt)
+
+
+def test_tied_embeddings_share_one_parameter(tiny_checkpoint):
+    model = load_hinge(tiny_checkpoint("qwen3"))
+    assert model.config.tie_word_embeddings
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+def test_progress_bar_is_shown_only_when_asked(tiny_checkpoint, capsys):
+    build = build_context()
+    kwargs = dict(device="cpu", dtype=torch.float32, quantizer=NoQuantizer(None, build))
+    load_model(tiny_checkpoint("llama"), progress=False, **kwargs)
+    assert "Loading safetensors" not in capsys.readouterr().err
+    load_model(tiny_checkpoint("llama"), progress=True, **kwargs)
+    assert "Loading safetensors" in capsys.readouterr().err
+
+
+class RecordingQuantizer(NoQuantizer):
+    def __init__(self):
+        super().__init__(None, build_context())
+        self.created, self.processed = [], []
+
+    def create_weights(self, layer, in_features, out_features, bias, dtype):
+        self.created.append(layer.prefix)
+        super().create_weights(layer, in_features, out_features, bias, dtype)
+
+    def process_weights_after_loading(self, layer):
+        assert not torch.isnan(layer.weight).any(), f"{layer.prefix} processed before loading"
+        self.processed.append(layer.prefix)
+
+
+def test_quantizer_creates_and_post_processes_every_linear_after_loading(tiny_checkpoint):
+    quantizer = RecordingQuantizer()
+    model = load_model(
+        tiny_checkpoint("qwen3_moe"), device="cpu", dtype=torch.float32, quantizer=quantizer, progress=False
+    )
+    linears = [m.prefix for m in model.modules() if isinstance(m, Linear)]
+    assert sorted(quantizer.created) == sorted(linears) == sorted(quantizer.processed)
+    assert "model.layers.0.mlp.experts.7.down_proj" in linears  # prefixes are checkpoint names
+    assert "model.layers.1.mlp.gate_proj" in linears  # mlp_only_layers=[1] keeps a dense MLP
+
+
+def test_loads_in_bfloat16_when_asked(tiny_checkpoint):
+    build = build_context()
+    model = load_model(
+        tiny_checkpoint("llama"), device="cpu", dtype=torch.bfloat16, quantizer=NoQuantizer(None, build),
+        progress=False,
+    )
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_config_reads_eos_from_generation_config(ckpt):
+    (ckpt / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 5]}))
+    _, config = load_config(ckpt)
+    assert config.eos_token_ids == [3, 5]
+    assert config.architectures == ["Qwen3ForCausalLM"]
+    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers) == (256, 64, 2)
+    assert config.max_position_embeddings == 512
