@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 class Engine:
     def __init__(self, config: EngineConfig, *, progress: bool = True):
         from hinge.engine.tokenizer import Tokenizer
-        from hinge.models.loader import load_model
+        from hinge.models import load_model
         from hinge.plugins.manager import get_plugin_manager
         from hinge.plugins.plan import resolve_plan
 

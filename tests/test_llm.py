@@ -1,0 +1,158 @@
+"""``LLM.generate`` against transformers: greedy tokens, logprobs, prompt logprobs, batching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hinge import LLM, SamplingParams
+from hinge.testing.checkpoints import make_tiny_checkpoint
+
+ARCHS = ("qwen3", "llama", "qwen3_moe")
+PROMPT_LENS = (5, 23, 1, 40, 12, 17)
+
+
+def write_byte_tokenizer(path: Path) -> None:
+    """A 256-token byte-level tokenizer (one token per byte) matching the tiny vocab size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # GPT-2 bytes_to_unicode
+    extra = iter(range(256, 512))
+    vocab = {chr(b) if b in printable else chr(next(extra)): b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(path / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for arch in ARCHS:
+        path = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch), seed=3)
+        write_byte_tokenizer(path)
+        out[arch] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf_models(checkpoints):
+    from transformers import AutoModelForCausalLM
+
+    return {arch: AutoModelForCausalLM.from_pretrained(str(p), dtype=torch.float32).eval()
+            for arch, p in checkpoints.items()}
+
+
+def _prompts(n_list=PROMPT_LENS, seed=0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (n,), generator=g).tolist() for n in n_list]
+
+
+_HF_GREEDY: dict[tuple, list[int]] = {}
+
+
+def _hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    key = (id(model), tuple(prompt), n)
+    if key not in _HF_GREEDY:
+        _HF_GREEDY[key] = _hf_generate(model, prompt, n)
+    return _HF_GREEDY[key]
+
+
+def _hf_generate(model, prompt: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt),
+                             dtype=torch.long), do_sample=False, max_new_tokens=n,
+                             min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _hf_logprobs(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    return torch.log_softmax(logits, dim=-1)
+
+
+GREEDY = SamplingParams(max_new_tokens=32, temperature=0, ignore_eos=True)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_32_tokens_match_transformers_single_prompts(arch, checkpoints, hf_models):
+    with LLM(str(checkpoints[arch])) as llm:
+        for prompt in _prompts((5, 23)):
+            out = llm.generate([prompt], GREEDY)[0]
+            assert out.token_ids == _hf_greedy(hf_models[arch], prompt, 32)
+            assert out.finish_reason == "length"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_batch_of_mixed_lengths_with_chunked_prefill_matches_transformers(
+        arch, checkpoints, hf_models):
+    prompts = _prompts()
+    with LLM(str(checkpoints[arch]), chunked_prefill_size=16, page_size=4) as llm:
+        outs = llm.generate(prompts, GREEDY)
+        steps = llm.engine.stats().forward_steps
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _hf_greedy(hf_models[arch], prompt, 32), len(prompt)
+    assert steps > 32, "a 98-token prompt load at 16 tokens per step needs extra prefill steps"
+
+
+def test_logprobs_top_logprobs_and_prompt_logprobs_equal_transformers(checkpoints, hf_models):
+    prompts = _prompts((9, 30, 4))
+    params = SamplingParams(max_new_tokens=12, temperature=0.9, seed=5, ignore_eos=True,
+                            logprobs=True, top_logprobs=4, prompt_logprobs_start=2)
+    with LLM(str(checkpoints["qwen3"]), chunked_prefill_size=8) as llm:
+        outs = llm.generate(prompts, params)
+    for prompt, out in zip(prompts, outs, strict=True):
+        ref = _hf_logprobs(hf_models["qwen3"], prompt + out.token_ids)
+        n = len(prompt)
+        want = [ref[n - 1 + i, t].item() for i, t in enumerate(out.token_ids)]
+        assert out.logprobs == pytest.approx(want, abs=1e-4)
+        for i, top in enumerate(out.top_logprobs):
+            assert [t for t, _ in top] == ref[n - 1 + i].topk(4).indices.tolist()
+            assert [lp for _, lp in top] == pytest.approx(ref[n - 1 + i].topk(4).values.tolist(),
+                                                          abs=1e-4)
+        want_prompt = [ref[p - 1, prompt[p]].item() for p in range(2, n)]
+        assert out.prompt_logprobs == pytest.approx(want_prompt, abs=1e-4)
+
+
+def test_prompt_logprobs_from_zero_skip_the_first_position_and_need_no_output(checkpoints,
+                                                                              hf_models):
+    prompt = _prompts((20,))[0]
+    with LLM(str(checkpoints["llama"]), chunked_prefill_size=6) as llm:
+        out = llm.generate([prompt], SamplingParams(max_new_tokens=0, prompt_logprobs_start=0))[0]
+    ref = _hf_logprobs(hf_models["llama"], prompt)
+    assert out.token_ids == [] and out.finish_reason == "length"
+    assert out.prompt_logprobs == pytest.approx(
+        [ref[p - 1, prompt[p]].item() for p in range(1, 20)], abs=1e-4)
+
+
+def test_generate_accepts_strings_and_one_params_per_prompt(checkpoints):
+    with LLM(str(checkpoints["qwen3"])) as llm:
+        a, b = llm.generate(["hello", [104, 105]], [SamplingParams(max_new_tokens=3, temperature=0),
+                                                    SamplingParams(max_new_tokens=5, temperature=0)])
+        assert a.prompt_token_ids == list(b"hello") and len(a.token_ids) == 3
+        assert b.prompt_token_ids == [104, 105] and len(b.token_ids) == 5
+        assert a.text == llm.tokenizer.decode(a.token_ids)
+        assert (a.cached_tokens, a.spec_verify_ct, a.spec_accepted_tokens) == (0, 0, 0)
+        single = llm.generate("hello", SamplingParams(max_new_tokens=3, temperature=0))
+        assert single[0].token_ids == a.token_ids
+        with pytest.raises(ValueError, match="2 prompts"):
+            llm.generate(["a", "b"], [SamplingParams()])
+        assert llm.flush_cache() is True
+    with pytest.raises(RuntimeError, match="closed"):
+        llm.generate("x")
+
+
+def test_chat_applies_the_chat_template(checkpoints, tmp_path):
+    import shutil
+
+    path = tmp_path / "chat"
+    shutil.copytree(checkpoints["qwen3"], path)
+    (path / "tokenizer_config.json").write_text(
+        '{"chat_template": "{% for m in messages %}<{{ m.role }}>{{ m.content }}\\n'
+        '{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"}')
+    with LLM(str(path)) as llm:
+        out = llm.chat([{"role": "user", "content": "hi"}],
+                       SamplingParams(max_new_tokens=2, temperature=0))[0]
+    assert out.prompt_token_ids == list(b"<user>hi\n<assistant>")
