@@ -45,6 +45,12 @@ class TestGenerate:
         assert run.returncode == 0, run.stderr
         ids = Tokenizer.from_pretrained(model_dir).encode(prompt)
         assert run.stdout[:-1] == hf_greedy_text(model_dir, ids, 12)
+        from hinge import LLM, SamplingParams
+
+        with LLM(str(model_dir)) as llm:
+            [out] = llm.generate([prompt], SamplingParams(max_new_tokens=12, temperature=0.0,
+                                                          ignore_eos=True))
+        assert run.stdout[:-1] == out.text
         assert "12 output tokens" in run.stderr and "finish_reason=length" in run.stderr
 
     def test_chat_stream_prints_the_greedy_reply_to_the_templated_prompt(self, model_dir: Path
