@@ -56,7 +56,7 @@ def _trim_stop_string(req: Request, delta_len: int) -> bool:
 
 def _finish(req: Request, reason: str, matched: int | None, tokenizer: Tokenizer | None) -> None:
     req.finish_reason, req.matched_stop = reason, matched
-    if reason == "length" and req.detok is not None:
+    if req.detok is not None:  # held-back bytes of an incomplete character
         req.text += req.detok.flush()
 
 
