@@ -12,90 +12,23 @@ from __future__ import annotations
 import difflib
 import importlib.metadata as md
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from hinge.plugins import hookspecs
-from hinge.plugins.specs import KIND_LABELS, SPEC_TYPES, ComponentSpec
+from hinge.plugins.records import ComponentRecord, PluginRecord, normalize_name
+from hinge.plugins.specs import KIND_LABELS, SPEC_TYPES
 
 if TYPE_CHECKING:
     from hinge.config import PluginSettings
 
 ENTRY_POINT_GROUP = "hinge.plugins"
 BUILTIN_PLUGIN = "hinge"
-Status = Literal["ok", "failed", "blocked", "not allowed"]
 
 
 class PluginError(RuntimeError):
     """A plugin could not be loaded or registered; the message names plugin and distribution."""
-
-
-@dataclass(frozen=True)
-class ComponentRecord:
-    """A registered component and who registered it."""
-
-    kind: str  #: slot: attention, quantizer, cache, speculator
-    spec: ComponentSpec
-    plugin: str
-    distribution: str | None
-    version: str | None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def owner(self) -> str:
-        return _owner(self.plugin, self.distribution, self.version)
-
-
-@dataclass
-class PluginRecord:
-    name: str  #: the entry-point name (``hinge`` for the built-ins)
-    module: str | None
-    distribution: str | None
-    version: str | None
-    status: Status = "ok"
-    error: str | None = None
-    hooks: list[str] = field(default_factory=list)
-    components: list[ComponentRecord] = field(default_factory=list)
-
-    @property
-    def owner(self) -> str:
-        return _owner(self.name, self.distribution, self.version)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "module": self.module,
-            "distribution": self.distribution,
-            "version": self.version,
-            "status": self.status,
-            "error": self.error,
-            "hooks": sorted(self.hooks),
-            "components": [
-                {
-                    "kind": c.kind,
-                    "name": c.name,
-                    "description": c.spec.description,
-                    "options": sorted(c.spec.options_model.model_fields) if c.spec.options_model else [],
-                    "capabilities": c.spec.capabilities.to_dict(),
-                }
-                for c in self.components
-            ],
-        }
-
-
-def _owner(plugin: str, distribution: str | None, version: str | None) -> str:
-    if distribution is None:
-        return f"plugin {plugin!r}"
-    return f"plugin {plugin!r} (distribution {distribution}{' ' + version if version else ''})"
-
-
-def _normalize(name: str) -> str:
-    return name.lower().replace("_", "-")
 
 
 class PluginManager(pluggy.PluginManager):
@@ -137,12 +70,12 @@ class PluginManager(pluggy.PluginManager):
             )
             return
         record = PluginRecord(ep.name, ep.value, dist_name, dist_version)
-        names = {_normalize(ep.name)} | ({_normalize(dist_name)} if dist_name else set())
-        if names & {_normalize(b) for b in self.block}:
+        names = {normalize_name(ep.name)} | ({normalize_name(dist_name)} if dist_name else set())
+        if names & {normalize_name(b) for b in self.block}:
             record.status = "blocked"
             self.records[ep.name] = record
             return
-        if self.allow is not None and not names & {_normalize(a) for a in self.allow}:
+        if self.allow is not None and not names & {normalize_name(a) for a in self.allow}:
             record.status = "not allowed"
             self.records[ep.name] = record
             return
@@ -189,7 +122,8 @@ class PluginManager(pluggy.PluginManager):
 
     def check_hooks(self) -> None:
         """Fail on hookimpls that match no hookspec (a misspelled name would be silently unused)."""
-        known = sorted(n for n in vars(hookspecs) if hasattr(getattr(self.hook, n, None), "spec"))
+        known = sorted(n for n, c in vars(self.hook).items()
+                       if isinstance(c, pluggy.HookCaller) and c.has_spec())
         problems = []
         for hook_name, caller in sorted(vars(self.hook).items()):
             if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
