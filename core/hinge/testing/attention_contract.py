@@ -153,6 +153,18 @@ class AttentionBackendContract(ContractBase):
         assert torch.equal(alone[69:], decode), "a decode step differs from the same row in prefill"
 
     @pytest.mark.gpu
+    def test_claimed_cuda_device_matches_reference(self, spec, head_dim, page_size, dtype):
+        if "cuda" not in spec.capabilities.devices:
+            pytest.skip(f"{spec.name!r} does not claim cuda")
+        if not cuda_available():
+            pytest.skip("the cuda claim is checked on a GPU (marker gpu)")
+        for name in sorted(spec.capabilities.dtypes):
+            dt = getattr(torch, name)
+            case = build_batch([10, 0, 33, 5], [1, 12, 1, 7], layer=make_layer(head_dim),
+                               page_size=page_size, dtype=dt, device="cuda")
+            check_against_reference(self._build_component(device="cuda", dtype=dt), case, TOLERANCE[dt])
+
+    @pytest.mark.gpu
     def test_decode_graph_replay_equals_eager(self, spec, head_dim, page_size, dtype):
         self._graph_test(spec, "decode", head_dim, page_size, dtype)
 

@@ -111,6 +111,16 @@ class QuantizerContract(ContractBase):
             assert torch.equal(q.apply(layer, x[rows]), full[rows]), f"rows {rows} changed with batch size"
 
     @pytest.mark.gpu
+    def test_claimed_cuda_device_matches_reference(self, spec, build_component):
+        if "cuda" not in spec.capabilities.devices:
+            pytest.skip(f"{spec.name!r} does not claim cuda")
+        if not cuda_available():
+            pytest.skip("the cuda claim is checked on a GPU (marker gpu)")
+        for name in sorted(spec.capabilities.dtypes):
+            dtype = getattr(torch, name)
+            self._check_apply(build_component(device="cuda", dtype=dtype), dtype, "cuda")
+
+    @pytest.mark.gpu
     def test_decode_graph_replay_equals_eager(self, spec, build_component, dtype):
         if not spec.capabilities.decode_graph:
             pytest.skip(f"{spec.name!r} does not claim decode_graph")
