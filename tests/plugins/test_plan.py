@@ -362,3 +362,21 @@ def test_eligibility_returning_something_else_than_a_verdict_names_the_plugin(ma
     with pytest.raises(PlanError, match="plugin 'p0': graph_capture_eligibility must return a "
                                         "GraphVerdict or None, got False"):
         plan_for(make_pm, Bad())
+
+
+def test_a_decision_hook_that_raises_is_reported_with_its_plugin(make_pm):
+    class Raises:
+        @hookimpl
+        def validate_plan(self, plan):
+            raise KeyError("page_size")
+
+    with pytest.raises(PlanError, match="plugin 'p0': validate_plan raised KeyError: 'page_size'"):
+        plan_for(make_pm, Raises())
+
+    class RaisesOnGraphs:
+        @hookimpl
+        def graph_capture_eligibility(self, phase, plan):
+            raise RuntimeError("no GPU table")
+
+    with pytest.raises(PlanError, match=r"plugin 'p0': graph_capture_eligibility\('prefill'\) raised"):
+        plan_for(make_pm, RaisesOnGraphs())

@@ -40,7 +40,13 @@ def eligibility_verdicts(pm: PluginManager, phase: str, plan: ResolvedPlan) -> l
     out = []
     for impl in pm.hook.graph_capture_eligibility.get_hookimpls():
         kwargs = {"phase": phase, "plan": plan}
-        verdict = impl.function(**{a: kwargs[a] for a in impl.argnames})
+        try:
+            verdict = impl.function(**{a: kwargs[a] for a in impl.argnames})
+        except Exception as exc:
+            raise PlanError(
+                f"plugin {impl.plugin_name!r}: graph_capture_eligibility({phase!r}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if verdict is None:
             continue
         if not isinstance(verdict, GraphVerdict):

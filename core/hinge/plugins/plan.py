@@ -208,8 +208,13 @@ def resolve_plan(
         device_capability = _cuda_capability()
     reasons = capability_reasons(plan, model_info, device_capability)
     for impl in pm.hook.validate_plan.get_hookimpls():
-        for reason in impl.function(*[plan for _ in impl.argnames]) or []:
-            reasons.append(f"{impl.plugin_name}: {reason}")
+        try:
+            found = impl.function(*[plan for _ in impl.argnames]) or []
+        except Exception as exc:
+            raise PlanError(
+                f"plugin {impl.plugin_name!r}: validate_plan raised {type(exc).__name__}: {exc}"
+            ) from exc
+        reasons.extend(f"{impl.plugin_name}: {reason}" for reason in found)
     if reasons:
         raise PlanError(
             "the selected components cannot work together:\n  - " + "\n  - ".join(reasons)
