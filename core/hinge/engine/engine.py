@@ -69,13 +69,17 @@ class Engine:
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
                                  mem_fraction_static=config.mem_fraction_static,
                                  free_before_weights=free_before)
+        self.states = self._create_state_pool(config, budget)
+        if self.states is not None:
+            budget -= self.states.nbytes
         self.kv = KVCache.create(self.model.attention_layers, budget_bytes=budget,
                                  page_size=config.page_size, dtype=self.dtype, device=self.device)
         # loop parts
         self.scheduler = Scheduler(self.kv, self.cache,
                                    max_running_requests=config.max_running_requests,
-                                   chunked_prefill_size=config.chunked_prefill_size)
-        self.runner = ModelRunner(self.model, self.attn, self.kv, self.device)
+                                   chunked_prefill_size=config.chunked_prefill_size,
+                                   states=self.states)
+        self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states)
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic)
         self._seeds = random.Random(config.seed)
         self._arrivals = itertools.count()
@@ -83,6 +87,25 @@ class Engine:
         self._stats = EngineStats(0, 0, config.page_size, 0, 0)
         for line in self.plan.describe():
             logger.info("plan: %s", line)
+
+    def _create_state_pool(self, config: EngineConfig, budget: int):
+        """Hybrid models: one recurrent-state slot per running request, taken from the KV budget."""
+        layers = getattr(self.model, "recurrent_layers", None)
+        if not layers:
+            return None
+        from hinge.engine.state_pool import StatePool
+
+        ssm_dtype = getattr(torch, config.state_dtype)
+        need = config.max_running_requests + 1
+        per_slot = StatePool.bytes_per_slot(layers, self.dtype, ssm_dtype)
+        if need * per_slot >= budget:
+            raise ValueError(
+                f"the recurrent-state pool needs {need} slots x {per_slot / 2**20:.2f} MiB = "
+                f"{need * per_slot / 2**20:.2f} MiB, not less than the whole KV+state budget of "
+                f"{budget / 2**20:.2f} MiB; lower max_running_requests or raise kv_cache_bytes "
+                "(CPU) / mem_fraction_static (CUDA)")
+        return StatePool.create(layers, max_requests=config.max_running_requests,
+                                conv_dtype=self.dtype, ssm_dtype=ssm_dtype, device=self.device)
 
     # requests -------------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams,
@@ -216,6 +239,9 @@ class Engine:
             "max_model_len": self.max_model_len,
             "kv_cache": {"tokens": self.kv.num_usable_tokens, "pages": self.kv.allocator.num_usable,
                          "page_size": self.kv.page_size},
+            "state_pool": None if self.states is None else {
+                "slots": self.states.num_slots - 1, "bytes": self.states.nbytes,
+                "state_dtype": str(self.states.ssm_dtype)},
             "stats": self.stats().to_dict(),
             "versions": {"hinge": getattr(hinge, "__version__", "unknown"),
                          "torch": torch.__version__, "transformers": transformers.__version__},

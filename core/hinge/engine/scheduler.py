@@ -17,20 +17,23 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from hinge.contracts import CacheHit
 from hinge.engine.request import RequestStatus, ScheduledBatch
 
 if TYPE_CHECKING:
     from hinge.contracts import CachePolicy
     from hinge.engine.kv_pool import KVCache, PageAllocator
     from hinge.engine.request import Request
+    from hinge.engine.state_pool import StatePool
 
 logger = logging.getLogger(__name__)
 
 
 class Scheduler:
     def __init__(self, kv: KVCache, cache: CachePolicy, *, max_running_requests: int,
-                 chunked_prefill_size: int):
+                 chunked_prefill_size: int, states: StatePool | None = None):
         assert kv.allocator is not None, "the KV cache needs a page allocator"
+        self.states = states  #: hybrid models: one recurrent-state slot per running request
         self.kv = kv
         self.allocator: PageAllocator = kv.allocator
         self.cache = cache
@@ -156,7 +159,11 @@ class Scheduler:
 
     def _admit(self, req: Request, budget: int) -> int:
         """Move the head of ``waiting`` to ``running`` with its first chunk; 0 if it must wait."""
+        if self.states is not None and not self.states.can_allocate():
+            return 0  # hybrid: no free recurrent-state slot, wait for a request to finish
         hit = self.cache.match(self._matchable(req))
+        if self.states is not None and hit.length and hit.state_slot is None:
+            hit = CacheHit()  # NOTE: a hybrid hit without a state checkpoint cannot resume
         n = min(req.num_tokens - hit.length, budget)
         # NOTE: keep a page of headroom per decoding request so admission does not force retraction
         headroom = sum(1 for r in self.running if r.is_decoding)
@@ -168,6 +175,10 @@ class Scheduler:
         req.cache_hit = hit
         req.pages = list(hit.pages)
         req.num_computed = hit.length
+        if self.states is not None:
+            req.state_slot = self.states.allocate()  # zeroed: a fresh recurrent state
+            if hit.state_slot is not None:
+                self.states.copy_slot(hit.state_slot, req.state_slot)
         if req.num_retractions == 0:
             req.cached_tokens = hit.length
         assert self._reserve(req, hit.length + n)
@@ -204,3 +215,6 @@ class Scheduler:
             self.cache.unlock(req.cache_hit)
             req.cache_hit = None
         req.pages = []
+        if req.state_slot is not None and self.states is not None:
+            self.states.free(req.state_slot)
+            req.state_slot = None

@@ -1,0 +1,82 @@
+"""Hybrid models through the engine: state slots on admission, waiting, freeing, end-to-end tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import VOCAB, hf_model
+from hinge import LLM, SamplingParams
+from hinge.builtin.no_cache import NoCachePolicy
+from hinge.engine.kv_pool import KVCache, PageAllocator
+from hinge.engine.request import Request
+from hinge.engine.scheduler import Scheduler
+from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
+from oracle import hf_greedy
+
+
+def write_small_byte_tokenizer(path: Path) -> None:
+    """One token per byte for bytes 0..VOCAB-1 (the tiny models' vocab)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # GPT-2 bytes_to_unicode
+    extra = iter(range(256, 512))
+    chars = {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(VOCAB)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(path / "tokenizer.json"))
+
+
+@pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])
+def test_engine_batch_of_mixed_lengths_with_chunked_prefill_matches_transformers(hybrid_checkpoints, arch):
+    path = hybrid_checkpoints(arch)
+    if not (path / "tokenizer.json").exists():
+        write_small_byte_tokenizer(path)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(2, VOCAB - 1, (n,), generator=gen).tolist() for n in (13, 3, 21, 7, 1)]
+    params = SamplingParams(max_new_tokens=10, temperature=0, ignore_eos=True)
+    with LLM(str(path), chunked_prefill_size=6, page_size=4, max_running_requests=3) as llm:
+        outs = llm.generate(prompts, params)
+        states = llm.engine.states
+        info = llm.engine.server_info()["state_pool"]
+        assert states is not None and states.num_used == 0, "every finished request frees its slot"
+    assert info["slots"] == 3 and info["bytes"] == states.nbytes
+    hf = hf_model(path)
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == hf_greedy(hf, prompt, 10), len(prompt)
+
+
+def _scheduler(num_state_slots: int) -> Scheduler:
+    kv = KVCache(k=[torch.zeros(64 * 4, 1, 2)], v=[torch.zeros(64 * 4, 1, 2)], page_size=4,
+                 allocator=PageAllocator(64))
+    layer = RecurrentLayerSpec(layer_id=0, state_id=0, conv_dim=3, conv_kernel=2, ssm_shape=(1, 2, 2))
+    states = StatePool([layer], num_state_slots + 1, conv_dtype=torch.float32)
+    return Scheduler(kv, NoCachePolicy(), max_running_requests=8, chunked_prefill_size=64, states=states)
+
+
+def test_requests_wait_for_a_free_state_slot_and_finishing_frees_it():
+    sched = _scheduler(num_state_slots=1)
+    a = Request("a", [1, 2, 3], SamplingParams(max_new_tokens=4))
+    b = Request("b", [4, 5], SamplingParams(max_new_tokens=4))
+    sched.add(a)
+    sched.add(b)
+    batch = sched.schedule()
+    assert [r.rid for r in batch.reqs] == ["a"] and a.state_slot == 1 and b.state_slot is None
+    sched.finish(a)
+    assert a.state_slot is None and sched.states.num_free == 1
+    batch = sched.schedule()
+    assert [r.rid for r in batch.reqs] == ["b"] and b.state_slot == 1
+
+
+def test_retracted_request_gives_back_its_slot_and_gets_a_zeroed_one_on_readmission():
+    sched = _scheduler(num_state_slots=2)
+    a = Request("a", [1, 2, 3], SamplingParams(max_new_tokens=4))
+    sched.add(a)
+    sched.schedule()
+    sched.states.conv[0][a.state_slot].fill_(7.0)
+    sched._retract(a)
+    assert a.state_slot is None and sched.states.num_used == 0
+    sched.schedule()
+    assert a.state_slot is not None and sched.states.conv[0][a.state_slot].abs().sum() == 0
