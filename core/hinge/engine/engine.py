@@ -184,8 +184,10 @@ class Engine:
                 finished.append(req)
         if live:
             reqs = [logits.sample_reqs[i] for i in live]
-            sampled = self.sampler.sample(logits.sample_logits[live],
-                                          self.sampler.prepare(reqs))
+            rows = logits.sample_logits
+            if len(live) < len(logits.sample_reqs):
+                rows = rows[torch.tensor(live, device=rows.device)]
+            sampled = self.sampler.sample(rows, self.sampler.prepare(reqs))
             for j, req in enumerate(reqs):
                 token = sampled.token_ids[j]
                 if sampled.logprobs is not None:

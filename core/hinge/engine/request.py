@@ -87,6 +87,15 @@ class Request:
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """``all_ids[start:end]`` without building ``all_ids``."""
+        n = self.num_prompt
+        if start >= n:
+            return self.output_ids[start - n:end - n]
+        if end <= n:
+            return self.prompt_ids[start:end]
+        return self.prompt_ids[start:] + self.output_ids[:end - n]
+
     @property
     def prompt_logprobs_from(self) -> int | None:
         """First prompt position whose logprob is returned (position 0 has none), or None."""

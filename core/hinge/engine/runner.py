@@ -56,20 +56,20 @@ class ModelRunner:
         prompt_rows: list[tuple[Request, list[int], list[int]]] = []
         prefix_lens = [r.num_computed for r in sched.reqs]
         max_pages = max(len(r.pages) for r in sched.reqs)
-        page_table = torch.zeros(len(sched.reqs), max_pages, dtype=torch.int64)
-        for i, (req, n) in enumerate(zip(sched.reqs, sched.extend_lens, strict=True)):
+        page_rows: list[list[int]] = []
+        for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
             start = req.num_computed
-            ids = req.all_ids
             row0 = len(input_ids)
-            input_ids.extend(ids[start:start + n])
+            input_ids.extend(req.token_slice(start, start + n))
             positions.extend(range(start, start + n))
-            out_loc.extend(req.pages[p // ps] * ps + p % ps for p in range(start, start + n))
-            page_table[i, :len(req.pages)] = torch.tensor(req.pages, dtype=torch.int64)
+            pages = req.pages
+            out_loc.extend(pages[p // ps] * ps + p % ps for p in range(start, start + n))
+            page_rows.append(pages + [0] * (max_pages - len(pages)))
             targets = self._prompt_targets(req, start, n)
             if targets:
                 rows = list(range(len(logits_rows), len(logits_rows) + len(targets)))
                 logits_rows.extend(row0 + (p - 1 - start) for p in targets)
-                prompt_rows.append((req, rows, [ids[p] for p in targets]))
+                prompt_rows.append((req, rows, [req.prompt_ids[p] for p in targets]))
             if start + n == req.num_tokens:
                 sample_reqs.append(req)
         sample_rows = self._last_rows(sched, sample_reqs)
@@ -81,7 +81,7 @@ class ModelRunner:
             positions=torch.tensor(positions, **i64),
             extend_lens=torch.tensor(sched.extend_lens, **i64),
             prefix_lens=torch.tensor(prefix_lens, **i64),
-            page_table=page_table.to(dev),
+            page_table=torch.tensor(page_rows, **i64),
             out_loc=torch.tensor(out_loc, **i64),
             logits_indices=torch.tensor(logits_rows + sample_rows, **i64),
             state_slots=None if all(r.state_slot is None for r in sched.reqs) else torch.tensor(
