@@ -156,3 +156,47 @@ def test_chat_applies_the_chat_template(checkpoints, tmp_path):
         out = llm.chat([{"role": "user", "content": "hi"}],
                        SamplingParams(max_new_tokens=2, temperature=0))[0]
     assert out.prompt_token_ids == list(b"<user>hi\n<assistant>")
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_on_cuda_matches_transformers_on_cuda(arch, checkpoints):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(checkpoints[arch]), dtype=torch.float32)
+    hf = hf.to("cuda").eval()
+    prompts = _prompts()
+    with LLM(str(checkpoints[arch]), device="cuda", dtype="float32", chunked_prefill_size=16,
+             page_size=4) as llm:
+        outs = llm.generate(prompts, GREEDY)
+        kv_tokens = llm.engine.server_info()["kv_cache"]["tokens"]
+    assert kv_tokens > 100_000, "on cuda the pool is sized from mem_fraction_static"
+    for prompt, out in zip(prompts, outs, strict=True):
+        with torch.no_grad():
+            ids = torch.tensor([prompt], device="cuda")
+            ref = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                              max_new_tokens=32, min_new_tokens=32, eos_token_id=None,
+                              pad_token_id=0)[0, len(prompt):].tolist()
+        assert out.token_ids == ref, len(prompt)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_deterministic_logprobs_on_cuda_are_independent_of_batch_and_chunking(checkpoints):
+    prompts = _prompts((5, 23, 1, 40, 12, 17, 33, 8), seed=4)
+    params = SamplingParams(max_new_tokens=24, temperature=0.7, seed=9, ignore_eos=True,
+                            logprobs=True)
+    path = str(checkpoints["qwen3"])
+    kw = dict(device="cuda", dtype="bfloat16", deterministic=True)
+    with LLM(path, **kw) as llm:
+        alone = llm.generate([prompts[3]], params)[0]
+    with LLM(path, chunked_prefill_size=16, **kw) as llm:
+        batch = llm.generate(prompts, params)[3]
+    with LLM(path, chunked_prefill_size=7, **kw) as llm:
+        rechunked = llm.generate(prompts[::-1], params)[4]
+    assert alone.token_ids == batch.token_ids == rechunked.token_ids
+    assert alone.logprobs == batch.logprobs == rechunked.logprobs
