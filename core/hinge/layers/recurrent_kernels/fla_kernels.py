@@ -1,9 +1,10 @@
 """GPU path: fla-core's Triton kernels for the gated delta rule (CUDA only, imported lazily).
 
 Prefill runs ``chunk_gated_delta_rule`` over the packed batch (``cu_seqlens``, one initial state
-per request); decode (every request one token) runs ``fused_recurrent_gated_delta_rule`` with one
-row per request. Per-position states (verify steps, a few tokens) and the short convolution use
-the torch reference, which runs on CUDA as is.
+per request; bf16/fp16 only, float32 prefill falls back to the reference); decode (every request
+one token) runs ``fused_recurrent_gated_delta_rule`` with one row per request. Per-position states
+(verify steps, a few tokens) and the short convolution use the torch reference, which runs on
+CUDA as is.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     def __init__(self) -> None:
         self._chunk, self._recurrent = _import_fla()
 
+    def runs_on(self, x: torch.Tensor) -> bool:
+        return x.is_cuda
+
     def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
-        if track_states or q.device.type != "cuda":
+        if track_states or not self.runs_on(q):
             return super().gated_delta_rule(
                 q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states
             )
@@ -60,7 +64,9 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
                 **common,
             )
             return DeltaRuleResult(out.view(v.shape), final.float())
-        cu = torch.tensor(cu_seqlens, dtype=torch.int32, device=q.device)
+        if q.dtype == torch.float32:  # fla's chunk kernel takes bf16/fp16 only
+            return super().gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens)
+        cu = torch.tensor(cu_seqlens, dtype=torch.long, device=q.device)
         out, final = self._chunk(
             q[None].contiguous(),
             k[None].contiguous(),

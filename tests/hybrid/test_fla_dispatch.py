@@ -1,0 +1,68 @@
+"""The fla path's calling convention, checked on CPU with stand-ins that enforce fla's API
+(batch 1 + long ``cu_seqlens`` + one initial state per sequence for chunk; bf16/fp16 for chunk)
+and compute with transformers' torch functions. The real kernels run in test_gpu_kernels.py."""
+
+from __future__ import annotations
+
+import torch
+from hinge.layers.recurrent_kernels import TorchRecurrentKernels, fla_kernels
+from hinge.layers.recurrent_kernels.fla_kernels import FlaRecurrentKernels
+from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+
+CALLS: list[str] = []
+
+
+def fake_chunk(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+               cu_seqlens):
+    assert q.shape[0] == 1 and cu_seqlens.dtype == torch.long and q.dtype != torch.float32
+    assert initial_state.shape[0] == len(cu_seqlens) - 1 and use_qk_l2norm_in_kernel
+    assert scale == q.shape[-1] ** -0.5 and q.shape[2] == v.shape[2]
+    CALLS.append("chunk")
+    outs, finals = [], []
+    for i, (s, e) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
+        o, f = hf.torch_chunk_gated_delta_rule(
+            q[:, s:e], k[:, s:e], v[:, s:e], g=g[:, s:e], beta=beta[:, s:e],
+            initial_state=initial_state[i : i + 1], output_final_state=True, use_qk_l2norm_in_kernel=True)
+        outs.append(o)
+        finals.append(f)
+    return torch.cat(outs, dim=1), torch.cat(finals)
+
+
+def fake_recurrent(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel):
+    assert q.shape[1] == 1 and initial_state.shape[0] == q.shape[0] and use_qk_l2norm_in_kernel
+    CALLS.append("recurrent")
+    return hf.torch_recurrent_gated_delta_rule(
+        q, k, v, g=g, beta=beta, initial_state=initial_state, output_final_state=True,
+        use_qk_l2norm_in_kernel=True)
+
+
+class CpuFla(FlaRecurrentKernels):
+    def runs_on(self, x):
+        return True
+
+
+def _inputs(lens, hk=2, hv=4, dk=8, dv=6):
+    gen = torch.Generator().manual_seed(0)
+    t = sum(lens)
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    args = (torch.randn(t, hk, dk, generator=gen).bfloat16(), torch.randn(t, hk, dk, generator=gen).bfloat16(),
+            torch.randn(t, hv, dv, generator=gen).bfloat16(), -torch.rand(t, hv, generator=gen),
+            torch.rand(t, hv, generator=gen).bfloat16(), torch.randn(len(lens), hv, dk, dv, generator=gen) * 0.1)
+    return args, cu
+
+
+def test_fla_path_packs_prefill_and_decode_as_fla_expects_and_matches_the_reference(monkeypatch):
+    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, fake_recurrent))
+    kernels, ref = CpuFla(), TorchRecurrentKernels()
+    for lens, call in (([3, 70, 1, 9], "chunk"), ([1, 1, 1], "recurrent")):
+        CALLS.clear()
+        args, cu = _inputs(lens)
+        got, want = kernels.gated_delta_rule(*args, cu), ref.gated_delta_rule(*args, cu)
+        assert CALLS == [call]
+        torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(got.final_state, want.final_state, rtol=1e-4, atol=1e-4)
+    CALLS.clear()
+    tracked = kernels.gated_delta_rule(*args, cu, track_states=True)
+    assert CALLS == [] and tracked.position_states.shape[0] == sum(lens)
