@@ -130,7 +130,8 @@ class TorchAttentionBackend(AttentionBackend):
             for r in meta.requests:
                 if r.extend_len:
                     out[r.q_start : r.q_start + r.extend_len] = fixed_split_attention(
-                        q[r.q_start : r.q_start + r.extend_len], k_cache[r.kv_slots], v_cache[r.kv_slots],
+                        q[r.q_start : r.q_start + r.extend_len], k_cache.index_select(0, r.kv_slots),
+                        v_cache.index_select(0, r.kv_slots),
                         r.prefix_len, layer.scale, window,
                     ).to(q.dtype)
             return out
@@ -145,8 +146,8 @@ class TorchAttentionBackend(AttentionBackend):
                 q_pos = torch.arange(r.prefix_len, r.seq_len, device=q.device)
                 meta._masks[key] = causal_mask(q_pos, torch.arange(r.seq_len, device=q.device), window)
             rows = slice(r.q_start, r.q_start + r.extend_len)
-            ki = k_cache[r.kv_slots].to(q.dtype)
-            vi = v_cache[r.kv_slots].to(q.dtype)
+            ki = k_cache.index_select(0, r.kv_slots).to(q.dtype)
+            vi = v_cache.index_select(0, r.kv_slots).to(q.dtype)
             o = F.scaled_dot_product_attention(
                 q[rows].transpose(0, 1)[None], ki.transpose(0, 1)[None], vi.transpose(0, 1)[None],
                 attn_mask=meta._masks[key], scale=layer.scale, enable_gqa=True,
@@ -165,14 +166,23 @@ class TorchAttentionBackend(AttentionBackend):
         mask = meta._masks[key]
         invalid = ~meta.decode_valid[:, :, None, None]
         # NOTE: padded keys read page 0, which may hold garbage (even NaN): zero them, 0 * NaN = NaN
-        ki = k_cache[meta.decode_slots].to(q.dtype).masked_fill(invalid, 0)
-        vi = v_cache[meta.decode_slots].to(q.dtype).masked_fill(invalid, 0)
-        qi = q[meta.decode_rows][:, :, None, :]  # (Bd, H, 1, D)
+        ki = gather_rows(k_cache, meta.decode_slots).to(q.dtype).masked_fill(invalid, 0)
+        vi = gather_rows(v_cache, meta.decode_slots).to(q.dtype).masked_fill(invalid, 0)
+        qi = q.index_select(0, meta.decode_rows)[:, :, None, :]  # (Bd, H, 1, D)
         o = F.scaled_dot_product_attention(
             qi, ki.transpose(1, 2), vi.transpose(1, 2),
             attn_mask=mask[:, None, None, :], scale=layer.scale, enable_gqa=True,
         )
-        out[meta.decode_rows] = o[:, :, 0, :]
+        out.index_copy_(0, meta.decode_rows, o[:, :, 0, :])
+
+
+def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``pool[index]`` for a 2-D ``index`` via ``index_select``.
+
+    NOTE: advanced indexing on CPU takes a threaded path that costs milliseconds on a loaded
+    2-core machine; ``index_select`` costs microseconds. The hot paths here all use it.
+    """
+    return pool.index_select(0, index.reshape(-1)).view(*index.shape, *pool.shape[1:])
 
 
 def fixed_split_attention(
@@ -223,15 +233,23 @@ def fixed_split_attention(
             kb = kf[:, k0 : k0 + KV_BLOCK].contiguous()
             vb = vf[:, k0 : k0 + KV_BLOCK].contiguous()
             allowed = causal_mask(pos, block_k_pos + k0, window)
-            scores = torch.bmm(qb, kb.transpose(1, 2)) * scale
+            scores = _bmm(qb, kb.transpose(1, 2)) * scale
             scores = scores.masked_fill(~allowed[None], neg_inf)
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
             m_safe = torch.where(m_new == neg_inf, 0.0, m_new)
             p = torch.exp(scores - m_safe)
             alpha = torch.exp(m - m_safe)
             l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
-            acc = acc * alpha + torch.bmm(p, vb)
+            acc = acc * alpha + _bmm(p, vb)
             m = m_new
         out[:, start : start + Q_BLOCK] = acc / l_sum
     out = out[:, :rows].reshape(g, e, rep, d).permute(1, 0, 2, 3).reshape(e, h, d)
     return out
+
+
+def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.bmm`` as one ``mm`` per KV head: small CPU ``bmm`` calls go through a threaded path
+    that costs ~1 ms each on a loaded 2-core machine, ``mm`` of these shapes a few microseconds."""
+    if a.is_cuda:
+        return torch.bmm(a, b)
+    return torch.stack([torch.mm(x, y) for x, y in zip(a, b, strict=True)])

@@ -78,6 +78,8 @@ class SparseMoeBlock(nn.Module):
             if count == 0:
                 continue
             token_idx, k_pos = torch.where(experts == e)
-            y = self.experts[e](x[token_idx]) * weights[token_idx, k_pos, None]
+            # NOTE: index_select, not x[idx]: CPU advanced indexing is slow under load
+            w = weights.reshape(-1).index_select(0, token_idx * self.top_k + k_pos)
+            y = self.experts[e](x.index_select(0, token_idx)) * w[:, None]
             out.index_add_(0, token_idx, y.to(out.dtype))
         return out

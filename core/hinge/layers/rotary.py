@@ -105,7 +105,7 @@ class RotaryEmbedding(nn.Module):
         self.ensure_positions(max_position + 1)
         if self._cos.device != positions.device:
             self._cos, self._sin = self._cos.to(positions.device), self._sin.to(positions.device)
-        return self._cos[positions], self._sin[positions]
+        return self._cos.index_select(0, positions), self._sin.index_select(0, positions)
 
     def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` (T, heads, head_dim) with cos/sin (T, rotary_dim); same dtype out."""

@@ -162,6 +162,6 @@ class DenseDecoderLM(CausalLM):
         h = self.model.norm(h)
         if num_layers in capture:
             hidden[num_layers] = h  # NOTE: HF ties the last hidden state to the final-normed one
-        logits = self.lm_head(h[batch.logits_indices])
+        logits = self.lm_head(h.index_select(0, batch.logits_indices))
         ctx.hidden_states.update(hidden)
         return ForwardOutput(logits=logits, hidden_states=hidden)
