@@ -52,13 +52,16 @@ def tiny_hf_config(arch: str):
     raise KeyError(arch)
 
 
-def make_hybrid_checkpoint(root: Path, arch: str, seed: int = 0) -> Path:
+def make_hybrid_checkpoint(root: Path, arch: str, seed: int = 0, **overrides) -> Path:
     """Save a seeded random model; every 1-D weight (norms, biases, A_log, dt_bias) is perturbed so
     an offset or a swapped vector cannot hide behind HF's constant initialisation."""
     import transformers as tf
 
     torch.manual_seed(seed)
-    model = getattr(tf, arch)(tiny_hf_config(arch)).float().eval()
+    config = tiny_hf_config(arch)
+    for key, value in overrides.items():  # text-model fields, e.g. linear_key_head_dim=32
+        setattr(config.get_text_config(), key, value)
+    model = getattr(tf, arch)(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
@@ -103,11 +106,14 @@ class StepHarness:
 
     def __init__(self, model, page_size: int = 4, num_pages: int = 256, max_requests: int = 8):
         self.model = model
+        dev = self.device = model.device
         layers = model.attention_layers
-        per_page = sum(2 * layer.num_kv_heads * layer.head_dim * 4 for layer in layers) * page_size
+        itemsize = torch.empty((), dtype=model.dtype).element_size()
+        per_page = sum(2 * a.num_kv_heads * a.head_dim * itemsize for a in layers) * page_size
         self.kv = KVCache.create(layers, budget_bytes=per_page * num_pages, page_size=page_size,
-                                 dtype=model.dtype, device="cpu")
-        self.states = StatePool(model.recurrent_layers, max_requests + 1, conv_dtype=model.dtype)
+                                 dtype=model.dtype, device=dev)
+        self.states = StatePool(model.recurrent_layers, max_requests + 1, conv_dtype=model.dtype,
+                                device=dev)
         self.attn = TorchAttentionBackend(build=SimpleNamespace(page_size=page_size, deterministic=False))
         self.reqs: dict[str, ReqState] = {}
 
@@ -132,11 +138,14 @@ class StepHarness:
         page_table = torch.zeros(len(chunks), max(len(self.reqs[r].pages) for r, _ in chunks), dtype=torch.long)
         for i, (rid, _) in enumerate(chunks):
             page_table[i, : len(self.reqs[rid].pages)] = torch.tensor(self.reqs[rid].pages)
+        def t(x):
+            return torch.as_tensor(x, dtype=torch.long, device=self.device)
+
         batch = ForwardBatch(
-            phase="mixed", input_ids=torch.tensor(ids), positions=torch.tensor(positions),
-            extend_lens=torch.tensor(ext), prefix_lens=torch.tensor(prefix_lens), page_table=page_table,
-            out_loc=torch.tensor(out_loc), logits_indices=torch.tensor(rows),
-            state_slots=torch.tensor([self.reqs[r].slot for r, _ in chunks]),
+            phase="mixed", input_ids=t(ids), positions=t(positions),
+            extend_lens=t(ext), prefix_lens=t(prefix_lens), page_table=t(page_table),
+            out_loc=t(out_loc), logits_indices=t(rows),
+            state_slots=t([self.reqs[r].slot for r, _ in chunks]),
             track_states=track_states, capture_hidden_layers=capture,
             extend_lens_cpu=ext, prefix_lens_cpu=prefix_lens,
         )
@@ -158,5 +167,5 @@ class StepHarness:
         return tokens
 
 
-def load_hinge(path: Path):
-    return load_model(path, device="cpu", dtype=torch.float32, quantizer=NoQuantizer(), progress=False)
+def load_hinge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    return load_model(path, device=device, dtype=dtype, quantizer=NoQuantizer(), progress=False)

@@ -45,3 +45,23 @@ def test_fla_kernels_match_the_torch_reference_in_bf16(lens):
     got = fla.gated_delta_rule(*args, cu)
     assert _rel(got.out, ref.out) < 2e-2
     assert _rel(got.final_state, ref.final_state) < 2e-2
+
+
+def test_qwen3_5_model_with_fla_kernels_matches_torch_kernels_in_bf16(tmp_path):
+    """Prefill (mixed lengths, chunked) then decode steps of a tiny Qwen3.5 on CUDA in bf16."""
+    from conftest import StepHarness, load_hinge, make_hybrid_checkpoint
+
+    path = make_hybrid_checkpoint(tmp_path, "Qwen3_5ForCausalLM", linear_key_head_dim=32,
+                                  linear_value_head_dim=32)
+    model = load_hinge(path, device="cuda", dtype=torch.bfloat16)
+    prompts = {"a": list(range(3, 40)), "b": [5, 6, 7], "c": list(range(10, 90))}
+    logits = {}
+    for name, kernels in (("torch", TorchRecurrentKernels()), ("fla", get_recurrent_kernels("cuda", "fla"))):
+        model.set_recurrent_kernels(kernels)
+        harness = StepHarness(model)
+        rows = [harness.step([("a", prompts["a"][:20]), ("b", prompts["b"]), ("c", prompts["c"])]).logits,
+                harness.step([("a", prompts["a"][20:])]).logits]
+        for step in range(4):
+            rows.append(harness.step([(r, [11 + step]) for r in prompts]).logits)
+        logits[name] = torch.cat(rows).float()
+    assert _rel(logits["fla"], logits["torch"]) < 3e-2
