@@ -21,6 +21,7 @@ from hinge.engine.runner import ModelRunner
 from hinge.engine.sampler import Sampler
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.stats import EngineStats
+from hinge.engine.validation import validate_request
 
 if TYPE_CHECKING:
     from hinge.config import EngineConfig
@@ -72,6 +73,15 @@ class Engine:
         self.states = self._create_state_pool(config, budget)
         if self.states is not None:
             budget -= self.states.nbytes
+        self.states = None
+        if self.model.recurrent_layers:
+            from hinge.engine.state_pool import StatePool
+
+            self.states = StatePool.create(
+                self.model.recurrent_layers, max_requests=config.max_running_requests,
+                conv_dtype=self.dtype, ssm_dtype=getattr(torch, config.state_dtype),
+                device=self.device)
+            budget -= self.states.nbytes
         self.kv = KVCache.create(self.model.attention_layers, budget_bytes=budget,
                                  page_size=config.page_size, dtype=self.dtype, device=self.device)
         # loop parts
@@ -111,37 +121,16 @@ class Engine:
     def add_request(self, prompt_ids: list[int], params: SamplingParams,
                     rid: str | None = None) -> str:
         rid = rid if rid is not None else uuid.uuid4().hex
-        self._validate(rid, prompt_ids, params)
+        if self.scheduler.find(rid) is not None:
+            raise ValueError(f"request id {rid!r} is already in use; pick another rid")
+        validate_request(prompt_ids, params, vocab_size=self.vocab_size,
+                         max_model_len=self.max_model_len, kv_tokens=self.kv.num_usable_tokens)
         req = Request(rid, prompt_ids, params, arrival=next(self._arrivals))
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
             req.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.scheduler.add(req)
         return rid
-
-    def _validate(self, rid: str, prompt_ids: list[int], params: SamplingParams) -> None:
-        n, limit = len(prompt_ids), self.max_model_len
-        if self.scheduler.find(rid) is not None:
-            raise ValueError(f"request id {rid!r} is already in use; pick another rid")
-        if n == 0:
-            raise ValueError("the prompt is empty: send at least one token")
-        bad = [t for t in prompt_ids if not isinstance(t, int) or not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt token ids must be integers in [0, {self.vocab_size}) "
-                             f"(the model's vocab size); got {bad[:5]}")
-        if n > limit:
-            raise ValueError(f"the prompt has {n} tokens, more than max_model_len={limit}; "
-                             "shorten the prompt")
-        if n + params.max_new_tokens > limit:
-            raise ValueError(
-                f"prompt ({n} tokens) + max_new_tokens ({params.max_new_tokens}) = "
-                f"{n + params.max_new_tokens} exceeds max_model_len={limit}; set max_new_tokens "
-                f"<= {limit - n}")
-        if n + params.max_new_tokens > self.kv.num_usable_tokens:
-            raise ValueError(
-                f"prompt ({n}) + max_new_tokens ({params.max_new_tokens}) needs more KV than the "
-                f"whole pool holds ({self.kv.num_usable_tokens} tokens); lower max_new_tokens or "
-                "raise kv_cache_bytes (CPU) / mem_fraction_static (CUDA)")
 
     def abort_request(self, rid: str) -> bool:
         req = self.scheduler.find(rid)
