@@ -133,3 +133,29 @@ def test_prefills_holding_the_whole_pool_make_progress():
     batch = sched.schedule()
     assert batch.reqs == [a] and batch.extend_lens == [4]
     assert b.num_retractions == 1 and list(sched.waiting) == [b] and b.pages == []
+
+
+def test_hybrid_requests_hold_a_state_slot_while_running_only():
+    from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
+
+    spec = RecurrentLayerSpec(layer_id=0, state_id=0, conv_dim=2, conv_kernel=3)
+    states = StatePool.create([spec], max_requests=2, conv_dtype=torch.float32)
+    sched = _scheduler(9, max_running=2)
+    sched.states = states
+    reqs = [_req(0, 4, 20), _req(1, 4, 20), _req(2, 3, 2)]
+    for r in reqs:
+        sched.add(r)
+    seen_retraction = False
+    while sched.has_unfinished():
+        batch = sched.schedule()
+        slots = [r.state_slot for r in sched.running]
+        assert None not in slots and len(set(slots)) == len(slots) == states.num_used
+        assert all(r.state_slot is None for r in sched.waiting)
+        seen_retraction |= sched.num_retractions > 0
+        for req, n in zip(batch.reqs, batch.extend_lens, strict=True):
+            req.num_computed += n
+            if req.num_computed == req.num_tokens:
+                req.output_ids.append(7)
+                if req.num_output == req.params.max_new_tokens:
+                    sched.finish(req)
+    assert seen_retraction and states.num_used == 0
