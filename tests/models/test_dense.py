@@ -125,3 +125,31 @@ def test_deterministic_logits_bit_identical_alone_batched_and_chunked(arch, tiny
 
     assert torch.equal(alone, batched)
     assert torch.equal(alone, chunked)
+
+
+VARIANTS = {
+    "qwen3_sliding_window": ("qwen3", dict(use_sliding_window=True, sliding_window=8, max_window_layers=1)),
+    "llama_biases_default_rope": (
+        "llama", dict(attention_bias=True, mlp_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    ),
+    "llama_linear_rope_mha": (
+        "llama", dict(num_key_value_heads=4, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+    ),
+    "qwen3_moe_sparse_step_2_unnormed": ("qwen3_moe", dict(decoder_sparse_step=2, mlp_only_layers=[], norm_topk_prob=False)),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_config_variants_match_transformers_prefilled_and_chunked(variant, tmp_path):
+    from hinge.testing.checkpoints import make_tiny_checkpoint
+
+    arch, overrides = VARIANTS[variant]
+    path = make_tiny_checkpoint(arch, tmp_path, **overrides)
+    model, hf = load_hinge(path), load_hf(path)
+    ids = prompt(30, 40)
+    ref = hf_logits(hf, ids)
+    assert_logits_close(paged(model).step([("a", ids)]).logits, ref)
+    runner = paged(model, page_size=4)
+    got = [runner.step([("a", ids[:13])]).logits, runner.step([("a", ids[13:38])]).logits]
+    got += [runner.step([("a", [tok])]).logits for tok in ids[38:]]
+    assert_logits_close(torch.cat(got), ref)

@@ -45,6 +45,7 @@ class RequestSlots:
 @dataclass
 class TorchAttentionMetadata:
     requests: list[RequestSlots]
+    page_size: int
     #: decode rows batched together: rows (Bd,), slots (Bd, Smax), key valid mask (Bd, Smax)
     decode_ids: list[int] = field(default_factory=list)
     decode_rows: torch.Tensor | None = None
@@ -87,7 +88,7 @@ class TorchAttentionBackend(AttentionBackend):
             if extend == 1:
                 decode_ids.append(i)
             q_start += extend
-        meta = TorchAttentionMetadata(requests)
+        meta = TorchAttentionMetadata(requests, page_size)
         if len(decode_ids) > 1 and not self.deterministic:
             reqs = [requests[i] for i in decode_ids]
             max_len = max(r.seq_len for r in reqs)
@@ -124,6 +125,8 @@ class TorchAttentionBackend(AttentionBackend):
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)
+        assert meta.page_size == kv.page_size, (
+            f"metadata built for page_size {meta.page_size}, KV pool has {kv.page_size}")
         out = torch.empty_like(q)
         window = layer.sliding_window
         if self.deterministic:
