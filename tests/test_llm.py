@@ -200,3 +200,28 @@ def test_deterministic_logprobs_on_cuda_are_independent_of_batch_and_chunking(ch
         rechunked = llm.generate(prompts[::-1], params)[4]
     assert alone.token_ids == batch.token_ids == rechunked.token_ids
     assert alone.logprobs == batch.logprobs == rechunked.logprobs
+
+
+def test_llm_without_a_model_runs_the_embedded_default():
+    from hinge.builtin import default_model_path
+
+    with LLM() as llm:
+        out = llm.generate("def fibonacci(n):", SamplingParams(max_new_tokens=4, temperature=0,
+                                                               ignore_eos=True))[0]
+        assert llm.engine.config.model == str(default_model_path())
+    assert len(out.token_ids) == 4 and out.finish_reason == "length"
+
+
+def test_seeded_requests_reproduce_and_unseeded_follow_the_engine_seed(checkpoints):
+    prompts = _prompts((6, 11))
+    seeded = SamplingParams(max_new_tokens=16, temperature=1.0, seed=77, ignore_eos=True)
+    free = SamplingParams(max_new_tokens=16, temperature=1.0, ignore_eos=True)
+    with LLM(str(checkpoints["qwen3"]), seed=1) as llm:
+        a = llm.generate(prompts, seeded)
+        b = llm.generate(prompts[:1], seeded)
+        c = llm.generate(prompts, free)
+    with LLM(str(checkpoints["qwen3"]), seed=1) as llm:
+        d = llm.generate(prompts, free)
+    assert a[0].token_ids == b[0].token_ids
+    assert [o.token_ids for o in c] == [o.token_ids for o in d]
+    assert c[0].token_ids != a[0].token_ids, "a different seed should draw differently"
