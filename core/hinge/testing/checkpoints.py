@@ -57,10 +57,49 @@ def _qwen3_moe(overrides: dict):
     return Qwen3MoeForCausalLM(cfg)
 
 
+HYBRID_LINEAR: dict[str, Any] = dict(
+    linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    linear_num_key_heads=2, linear_num_value_heads=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    num_hidden_layers=4,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+)
+
+
+def _qwen3_5(overrides: dict):
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(**{**COMMON, **HYBRID_LINEAR, "tie_word_embeddings": False, **overrides})
+    return Qwen3_5ForCausalLM(cfg)
+
+
+def _qwen3_next(overrides: dict):
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+               shared_expert_intermediate_size=48, decoder_sparse_step=1, mlp_only_layers=[1],
+               norm_topk_prob=True, tie_word_embeddings=False)
+    cfg = Qwen3NextConfig(**{**COMMON, **HYBRID_LINEAR, **moe, **overrides})
+    return Qwen3NextForCausalLM(cfg)
+
+
+def _lfm2(overrides: dict):
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    base = dict(num_hidden_layers=4, conv_L_cache=3, layer_types=["conv", "full_attention", "conv", "conv"],
+                block_multiple_of=16, conv_bias=False, tie_word_embeddings=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    common = {k: v for k, v in COMMON.items() if k != "rms_norm_eps"}
+    return Lfm2ForCausalLM(Lfm2Config(**{**common, **base, **overrides}))
+
+
 ARCHS: dict[str, Callable[[dict], Any]] = {
     "llama": _llama,
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
+    "qwen3_5": _qwen3_5,
+    "qwen3_next": _qwen3_next,
+    "lfm2": _lfm2,
 }
 
 
