@@ -225,3 +225,15 @@ def test_seeded_requests_reproduce_and_unseeded_follow_the_engine_seed(checkpoin
     assert a[0].token_ids == b[0].token_ids
     assert [o.token_ids for o in c] == [o.token_ids for o in d]
     assert c[0].token_ids != a[0].token_ids, "a different seed should draw differently"
+
+
+def test_tight_pool_retracts_and_greedy_still_matches_transformers(checkpoints, hf_models):
+    prompts = _prompts()
+    # 20 usable pages of 4 tokens (512 bytes per token) = 80 tokens for 290 tokens of requests
+    with LLM(str(checkpoints["qwen3"]), page_size=4, kv_cache_bytes=21 * 4 * 512,
+             chunked_prefill_size=16) as llm:
+        outs = llm.generate(prompts, GREEDY)
+        stats = llm.engine.stats()
+    assert stats.num_retractions > 0 and stats.kv_pages_used == 0
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _hf_greedy(hf_models["qwen3"], prompt, 32), len(prompt)
