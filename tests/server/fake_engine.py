@@ -7,6 +7,7 @@ Tokens are characters: ``encode`` maps each character to ``ord(c) % 256``; the m
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,9 @@ class _Req:
 
 
 class FakeEngine:
-    def __init__(self, max_model_len: int = 128, page_size: int = 4, fail_steps: int = 0) -> None:
+    def __init__(self, max_model_len: int = 128, page_size: int = 4, fail_steps: int = 0,
+                 step_delay: float = 0.0) -> None:
+        self.step_delay = step_delay  #: seconds each step sleeps (a model that takes time)
         self.tokenizer = CharTokenizer()
         self.max_model_len = max_model_len
         self.page_size = page_size
@@ -87,6 +90,7 @@ class FakeEngine:
             self.fail_steps -= 1
             raise RuntimeError("fake step failure")
         self.steps += 1
+        time.sleep(self.step_delay)
         outputs = []
         for req in list(self.reqs.values()):
             p = req.params

@@ -7,9 +7,8 @@ import json
 import random
 
 import httpx
-from server_helpers import wait_until_idle
-
 from hinge import SamplingParams
+from server_helpers import wait_until_idle
 
 NUM_REQUESTS = 64
 
