@@ -239,8 +239,16 @@ class Engine:
         }
 
     def close(self) -> None:
+        if self.model is None:
+            return
         for req in list(self.scheduler.running) + list(self.scheduler.waiting):
             self.abort_request(req.rid)
         self._aborted = []
-        self.model = None
-        self.runner = None
+        # drop every large tensor so a following engine on the same GPU gets the memory back
+        self.model = self.runner = self.kv = self.states = self.attn = None
+        self.scheduler.kv = self.scheduler.states = None
+        if self.device == "cuda":
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
