@@ -92,9 +92,11 @@ class TorchAttentionBackend(AttentionBackend):
         if len(decode_ids) > 1 and not self.deterministic:
             reqs = [requests[i] for i in decode_ids]
             max_len = max(r.seq_len for r in reqs)
-            slots = torch.zeros(len(reqs), max_len, dtype=torch.int64, device=device)
-            for row, r in enumerate(reqs):
-                slots[row, : r.seq_len] = r.kv_slots
+            # NOTE: padding repeats the request's own first slot (written, finite) and is masked;
+            # page 0 could hold NaN, and 0 * NaN = NaN even under a zero attention weight
+            slots = torch.cat([
+                torch.cat([r.kv_slots, r.kv_slots[:1].expand(max_len - r.seq_len)])[None] for r in reqs
+            ])
             lens = torch.tensor([r.seq_len for r in reqs], device=device)
             meta.decode_ids = decode_ids
             meta.decode_rows = torch.tensor([r.q_start for r in reqs], device=device)
@@ -167,10 +169,8 @@ class TorchAttentionBackend(AttentionBackend):
                 mask &= k_pos[None, :] > meta.decode_qpos[:, None] - layer.sliding_window
             meta._masks[key] = mask
         mask = meta._masks[key]
-        invalid = ~meta.decode_valid[:, :, None, None]
-        # NOTE: padded keys read page 0, which may hold garbage (even NaN): zero them, 0 * NaN = NaN
-        ki = gather_rows(k_cache, meta.decode_slots).to(q.dtype).masked_fill(invalid, 0)
-        vi = gather_rows(v_cache, meta.decode_slots).to(q.dtype).masked_fill(invalid, 0)
+        ki = gather_rows(k_cache, meta.decode_slots).to(q.dtype)
+        vi = gather_rows(v_cache, meta.decode_slots).to(q.dtype)
         qi = q.index_select(0, meta.decode_rows)[:, :, None, :]  # (Bd, H, 1, D)
         o = F.scaled_dot_product_attention(
             qi, ki.transpose(1, 2), vi.transpose(1, 2),
