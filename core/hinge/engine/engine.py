@@ -20,7 +20,7 @@ from hinge.engine.request import Request, RequestOutput
 from hinge.engine.runner import ModelRunner
 from hinge.engine.sampler import Sampler
 from hinge.engine.scheduler import Scheduler
-from hinge.engine.stats import EngineStats
+from hinge.engine.stats import EngineStats, server_info
 from hinge.engine.validation import validate_request
 
 if TYPE_CHECKING:
@@ -72,15 +72,6 @@ class Engine:
                                  free_before_weights=free_before)
         self.states = self._create_state_pool(config, budget)
         if self.states is not None:
-            budget -= self.states.nbytes
-        self.states = None
-        if self.model.recurrent_layers:
-            from hinge.engine.state_pool import StatePool
-
-            self.states = StatePool.create(
-                self.model.recurrent_layers, max_requests=config.max_running_requests,
-                conv_dtype=self.dtype, ssm_dtype=getattr(torch, config.state_dtype),
-                device=self.device)
             budget -= self.states.nbytes
         self.kv = KVCache.create(self.model.attention_layers, budget_bytes=budget,
                                  page_size=config.page_size, dtype=self.dtype, device=self.device)
@@ -217,26 +208,7 @@ class Engine:
         return EngineStats(**{k: getattr(s, k) for k in s.__dataclass_fields__})
 
     def server_info(self) -> dict[str, Any]:
-        import transformers
-
-        import hinge
-
-        mcfg = self.model.config
-        return {
-            "config": self.config.model_dump(mode="json"),
-            "plan": self.plan.to_dict(),
-            "model": {"path": str(self.config.model), "architectures": mcfg.architectures,
-                      "vocab_size": mcfg.vocab_size, "dtype": str(self.dtype)},
-            "max_model_len": self.max_model_len,
-            "kv_cache": {"tokens": self.kv.num_usable_tokens, "pages": self.kv.allocator.num_usable,
-                         "page_size": self.kv.page_size},
-            "state_pool": None if self.states is None else {
-                "slots": self.states.num_slots - 1, "bytes": self.states.nbytes,
-                "state_dtype": str(self.states.ssm_dtype)},
-            "stats": self.stats().to_dict(),
-            "versions": {"hinge": getattr(hinge, "__version__", "unknown"),
-                         "torch": torch.__version__, "transformers": transformers.__version__},
-        }
+        return server_info(self)
 
     def close(self) -> None:
         if self.model is None:

@@ -37,7 +37,6 @@ class Scheduler:
         self.kv = kv
         self.allocator: PageAllocator = kv.allocator
         self.cache = cache
-        self.states = states  #: recurrent-state pool of hybrid models (a slot per running request)
         self.max_running_requests = max_running_requests
         self.token_budget = chunked_prefill_size if chunked_prefill_size > 0 else 1 << 62
         self.waiting: deque[Request] = deque()
@@ -216,9 +215,6 @@ class Scheduler:
             self.cache.unlock(req.cache_hit)
             req.cache_hit = None
         req.pages = []
-        if req.state_slot is not None and self.states is not None:
-            self.states.free(req.state_slot)
-            req.state_slot = None
         if req.state_slot is not None and self.states is not None:
             self.states.free(req.state_slot)
             req.state_slot = None

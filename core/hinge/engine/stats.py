@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass
@@ -37,3 +38,29 @@ class EngineStats:
         out.update(kv_tokens_total=self.kv_tokens_total, kv_tokens_used=self.kv_tokens_used,
                    kv_usage=self.kv_usage)
         return out
+
+
+def server_info(engine: Any) -> dict[str, Any]:
+    """``Engine.server_info()``: resolved config and plan, model, pools in tokens, versions."""
+    import torch
+    import transformers
+
+    import hinge
+
+    mcfg = engine.model.config
+    states = engine.states
+    return {
+        "config": engine.config.model_dump(mode="json"),
+        "plan": engine.plan.to_dict(),
+        "model": {"path": str(engine.config.model), "architectures": mcfg.architectures,
+                  "vocab_size": mcfg.vocab_size, "dtype": str(engine.dtype)},
+        "max_model_len": engine.max_model_len,
+        "kv_cache": {"tokens": engine.kv.num_usable_tokens,
+                     "pages": engine.kv.allocator.num_usable, "page_size": engine.kv.page_size},
+        "state_pool": None if states is None else {
+            "slots": states.num_slots - 1, "bytes": states.nbytes,
+            "state_dtype": str(states.ssm_dtype)},
+        "stats": engine.stats().to_dict(),
+        "versions": {"hinge": getattr(hinge, "__version__", "unknown"),
+                     "torch": torch.__version__, "transformers": transformers.__version__},
+    }
