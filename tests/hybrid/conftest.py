@@ -104,7 +104,8 @@ class ReqState:
 class StepHarness:
     """Runs ``model`` one step at a time for requests identified by name (pages and slots kept)."""
 
-    def __init__(self, model, page_size: int = 4, num_pages: int = 256, max_requests: int = 8):
+    def __init__(self, model, page_size: int = 4, num_pages: int = 256, max_requests: int = 8,
+                 deterministic: bool = False):
         self.model = model
         dev = self.device = model.device
         layers = model.attention_layers
@@ -114,7 +115,9 @@ class StepHarness:
                                  dtype=model.dtype, device=dev)
         self.states = StatePool(model.recurrent_layers, max_requests + 1, conv_dtype=model.dtype,
                                 device=dev)
-        self.attn = TorchAttentionBackend(build=SimpleNamespace(page_size=page_size, deterministic=False))
+        self.attn = TorchAttentionBackend(
+            build=SimpleNamespace(page_size=page_size, deterministic=deterministic)
+        )
         self.reqs: dict[str, ReqState] = {}
 
     def step(self, chunks: list[tuple[str, list[int]]], *, all_logits: bool = False,
@@ -167,5 +170,8 @@ class StepHarness:
         return tokens
 
 
-def load_hinge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    return load_model(path, device=device, dtype=dtype, quantizer=NoQuantizer(), progress=False)
+def load_hinge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32,
+               deterministic: bool = False):
+    quantizer = NoQuantizer(build=SimpleNamespace(deterministic=deterministic))
+    return load_model(path, device=device, dtype=dtype, quantizer=quantizer,
+                      deterministic=deterministic, progress=False)

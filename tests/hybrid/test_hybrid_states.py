@@ -110,3 +110,23 @@ def test_hidden_states_are_numbered_as_transformers_output_hidden_states(hybrid_
     assert sorted(out.hidden_states) == list(range(len(ref)))
     for i, h in out.hidden_states.items():
         assert_logits_close(h, ref[i][0])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_deterministic_logits_are_bit_identical_alone_in_a_batch_and_chunked(hybrid_checkpoints, arch):
+    model = load_hinge(hybrid_checkpoints(arch), deterministic=True)
+    prompt, follow = SEQ[:15], [33, 4, 71]
+
+    def run(chunks_of_a: list[list[int]], others: bool) -> torch.Tensor:
+        harness = StepHarness(model, deterministic=True)
+        rows = []
+        for i, chunk in enumerate(chunks_of_a + [[t] for t in follow]):
+            batch = [("a", chunk)]
+            if others:  # different company every step: a prefill, then decodes
+                batch += [("b", SEQ[i : i + 5]), ("c", [7 + i])]
+            rows.append(harness.step(batch, all_logits=True).logits[: len(chunk)])
+        return torch.cat(rows)
+
+    alone = run([prompt], others=False)
+    assert torch.equal(run([prompt], others=True), alone)
+    assert torch.equal(run([prompt[:4], prompt[4:5], prompt[5:]], others=True), alone)

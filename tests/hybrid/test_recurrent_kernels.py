@@ -187,3 +187,31 @@ def test_unknown_or_misplaced_kernel_names_fail_with_the_choices():
         get_recurrent_kernels("cpu", "triton")
     with pytest.raises(ValueError, match="need a CUDA device"):
         get_recurrent_kernels("cpu", "fla")
+
+
+DETERMINISTIC = TorchRecurrentKernels(deterministic=True)
+
+
+def test_deterministic_delta_rule_matches_float64_loop_and_per_position_states():
+    q, k, v, g, beta, s0 = _inputs(40, seed=6)
+    res = DETERMINISTIC.gated_delta_rule(q, k, v, g, beta, s0, [0, 40], track_states=True)
+    out64, s64, states64 = _float64_loop(q, k, v, g, beta, s0[0])
+    torch.testing.assert_close(res.out.double(), out64, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(res.final_state[0].double(), s64, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(res.position_states.double(), states64, rtol=1e-4, atol=1e-5)
+
+
+def test_deterministic_delta_rule_bits_do_not_depend_on_batch_or_chunking():
+    cu = [0, 3, 40, 41, 60, 90]
+    q, k, v, g, beta, s0 = _inputs(90, b=5, seed=7)
+    batch = DETERMINISTIC.gated_delta_rule(q, k, v, g, beta, s0, cu)
+    s, e = 3, 40  # request 1 alone, in one step and in three chunks of odd sizes
+    alone = DETERMINISTIC.gated_delta_rule(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], s0[1:2], [0, 37])
+    assert torch.equal(alone.out, batch.out[s:e])
+    assert torch.equal(alone.final_state[0], batch.final_state[1])
+    state, outs = s0[1:2], []
+    for a, b in [(3, 10), (10, 11), (11, 40)]:
+        part = DETERMINISTIC.gated_delta_rule(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], state, [0, b - a])
+        state, outs = part.final_state, outs + [part.out]
+    assert torch.equal(state[0], batch.final_state[1])
+    assert torch.equal(torch.cat(outs), batch.out[s:e])

@@ -83,7 +83,9 @@ class Lfm2ForCausalLM(HybridDecoderLM):
                  deterministic: bool = False) -> None:
         super().__init__(config)
         cfg = config.hf_config
-        kernels = get_recurrent_kernels(str(torch.get_default_device()))
+        kernels = get_recurrent_kernels(
+            str(torch.get_default_device()), deterministic=deterministic
+        )
         self.rotary = RotaryEmbedding.from_config(cfg, head_dim_of(cfg))
         layers = []
         for i, kind in enumerate(cfg.layer_types[: cfg.num_hidden_layers]):

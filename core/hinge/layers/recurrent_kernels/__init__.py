@@ -8,12 +8,25 @@ from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels
 KERNEL_NAMES = ("auto", "torch", "fla")
 
 
-def get_recurrent_kernels(device: str, name: str = "auto") -> RecurrentKernels:
-    """``auto``: fla on CUDA when fla-core imports, else torch. Never imports fla on CPU."""
+def get_recurrent_kernels(
+    device: str, name: str = "auto", *, deterministic: bool = False
+) -> RecurrentKernels:
+    """``auto``: fla on CUDA when fla-core imports, else torch. Never imports fla on CPU.
+
+    ``deterministic`` (batch- and chunking-invariant bits) is the torch reference's token-by-token
+    form on any device; fla's kernels are not batch invariant.
+    """
     if name not in KERNEL_NAMES:
         raise ValueError(
             f"unknown recurrent kernels {name!r}; choose one of {', '.join(KERNEL_NAMES)}"
         )
+    if deterministic:
+        if name == "fla":
+            raise ValueError(
+                "recurrent kernels 'fla' are not batch invariant; deterministic mode uses 'torch' "
+                "(pass name='auto' or 'torch')"
+            )
+        return TorchRecurrentKernels(deterministic=True)
     if name == "torch" or (name == "auto" and not str(device).startswith("cuda")):
         return TorchRecurrentKernels()
     if name == "fla" and not str(device).startswith("cuda"):

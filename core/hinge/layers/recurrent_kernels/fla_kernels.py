@@ -33,6 +33,7 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     name = "fla"
 
     def __init__(self) -> None:
+        super().__init__(deterministic=False)
         self._chunk, self._recurrent = _import_fla()
 
     def runs_on(self, x: torch.Tensor) -> bool:

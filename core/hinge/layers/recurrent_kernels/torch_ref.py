@@ -4,6 +4,11 @@ Requests of equal length run together as one batch; the others run one by one. T
 (chunks of 64 tokens, the WY/UT transform inside a chunk, a sequential scan across chunks) is used
 for multi-token segments; the recurrent form for single tokens and whenever per-position states
 are asked for (it produces them for free).
+
+``deterministic``: every token goes through the recurrent form, requests in zero-padded blocks of
+``BLOCK_ROWS`` rows, each op of fixed shape and element-wise or reduced over one head's vector. A
+request's bits then depend only on its own tokens and state: the same alone or in any batch, and
+for any chunking of its prefill (the state after a token is the same whatever came in one step).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import torch.nn.functional as F
 from hinge.layers.recurrent_kernels.base import ConvResult, DeltaRuleResult, RecurrentKernels
 
 CHUNK_SIZE = 64
+BLOCK_ROWS = 16
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -40,7 +46,10 @@ def _conv_windows(xs: torch.Tensor, weight, bias, activation, track):
     """xs: (N, K-1+L, C) window then inputs -> out (N, L, C), final (N, C, K-1), per-row windows."""
     k = weight.shape[1]
     taps = xs.unfold(1, k, 1)  # (N, L, C, K): taps[:, t] = xs[:, t:t+K]
-    out = (taps.float() * weight.float()).sum(-1)
+    w = weight.float()
+    out = taps[..., 0].float() * w[:, 0]
+    for j in range(1, k):  # NOTE: element-wise in a fixed order: batch and chunking invariant
+        out = out + taps[..., j].float() * w[:, j]
     if bias is not None:
         out = out + bias.float()
     if activation == "silu":
@@ -122,6 +131,53 @@ def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
     return out.transpose(0, 1), state
 
 
+def delta_rule_deterministic(q, k, v, g, beta, initial_state, cu_seqlens, track_states):
+    """Token by token, requests in fixed blocks of BLOCK_ROWS rows (see the module docstring)."""
+    b, t = len(cu_seqlens) - 1, q.shape[0]
+    hv, dv = v.shape[1:]
+    steps, b_pad = max(e - s for s, e in _segments(cu_seqlens)), -(-b // BLOCK_ROWS) * BLOCK_ROWS
+    # (b_pad, steps) grid of rows; padding keeps the state: g = 0 (decay 1), beta = 0 (no write)
+    index = torch.full((b_pad, steps), t, dtype=torch.long, device=q.device)
+    for i, (s, e) in enumerate(_segments(cu_seqlens)):
+        index[i, : e - s] = torch.arange(s, e, device=q.device)
+
+    def grid(x):
+        padded = torch.cat([x.float(), x.new_zeros((1, *x.shape[1:]), dtype=torch.float32)])
+        return padded[index]
+
+    qg, kg, vg, gg, bg = grid(q), grid(k), grid(v), grid(g), grid(beta)
+    state = torch.zeros(b_pad, *initial_state.shape[1:], dtype=torch.float32, device=q.device)
+    state[:b] = initial_state.float()
+    out = torch.zeros(b_pad, steps, hv, dv, device=q.device)
+    states = torch.zeros(b_pad, steps, *state.shape[1:], device=q.device) if track_states else None
+    rep = hv // q.shape[1]
+    for r in range(0, b_pad, BLOCK_ROWS):
+        blk = slice(r, r + BLOCK_ROWS)
+        s_blk = state[blk]
+        for i in range(steps):
+            q_t, k_t = l2norm(qg[blk, i]), l2norm(kg[blk, i])
+            q_t = q_t * q_t.shape[-1] ** -0.5
+            if rep > 1:
+                q_t, k_t = q_t.repeat_interleave(rep, dim=1), k_t.repeat_interleave(rep, dim=1)
+            s_blk = s_blk * gg[blk, i].exp()[..., None, None]
+            kv_mem = (s_blk * k_t[..., None]).sum(dim=-2)
+            delta = (vg[blk, i] - kv_mem) * bg[blk, i][..., None]
+            s_blk = s_blk + k_t[..., None] * delta[..., None, :]
+            out[blk, i] = (s_blk * q_t[..., None]).sum(dim=-2)
+            if track_states:
+                states[blk, i] = s_blk
+        state[blk] = s_blk
+    valid = index[:b] < t
+    rows = index[:b][valid]
+    result = out.new_empty(t, hv, dv)
+    result[rows] = out[:b][valid]
+    pos = None
+    if track_states:
+        pos = states.new_empty(t, *state.shape[1:])
+        pos[rows] = states[:b][valid]
+    return result, state[:b], pos
+
+
 def prepare_qk(q, k, num_v_heads):
     """L2-normalise q/k in float32, scale q by Dk^-0.5, expand heads to the value heads."""
     q, k = l2norm(q.float()), l2norm(k.float())
@@ -132,8 +188,15 @@ def prepare_qk(q, k, num_v_heads):
     return q, k
 
 
-def torch_gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
+def torch_gated_delta_rule(
+    q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False, deterministic=False
+):
     out_dtype = q.dtype
+    if deterministic:
+        out, final, states = delta_rule_deterministic(
+            q, k, v, g, beta, initial_state, cu_seqlens, track_states
+        )
+        return DeltaRuleResult(out.to(out_dtype), final, states)
     q, k = prepare_qk(q, k, v.shape[-2])
     v, g, beta = v.float(), g.float(), beta.float()
     state0 = initial_state.float()
@@ -165,6 +228,9 @@ def torch_gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens, *, track
 class TorchRecurrentKernels(RecurrentKernels):
     name = "torch"
 
+    def __init__(self, deterministic: bool = False) -> None:
+        self.deterministic = deterministic
+
     def causal_conv1d(
         self, x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
     ):
@@ -180,5 +246,6 @@ class TorchRecurrentKernels(RecurrentKernels):
 
     def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
         return torch_gated_delta_rule(
-            q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states
+            q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states,
+            deterministic=self.deterministic,
         )
