@@ -80,3 +80,19 @@ def test_retracted_request_gives_back_its_slot_and_gets_a_zeroed_one_on_readmiss
     assert a.state_slot is None and sched.states.num_used == 0
     sched.schedule()
     assert a.state_slot is not None and sched.states.conv[0][a.state_slot].abs().sum() == 0
+
+
+def test_engine_deterministic_logprobs_of_a_hybrid_do_not_depend_on_batch_or_chunking(hybrid_checkpoints):
+    path = hybrid_checkpoints("Qwen3_5ForCausalLM")
+    if not (path / "tokenizer.json").exists():
+        write_small_byte_tokenizer(path)
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(2, VOCAB - 1, (n,), generator=gen).tolist() for n in (19, 5, 11, 2, 30)]
+    params = SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True, logprobs=True)
+    runs = []
+    for chunk, batch in ((64, prompts[:1]), (7, prompts), (3, prompts[::-1])):
+        with LLM(str(path), deterministic=True, chunked_prefill_size=chunk, page_size=4) as llm:
+            outs = llm.generate(batch, params)
+        runs.append(next(o for o, p in zip(outs, batch, strict=True) if p == prompts[0]))
+    assert runs[0].logprobs == runs[1].logprobs == runs[2].logprobs
+    assert runs[0].token_ids == runs[1].token_ids == runs[2].token_ids
