@@ -60,7 +60,8 @@ def _activate_new_pth_files() -> None:
 
 
 def test_hinge_plugins_lists_the_installed_template_ok(template_installed):
-    listing = json.loads(cmd_plugins(json=True, config=load_config(env={})))
+    # the allow-list keeps other installed plugins (a developer's, fixture builds) out of this test
+    listing = json.loads(cmd_plugins(json=True, config=load_config(env={"HINGE_PLUGINS": "template"})))
     record = next(p for p in listing if p["name"] == "template")
     assert record["status"] == "ok", record["error"]
     assert (record["distribution"], record["version"]) == (DIST, "0.1.0")
@@ -69,8 +70,8 @@ def test_hinge_plugins_lists_the_installed_template_ok(template_installed):
 
 
 def test_config_selects_the_template_backend_by_name(template_installed):
-    config = load_config(env={}, overrides={"attention": "template-sdpa",
-                                            "attention_options": {"upcast": True}})
+    config = load_config(env={"HINGE_PLUGINS": "template"},
+                         overrides={"attention": "template-sdpa", "attention_options": {"upcast": True}})
     plan = resolve_plan(config, model_info={})
     assert (plan.attention.plugin, plan.attention.distribution) == ("template", DIST)
     assert plan.build_attention(plan.build_context()).options.upcast is True

@@ -33,7 +33,7 @@ def test_config_selects_the_backend_by_name(options):
 
 
 def test_unknown_options_are_rejected_listing_upcast():
-    config = load_config(env={}, overrides={"attention": "template-sdpa",
-                                            "attention_options": {"upcat": True}})
+    config = load_config(env={"HINGE_PLUGINS": "template"},
+                         overrides={"attention": "template-sdpa", "attention_options": {"upcat": True}})
     with pytest.raises(OptionsError, match="unknown option 'upcat' .* known options: upcast"):
         resolve_plan(config, model_info={})
