@@ -165,3 +165,27 @@ def test_config_reads_eos_from_generation_config(ckpt):
     assert config.architectures == ["Qwen3ForCausalLM"]
     assert (config.vocab_size, config.hidden_size, config.num_hidden_layers) == (256, 64, 2)
     assert config.max_position_embeddings == 512
+
+
+class ScaleBufferQuantizer(NoQuantizer):
+    """Registers a persistent buffer per linear and ignores checkpoint tensors named ``*.k_scale``."""
+
+    def create_weights(self, layer, in_features, out_features, bias, dtype):
+        super().create_weights(layer, in_features, out_features, bias, dtype)
+        layer.register_buffer("weight_scale", torch.full((1,), float("nan")))
+
+    def checkpoint_param_name(self, name):
+        return None if name.endswith(".k_scale") else name
+
+
+def test_quantizer_buffers_load_and_quantizer_may_ignore_tensors(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    linears = {k.removesuffix(".weight") for k in tensors if "proj.weight" in k}
+    for i, name in enumerate(sorted(linears)):
+        tensors[f"{name}.weight_scale"] = torch.tensor([float(i)])
+    tensors["model.layers.0.self_attn.k_proj.k_scale"] = torch.tensor(1.0)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    model = load_model(ckpt, device="cpu", dtype=torch.float32,
+                       quantizer=ScaleBufferQuantizer(None, build_context()), progress=False)
+    scales = {m.prefix: float(m.weight_scale) for m in model.modules() if isinstance(m, Linear)}
+    assert scales == {name: float(i) for i, name in enumerate(sorted(linears))}

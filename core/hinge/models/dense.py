@@ -16,6 +16,7 @@ from torch import nn
 from hinge.contracts import AttentionLayer
 from hinge.engine.batch import ForwardOutput
 from hinge.layers import GatedMLP, Linear, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers.rotary import CHUNK
 from hinge.models.base import CausalLM, ModelConfig
 
 if TYPE_CHECKING:
@@ -140,6 +141,12 @@ class DenseDecoderLM(CausalLM):
             tied_to=embed if config.tie_word_embeddings else None, deterministic=deterministic,
         )
         self.attention_layers = [layer.self_attn.layer for layer in self.model.layers]
+        self.ensure_positions(min(config.max_position_embeddings or CHUNK, 8 * CHUNK))
+
+    def ensure_positions(self, num_positions: int) -> None:
+        """Build the rotary table up to ``num_positions`` now (call before capturing CUDA graphs:
+        a table grown later is a new tensor a captured graph would not see)."""
+        self.rotary.ensure_positions(num_positions)
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         bias = bool(getattr(cfg, "mlp_bias", False))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
+from torch import nn
 from tqdm.auto import tqdm
 
 from hinge.layers.linear import Linear
@@ -63,9 +64,27 @@ def checkpoint_files(path: Path) -> list[Path]:
     raise FileNotFoundError(f"no {SINGLE_FILE} or {INDEX_FILE} in {path}")
 
 
-def load_weights(model: CausalLM, files: list[Path], *, progress: bool = True) -> None:
-    """Copy checkpoint tensors into ``model``'s parameters; error on missing/unexpected names."""
-    params = dict(model.named_parameters())
+def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters (tied ones once) and persistent buffers (a quantizer's scales may be buffers)."""
+    out: dict[str, torch.Tensor] = dict(model.named_parameters())
+    for mod_name, module in model.named_modules():
+        for buf_name, buf in module.named_buffers(recurse=False):
+            if buf_name not in module._non_persistent_buffers_set:
+                out[f"{mod_name}.{buf_name}" if mod_name else buf_name] = buf
+    return out
+
+
+def load_weights(
+    model: CausalLM, files: list[Path], *, progress: bool = True, quantizer: Quantizer | None = None
+) -> None:
+    """Copy checkpoint tensors into ``model``'s tensors; error on missing/unexpected names.
+
+    Names go through ``model.checkpoint_param_name`` and then, if the quantizer defines it, its
+    own ``checkpoint_param_name(name) -> str | None`` (None = ignore, e.g. KV-cache scales it
+    does not use).
+    """
+    params = loadable_tensors(model)
+    quant_map = getattr(quantizer, "checkpoint_param_name", None)
     loaded: set[str] = set()
     unexpected: list[str] = []
     bar = tqdm(total=len(files), desc="Loading safetensors shards", unit="shard", disable=not progress)
@@ -74,6 +93,8 @@ def load_weights(model: CausalLM, files: list[Path], *, progress: bool = True) -
             with safe_open(str(file), framework="pt", device="cpu") as f:
                 for ckpt_name in f.keys():
                     name = model.checkpoint_param_name(ckpt_name)
+                    if name is not None and quant_map is not None:
+                        name = quant_map(name)
                     if name is None:
                         continue
                     param = params.get(name)
@@ -124,7 +145,7 @@ def load_model(
     files = checkpoint_files(path)
     with torch.device(device):
         model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic)
-    load_weights(model, files, progress=progress)
+    load_weights(model, files, progress=progress, quantizer=quantizer)
     for module in model.modules():
         if isinstance(module, Linear):
             quantizer.process_weights_after_loading(module)
