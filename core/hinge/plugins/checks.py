@@ -32,7 +32,10 @@ def model_dict(config: EngineConfig, model_info: Any) -> dict[str, Any]:
         else:
             from hinge.builtin import default_model_path
 
-            path = Path(default_model_path())
+            try:
+                path = Path(default_model_path())
+            except FileNotFoundError:  # reported by the model loader, with its fix
+                return {}
         info: Any = _read_json(path / "config.json") or {}
         quant = _read_json(path / "hf_quant_config.json")
         if quant and "quantization_config" not in info:
