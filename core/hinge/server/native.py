@@ -22,7 +22,12 @@ from hinge.server.context import (
     sse,
     unless_disconnected,
 )
-from hinge.server.protocol import AbortRequest, GenerateRequest, NativeSamplingParams
+from hinge.server.protocol import (
+    AbortRequest,
+    GenerateRequest,
+    NativeSamplingParams,
+    engine_temperature,
+)
 from hinge.server.server_metrics import stats_dict
 
 router = APIRouter()
@@ -60,6 +65,7 @@ def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
 def _params(sp: NativeSamplingParams | None, req: GenerateRequest) -> SamplingParams:
     fields = (sp or NativeSamplingParams()).model_dump()
     fields["stop_token_ids"] = fields["stop_token_ids"] or []
+    fields["temperature"] = engine_temperature(fields["temperature"])
     try:
         return SamplingParams(
             **fields, logprobs=req.return_logprob,

@@ -15,6 +15,11 @@ from hinge.sampling_params import SamplingParams
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+TopK = Annotated[int, Field(ge=-1, le=2**31 - 1)]
+#: sglang's range, narrowed away from 0: a penalty of 1e-190 overflows the logits to inf.
+RepetitionPenalty = Annotated[float, Field(ge=0.01, le=2.0, allow_inf_nan=False)]
+#: below this a temperature is greedy (as in sglang); dividing by it would overflow the logits.
+GREEDY_BELOW = 1e-5
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 Stop = str | list[str] | None
 
@@ -25,12 +30,12 @@ _STRICT_IGNORE = ConfigDict(strict=True, extra="ignore")
 class NativeSamplingParams(BaseModel):
     model_config = _STRICT_FORBID
 
-    max_new_tokens: int = Field(128, ge=0)
+    max_new_tokens: int = Field(128, ge=0, le=2**31 - 1)
     temperature: Finite = Field(1.0, ge=0)
     top_p: Finite = Field(1.0, gt=0, le=1)
-    top_k: int = Field(-1, ge=-1)
+    top_k: TopK = -1
     min_p: Finite = Field(0.0, ge=0, le=1)
-    repetition_penalty: Finite = Field(1.0, gt=0)
+    repetition_penalty: RepetitionPenalty = 1.0
     frequency_penalty: Finite = Field(0.0, ge=-2, le=2)
     presence_penalty: Finite = Field(0.0, ge=-2, le=2)
     seed: Seed | None = None
@@ -50,7 +55,7 @@ class GenerateRequest(BaseModel):
     rid: str | list[str] | None = None
     stream: bool = False
     return_logprob: bool = False
-    logprob_start_len: int = Field(-1, ge=-1)
+    logprob_start_len: int = Field(-1, ge=-1, le=2**31 - 1)
     top_logprobs_num: int = Field(0, ge=0, le=20)
     return_text_in_logprobs: bool = False
 
@@ -80,7 +85,7 @@ class _OpenAISampling(BaseModel):
     model_config = _STRICT_IGNORE
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=0, le=2**31 - 1)
     temperature: Finite = Field(1.0, ge=0, le=2)
     top_p: Finite = Field(1.0, gt=0, le=1)
     n: int = Field(1, ge=1, le=16)
@@ -91,15 +96,16 @@ class _OpenAISampling(BaseModel):
     frequency_penalty: Finite = Field(0.0, ge=-2, le=2)
     presence_penalty: Finite = Field(0.0, ge=-2, le=2)
     user: str | None = None
-    top_k: int = Field(-1, ge=-1)
+    top_k: TopK = -1
     min_p: Finite = Field(0.0, ge=0, le=1)
-    repetition_penalty: Finite = Field(1.0, gt=0)
+    repetition_penalty: RepetitionPenalty = 1.0
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
 
     def sampling_params(self, max_new_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+            max_new_tokens=max_new_tokens, temperature=engine_temperature(self.temperature),
+            top_p=self.top_p,
             top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
             seed=self.seed, stop=self.stop, stop_token_ids=list(self.stop_token_ids or []),
@@ -112,7 +118,7 @@ class _OpenAISampling(BaseModel):
 
 class CompletionRequest(_OpenAISampling):
     prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
-    max_tokens: int | None = Field(16, ge=0)
+    max_tokens: int | None = Field(16, ge=0, le=2**31 - 1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
     suffix: str | None = None
@@ -140,7 +146,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_OpenAISampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0, le=2**31 - 1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
@@ -149,3 +155,7 @@ class ChatCompletionRequest(_OpenAISampling):
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens
         return self.max_tokens
+
+
+def engine_temperature(temperature: float) -> float:
+    return 0.0 if temperature < GREEDY_BELOW else temperature
