@@ -138,6 +138,12 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA only)")
     p.add_argument("--tiny", action="store_true", help="tiny model for CPU smoke tests")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="abort after 20 steps if the projected training time exceeds this",
+    )
     p.add_argument("--max-val-tokens", type=int, default=None, help="truncate val (smoke tests)")
     return p.parse_args(argv)
 
@@ -201,6 +207,14 @@ def train(args) -> dict:
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         window_loss, window_steps = window_loss + loss.detach(), window_steps + 1
+        if args.budget_s is not None and step == 19:
+            projected = (time.perf_counter() - started) / 20 * args.steps
+            if projected > args.budget_s:
+                raise SystemExit(
+                    f"projected training time {projected:.0f} s for {args.steps} steps exceeds "
+                    f"--budget-s {args.budget_s:.0f} (gated delta kernel "
+                    f"{evaluate.gated_delta_backend()}); lower --steps or install fla"
+                )
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             val_loss = evaluate.mean_nll(model, val_rows, args.batch_size, args.device, on_cuda)
             elapsed = time.perf_counter() - started
