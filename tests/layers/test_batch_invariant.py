@@ -61,3 +61,14 @@ def test_leading_dims_and_empty_input_keep_their_shape():
     x, w = rows(12, 32, 14).reshape(3, 4, 32), rows(8, 32, 15)
     assert batch_invariant.linear(x, w).shape == (3, 4, 8)
     assert batch_invariant.linear(x[:0], w).shape == (0, 4, 8)
+
+
+@pytest.mark.parametrize("n,offset", SIZES_AND_OFFSETS)
+def test_gated_activation_row_bit_identical_alone_and_in_any_batch(n, offset):
+    gate, up = rows(1, 40, 16), rows(1, 40, 17)
+    alone = batch_invariant.gated_activation(gate, up, F.silu)
+    inside = batch_invariant.gated_activation(
+        embed(gate[0], n, offset, 18 + n), embed(up[0], n, offset, 19 + n), F.silu
+    )[offset : offset + 1]
+    assert torch.equal(alone, inside)
+    torch.testing.assert_close(alone, F.silu(gate) * up)

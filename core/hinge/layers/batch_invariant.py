@@ -69,3 +69,16 @@ def log_softmax(x: torch.Tensor) -> torch.Tensor:
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise float32 softmax over the last dimension."""
     return _blockwise(x.to(torch.float32), lambda blk: torch.softmax(blk, dim=-1))
+
+
+def gated_activation(
+    gate: torch.Tensor, up: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``act(gate) * up`` in 16-row blocks.
+
+    NOTE: element-wise transcendental ops are not position-free on CPU: torch runs the vectorized
+    body and a scalar tail with different rounding, and where the tail falls depends on the size.
+    """
+    width = gate.shape[-1]
+    both = torch.cat([gate, up], dim=-1)
+    return _blockwise(both, lambda blk: act(blk[:, :width]) * blk[:, width:])

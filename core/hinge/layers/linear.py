@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from hinge.layers import batch_invariant
 from hinge.layers.activation import get_activation
 
 if TYPE_CHECKING:
@@ -55,12 +56,16 @@ class GatedMLP(nn.Module):
         dtype: torch.dtype,
         prefix: str = "",
         bias: bool = False,
+        deterministic: bool = False,
     ) -> None:
         super().__init__()
+        self.deterministic = deterministic
         self.gate_proj = Linear(hidden_size, intermediate_size, bias, quantizer, dtype, f"{prefix}.gate_proj")
         self.up_proj = Linear(hidden_size, intermediate_size, bias, quantizer, dtype, f"{prefix}.up_proj")
         self.down_proj = Linear(intermediate_size, hidden_size, bias, quantizer, dtype, f"{prefix}.down_proj")
         self.act = get_activation(hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.deterministic:
+            return self.down_proj(batch_invariant.gated_activation(self.gate_proj(x), self.up_proj(x), self.act))
         return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))

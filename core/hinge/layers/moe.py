@@ -53,7 +53,10 @@ class SparseMoeBlock(nn.Module):
         self.deterministic = deterministic
         self.gate = Router(num_experts, hidden_size, dtype)
         self.experts = nn.ModuleList(
-            GatedMLP(hidden_size, moe_intermediate_size, hidden_act, quantizer, dtype, f"{prefix}.experts.{e}")
+            GatedMLP(
+                hidden_size, moe_intermediate_size, hidden_act, quantizer, dtype,
+                f"{prefix}.experts.{e}", deterministic=deterministic,
+            )
             for e in range(num_experts)
         )
 

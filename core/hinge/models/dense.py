@@ -150,7 +150,10 @@ class DenseDecoderLM(CausalLM):
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         bias = bool(getattr(cfg, "mlp_bias", False))
-        return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix, bias)
+        return GatedMLP(
+            cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix, bias,
+            deterministic=deterministic,
+        )
 
     def forward(self, ctx: ForwardContext) -> ForwardOutput:
         batch = ctx.batch

@@ -25,7 +25,10 @@ class Qwen3MoeForCausalLM(DenseDecoderLM):
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         if not is_sparse_layer(cfg, layer_idx):
-            return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
+            return GatedMLP(
+                cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix,
+                deterministic=deterministic,
+            )
         return SparseMoeBlock(
             hidden_size=cfg.hidden_size,
             moe_intermediate_size=cfg.moe_intermediate_size,
