@@ -191,7 +191,7 @@ def test_deterministic_logprobs_on_cuda_are_independent_of_batch_and_chunking(ch
     params = SamplingParams(max_new_tokens=24, temperature=0.7, seed=9, ignore_eos=True,
                             logprobs=True)
     path = str(checkpoints["qwen3"])
-    kw = dict(device="cuda", dtype="bfloat16", deterministic=True)
+    kw = dict(device="cuda", dtype="bfloat16", deterministic=True, kv_cache_bytes=1 << 30)
     with LLM(path, **kw) as llm:
         alone = llm.generate([prompts[3]], params)[0]
     with LLM(path, chunked_prefill_size=16, **kw) as llm:

@@ -14,7 +14,7 @@ def _layers(n=2, kv_heads=2, head_dim=8):
     return [AttentionLayer(i, 4, kv_heads, head_dim, head_dim ** -0.5) for i in range(n)]
 
 
-def test_page_zero_is_reserved_and_pages_come_lowest_first():
+def test_page_zero_is_reserved_and_fresh_pages_come_lowest_first():
     pool = PageAllocator(5)
     assert pool.num_usable == 4 and pool.num_free == 4
     assert pool.allocate(2) == [1, 2]
@@ -29,6 +29,13 @@ def test_freed_pages_are_reused_and_counts_balance():
     assert pool.num_used == 1 and pool.num_free == 4
     again = pool.allocate(4)
     assert 0 not in again and set(a[:2]) <= set(again)
+
+
+def test_a_huge_pool_costs_nothing_until_used():
+    pool = PageAllocator(50_000_000)
+    assert pool.num_free == 49_999_999 and pool.allocate(3) == [1, 2, 3]
+    pool.free([2])
+    assert pool.allocate(2) == [2, 4] and pool.num_free == 49_999_995
 
 
 def test_double_free_is_caught():

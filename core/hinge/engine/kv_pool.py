@@ -25,12 +25,15 @@ DEFAULT_CPU_KV_BYTES = 256 * MiB
 
 
 class PageAllocator:
-    """Free list over pages ``1..num_pages-1`` (page 0 is reserved). Ids are handed out lowest first."""
+    """Pages ``1..num_pages-1`` (page 0 is reserved): freed pages are reused first (most recently
+    freed first), then never-used pages in increasing order. Lazy, so a pool of millions of pages
+    costs nothing until used."""
 
     def __init__(self, num_pages: int):
         assert num_pages >= 2, f"a KV pool needs at least 2 pages (one is reserved), got {num_pages}"
         self.num_pages = num_pages
-        self._free = list(range(num_pages - 1, 0, -1))  # pop() from the end: lowest id first
+        self._next = 1  # pages >= _next were never handed out
+        self._free: list[int] = []
         self._used: set[int] = set()
 
     @property
@@ -39,18 +42,22 @@ class PageAllocator:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.num_pages - self._next
 
     @property
     def num_used(self) -> int:
         return len(self._used)
 
     def can_allocate(self, n: int) -> bool:
-        return n <= len(self._free)
+        return n <= self.num_free
 
     def allocate(self, n: int) -> list[int]:
-        assert self.can_allocate(n), f"asked for {n} pages, {len(self._free)} free"
-        pages = [self._free.pop() for _ in range(n)]
+        assert self.can_allocate(n), f"asked for {n} pages, {self.num_free} free"
+        reuse = min(n, len(self._free))
+        pages = [self._free.pop() for _ in range(reuse)]
+        fresh = n - reuse
+        pages.extend(range(self._next, self._next + fresh))
+        self._next += fresh
         self._used.update(pages)
         return pages
 
