@@ -31,6 +31,12 @@ logger = logging.getLogger(__name__)
 
 
 class Engine:
+    """One model, its KV pool and the request loop; not thread safe (``AsyncEngine`` wraps it).
+
+    ``add_request`` validates and queues, ``step`` runs one batch and returns a ``RequestOutput``
+    for every request that produced a token or finished, ``abort_request`` finishes one now.
+    """
+
     def __init__(self, config: EngineConfig, *, progress: bool = True):
         from hinge.engine.tokenizer import Tokenizer
         from hinge.models import load_model

@@ -82,7 +82,8 @@ def kv_budget_bytes(device: str, *, kv_cache_bytes: int | None, mem_fraction_sta
     """Bytes the KV pool may take.
 
     CPU: ``kv_cache_bytes`` (None: 256 MiB). CUDA: ``mem_fraction_static`` of the memory that was
-    free before the weights loaded, minus what the weights (and anything else since) took.
+    free before the weights loaded, minus what the weights (and anything else since) took, capped
+    at ``kv_cache_bytes`` when that is set.
     """
     if device != "cuda":
         return DEFAULT_CPU_KV_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
