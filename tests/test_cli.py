@@ -130,6 +130,8 @@ class TestUserErrorsExitTwo:
         (["generate", "hi", "--temperature", "warm"], "--temperature: invalid float value"),
         (["bench", "--kv-cache-bytes", "lots"], "expected a size like"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
+        pytest.param(["generate", "hi", "--device", "cuda"], "device 'cuda' was selected",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has CUDA")),
     ])
     def test_bad_input_prints_a_clear_message_and_no_traceback(self, args: list[str],
                                                                message: str) -> None:

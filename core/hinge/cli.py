@@ -82,6 +82,17 @@ def config_from_args(args: argparse.Namespace, model: str | None = None) -> Engi
     return load_config(args.config, overrides=overrides)
 
 
+def check_device(config: EngineConfig) -> None:
+    """Fail early and clearly when ``--device cuda`` cannot work on this machine."""
+    if config.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = "built without CUDA" if torch.version.cuda is None else "sees no GPU"
+            raise UsageError(f"device 'cuda' was selected but torch {torch.__version__} {build}; "
+                             "use --device cpu (or HINGE_DEVICE=cpu) on this machine")
+
+
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampling")
     group.add_argument("--max-new-tokens", type=int, default=128)
@@ -119,6 +130,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     params = sampling_from_args(args)
     config = config_from_args(args, model=args.model)
+    check_device(config)
     from hinge.engine.engine import Engine
 
     engine = Engine(config)
@@ -165,6 +177,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.model and args.model_flag and args.model != args.model_flag:
         raise UsageError(f"two models given: {args.model!r} and --model {args.model_flag!r}")
     config = config_from_args(args, model=args.model or args.model_flag)
+    check_device(config)
     from hinge.server.app import serve
 
     extra = {}
@@ -193,7 +206,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from hinge import bench
 
-    return bench.run(args, config_from_args(args, model=args.model))
+    config = config_from_args(args, model=args.model)
+    check_device(config)
+    return bench.run(args, config)
 
 
 # ---------------------------------------------------------------------------------------------
