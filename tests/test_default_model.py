@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -164,3 +165,29 @@ def test_tokenizer_script_reproduces_the_bundled_tokenizer_byte_for_byte(tmp_pat
     tokenizer_script.write_tokenizer(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (tmp_path / name).read_bytes() == (default_model_path() / name).read_bytes(), name
+
+
+def test_hinge_default_model_matches_transformers_on_held_out_source(held_out_files):
+    """LLM() with no model: prompt logprobs (hence perplexity) and greedy tokens equal HF's."""
+    from hinge import LLM, SamplingParams
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = default_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    prompts = [
+        tokenizer(f.text, add_special_tokens=False).input_ids[:96] for f in held_out_files[:2]
+    ]
+    params = SamplingParams(max_new_tokens=8, temperature=0, prompt_logprobs_start=1)
+    with LLM() as llm:
+        results = llm.generate(prompts, params)
+    for ids, result in zip(prompts, results, strict=True):
+        with torch.no_grad():
+            logits = hf(torch.tensor([ids])).logits[0].double()
+            greedy = hf.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
+        ref = torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+        ours = torch.tensor(result.prompt_logprobs, dtype=torch.float64)
+        assert ours.shape == ref.shape
+        assert (ours - ref).abs().max() < 1e-3, (ours - ref).abs().max()
+        assert math.exp(-ours.mean()) == pytest.approx(math.exp(-ref.mean()), rel=1e-4)
+        assert result.token_ids == greedy[0, len(ids) :].tolist()
