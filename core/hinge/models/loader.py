@@ -87,35 +87,33 @@ def load_weights(
     quant_map = getattr(quantizer, "checkpoint_param_name", None)
     loaded: set[str] = set()
     unexpected: list[str] = []
-    bar = tqdm(total=len(files), desc="Loading safetensors shards", unit="shard", disable=not progress)
+    keys = {file: _read_keys(file) for file in files}
+    total = sum(len(k) for k in keys.values())
+    bar = tqdm(total=total, desc=f"Loading {len(files)} safetensors file(s)", unit="tensor",
+               disable=not progress)
     for file in files:
-        try:
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for ckpt_name in f.keys():
-                    name = model.checkpoint_param_name(ckpt_name)
-                    if name is not None and quant_map is not None:
-                        name = quant_map(name)
-                    if name is None:
-                        continue
-                    param = params.get(name)
-                    if param is None:
-                        unexpected.append(ckpt_name)
-                        continue
-                    tensor = f.get_tensor(ckpt_name)
-                    if tuple(tensor.shape) != tuple(param.shape):
-                        raise ValueError(
-                            f"{file}: tensor {ckpt_name} has shape {tuple(tensor.shape)}, "
-                            f"the model expects {tuple(param.shape)} for {name}; config.json and "
-                            "weights disagree"
-                        )
-                    with torch.no_grad():
-                        param.copy_(tensor)
-                    loaded.add(name)
-        except SafetensorError as exc:
-            raise ValueError(f"{file} is not a readable safetensors file ({exc}); re-download or re-export it") from exc
-        except OSError as exc:
-            raise ValueError(f"{file} could not be read ({exc})") from exc
-        bar.update(1)
+        with _open(file) as f:
+            for ckpt_name in keys[file]:
+                bar.update(1)
+                name = model.checkpoint_param_name(ckpt_name)
+                if name is not None and quant_map is not None:
+                    name = quant_map(name)
+                if name is None:
+                    continue
+                param = params.get(name)
+                if param is None:
+                    unexpected.append(ckpt_name)
+                    continue
+                tensor = _get_tensor(f, file, ckpt_name)
+                if tuple(tensor.shape) != tuple(param.shape):
+                    raise ValueError(
+                        f"{file}: tensor {ckpt_name} has shape {tuple(tensor.shape)}, "
+                        f"the model expects {tuple(param.shape)} for {name}; config.json and "
+                        "weights disagree"
+                    )
+                with torch.no_grad():
+                    param.copy_(tensor)
+                loaded.add(name)
     bar.close()
     missing = sorted(set(params) - loaded)
     if missing or unexpected:
@@ -128,6 +126,29 @@ def load_weights(
             f"checkpoint {files[0].parent} does not match {type(model).__name__}:\n  "
             + "\n  ".join(lines)
         )
+
+
+def _unreadable(file: Path, exc: Exception) -> ValueError:
+    return ValueError(f"{file} is not a readable safetensors file ({exc}); re-download or re-export it")
+
+
+def _open(file: Path):
+    try:
+        return safe_open(str(file), framework="pt", device="cpu")
+    except (SafetensorError, OSError) as exc:
+        raise _unreadable(file, exc) from exc
+
+
+def _read_keys(file: Path) -> list[str]:
+    with _open(file) as f:
+        return list(f.keys())
+
+
+def _get_tensor(f, file: Path, name: str) -> torch.Tensor:
+    try:
+        return f.get_tensor(name)
+    except (SafetensorError, OSError) as exc:
+        raise _unreadable(file, exc) from exc
 
 
 def load_model(
