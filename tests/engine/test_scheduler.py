@@ -46,7 +46,8 @@ def _run(sched: Scheduler, reqs: list[Request], max_steps: int = 10_000) -> list
                     sched.finish(req)
         pages = [p for r in sched.running for p in r.pages]
         assert len(pages) == len(set(pages)), "a page is owned twice"
-        assert sched.allocator.num_used == len(pages)
+        cached = set(getattr(sched.cache, "refs", {}))  # pages a sharing cache holds
+        assert sched.allocator.num_used == len(set(pages) | cached)
     assert not sched.has_unfinished()
     return batches
 
@@ -159,3 +160,71 @@ def test_hybrid_requests_hold_a_state_slot_while_running_only():
                 if req.num_output == req.params.max_new_tokens:
                     sched.finish(req)
     assert seen_retraction and states.num_used == 0
+
+
+class _SharingCache(NoCachePolicy):
+    """A small page-aligned prefix cache with page ref counts (enough to drive the hit path)."""
+
+    def __init__(self):
+        self.entries: list[list] = []  # [tokens, pages, locks]
+        self.refs: dict[int, int] = {}
+        self.evict_calls = 0
+
+    def match(self, tokens):
+        from hinge.contracts import CacheHit
+
+        best = CacheHit()
+        for entry in self.entries:
+            n = 0
+            while (n + PAGE <= min(len(tokens), len(entry[0]))
+                   and tokens[n:n + PAGE] == entry[0][n:n + PAGE]):
+                n += PAGE
+            if n > best.length:
+                best = CacheHit(length=n, pages=tuple(entry[1][:n // PAGE]), handle=entry)
+        return best
+
+    def lock(self, hit):
+        if hit.handle is not None:
+            hit.handle[2] += 1
+
+    def unlock(self, hit):
+        if hit.handle is not None:
+            hit.handle[2] -= 1
+
+    def insert(self, tokens, pages):
+        kept = len(tokens) // PAGE
+        self.entries.append([list(tokens[:kept * PAGE]), list(pages[:kept]), 0])
+        for p in pages[:kept]:
+            self.refs[p] = self.refs.get(p, 0) + 1
+        return list(pages[kept:])
+
+    def evict(self, num_pages):
+        self.evict_calls += 1
+        freed = []
+        for entry in [e for e in self.entries if e[2] == 0]:
+            if len(freed) >= num_pages:
+                break
+            self.entries.remove(entry)
+            for p in entry[1]:
+                self.refs[p] -= 1
+                if self.refs[p] == 0:
+                    del self.refs[p]
+                    freed.append(p)
+        return freed
+
+
+def test_prefix_hits_skip_cached_tokens_and_eviction_makes_room():
+    sched = _scheduler(9)  # 8 usable pages = 32 tokens
+    cache = sched.cache = _SharingCache()
+    first = _req(0, 10, 2)  # 12 tokens: 11 in KV at the end -> 2 full pages cached
+    _run(sched, [first])
+    assert sched.allocator.num_used == 2 and first.cached_tokens == 0
+    again = Request("r1", list(range(1, 11)) + [99], SamplingParams(max_new_tokens=2))
+    sched.add(again)
+    batch = sched.schedule()
+    assert again.cached_tokens == 8 and again.num_computed == 8 and batch.extend_lens == [3]
+    assert again.pages[:2] == cache.entries[0][1], "the hit's pages are reused, not copied"
+    _run(sched, [])
+    big = _req(2, 20, 10)  # needs all 8 pages: the cache must give its pages back
+    _run(sched, [big])
+    assert cache.evict_calls > 0 and big.output_ids == [7] * 10
