@@ -7,6 +7,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,9 @@ def test_ci_exit_status(tmp_path: Path, main_rc: int, pytest_rc: int, expected_r
     log = tmp_path / "calls.log"
     for name, rc in (("pip", 0), ("hinge", main_rc), ("python", pytest_rc)):
         stub = bin_dir / name
-        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexit {rc}\n')
+        # `python -c ...` (the script's own helper lines) runs the real interpreter
+        real = f'[ "$1" = "-c" ] && exec "{sys.executable}" "$@"\n' if name == "python" else ""
+        stub.write_text(f'#!/bin/sh\n{real}echo "{name} $*" >> "{log}"\nexit {rc}\n')
         stub.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True,
