@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 API_KEY = "test-key"
-MAX_MODEL_LEN = 256
+MAX_MODEL_LEN = 128
 MAX_REQUEST_BYTES = 64 * 1024
 
 

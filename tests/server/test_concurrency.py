@@ -18,8 +18,8 @@ def _jobs(llm) -> list[tuple[list[int], dict]]:
     words = "the a cat dog sat on mat and ran far away with blue red green sky".split()
     jobs = []
     for i in range(NUM_REQUESTS):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
-        params = {"max_new_tokens": rng.randint(2, 20), "ignore_eos": True}
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 24)))
+        params = {"max_new_tokens": rng.randint(2, 12), "ignore_eos": True}
         if i % 2:  # half sampled with a per-request seed, half greedy
             params |= {"temperature": 0.8, "top_k": 50, "seed": i}
         else:
@@ -78,7 +78,7 @@ def _num_aborted(server) -> int:
 def test_clients_that_drop_mid_stream_leave_no_pages_allocated(server):
     before = _num_aborted(server)
     body = {"text": "keep going", "stream": True, "sampling_params": {
-        "max_new_tokens": 240, "ignore_eos": True}}
+        "max_new_tokens": 100, "ignore_eos": True}}
 
     async def main() -> None:
         await asyncio.gather(*(_drop_after(server, body, chunks=2 + i) for i in range(6)))
@@ -89,14 +89,14 @@ def test_clients_that_drop_mid_stream_leave_no_pages_allocated(server):
     assert _num_aborted(server) - before == 6
 
 
-def test_non_streaming_client_timeout_aborts_its_request(server):
+def test_non_streaming_client_timeout_aborts_its_batch(server):
     before = _num_aborted(server)
-    body = {"text": "slow", "sampling_params": {"max_new_tokens": 240, "ignore_eos": True}}
-    with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=0.3) as c:
+    body = {"text": ["slow"] * 4, "sampling_params": {"max_new_tokens": 100, "ignore_eos": True}}
+    with httpx.Client(base_url=server.base_url, headers=server.headers, timeout=0.15) as c:
         try:
             c.post("/generate", json=body)
         except httpx.ReadTimeout:
             pass
     stats = wait_until_idle(server, timeout=20)
     assert stats["kv_pages_used"] == 0
-    assert _num_aborted(server) - before == 1
+    assert _num_aborted(server) - before == 4
