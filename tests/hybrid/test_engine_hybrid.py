@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import VOCAB, hf_model
 from hinge import LLM, SamplingParams
 from hinge.builtin.no_cache import NoCachePolicy
 from hinge.engine.kv_pool import KVCache, PageAllocator
 from hinge.engine.request import Request
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
-from oracle import hf_greedy
+from hybrid_harness import VOCAB, hf_model
+from hybrid_oracle import hf_greedy
 
 
 def write_small_byte_tokenizer(path: Path) -> None:

@@ -49,7 +49,7 @@ def test_fla_kernels_match_the_torch_reference_in_bf16(lens):
 
 def test_qwen3_5_model_with_fla_kernels_matches_torch_kernels_in_bf16(tmp_path):
     """Prefill (mixed lengths, chunked) then decode steps of a tiny Qwen3.5 on CUDA in bf16."""
-    from conftest import StepHarness, load_hinge, make_hybrid_checkpoint
+    from hybrid_harness import StepHarness, load_hinge, make_hybrid_checkpoint
 
     path = make_hybrid_checkpoint(tmp_path, "Qwen3_5ForCausalLM", linear_key_head_dim=32,
                                   linear_value_head_dim=32)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import StepHarness, hf_model, load_hinge
-from oracle import PROMPTS, assert_logits_close, hf_greedy
+from hybrid_harness import StepHarness, hf_model, load_hinge
+from hybrid_oracle import PROMPTS, assert_logits_close, hf_greedy
 
 ARCHS = ["Qwen3_5ForCausalLM", "Qwen3NextForCausalLM", "Lfm2ForCausalLM"]
 #: one per recurrent layer kind (Qwen3-Next shares Qwen3.5's DeltaNet; its own layout is covered

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import StepHarness, hf_model, load_hinge
-from oracle import PROMPTS, assert_logits_close, hf_greedy, hf_logits
+from hybrid_harness import StepHarness, hf_model, load_hinge
+from hybrid_oracle import PROMPTS, assert_logits_close, hf_greedy, hf_logits
 
 ARCHS = ["Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"]
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import StepHarness, hf_model, load_hinge
-from oracle import PROMPTS, assert_logits_close, hf_greedy, hf_logits
+from hybrid_harness import StepHarness, hf_model, load_hinge
+from hybrid_oracle import PROMPTS, assert_logits_close, hf_greedy, hf_logits
 
 ARCHS = ["Qwen3NextForCausalLM", "Lfm2ForCausalLM"]
 
