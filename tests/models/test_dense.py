@@ -83,6 +83,35 @@ def test_greedy_32_tokens_match_transformers_generate(pair):
     assert ours == ref_new
 
 
+def test_greedy_batch_of_mixed_lengths_with_chunked_prefill_matches_transformers(pair):
+    """Four prompts prefilled under a 16-token step budget, then decoded together for 32 tokens."""
+    model, hf = pair
+    prompts = [prompt(40 + i, n) for i, n in enumerate((3, 29, 11, 20))]
+    refs = []
+    for ids in prompts:
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False, min_new_tokens=32)
+        refs.append(out[0, len(ids):].tolist())
+    runner = paged(model, page_size=8)
+    done = [0] * len(prompts)
+    generated: list[list[int]] = [[] for _ in prompts]
+    while any(len(g) < 32 for g in generated):
+        budget, steps = 16, []
+        for i, ids in enumerate(prompts):
+            if done[i] < len(ids) and budget > 0:
+                n = min(budget, len(ids) - done[i])
+                steps.append((i, ids[done[i] : done[i] + n]))
+                done[i] += n
+                budget -= n
+            elif done[i] == len(ids) and generated[i] and len(generated[i]) < 32:
+                steps.append((i, [generated[i][-1]]))
+        logits = runner.split(runner.step(steps), steps)
+        for (i, _), rows in zip(steps, logits, strict=True):
+            if done[i] == len(prompts[i]) and len(generated[i]) < 32:
+                generated[i].append(int(rows[-1].argmax()))
+    assert generated == refs
+
+
 def test_hidden_states_numbered_as_transformers_output_hidden_states(pair):
     model, hf = pair
     ids = prompt(11, 13)
