@@ -163,10 +163,12 @@ def test_abort_returns_the_request_and_frees_its_pages(engine):
 
 
 def test_stats_and_server_info_report_the_pool_in_tokens(engine):
+    _run(engine, _prompts([3]), SamplingParams(max_new_tokens=2))
     info = engine.server_info()
     stats = engine.stats()
     assert info["kv_cache"]["tokens"] == stats.kv_tokens_total == engine.kv.num_usable_tokens
     assert info["plan"] and info["config"]["model"] == str(engine.config.model)
+    assert json.loads(json.dumps(info)) == info, "server_info must be plain JSON"
     assert stats.num_running == stats.num_waiting == 0
     assert stats.generation_tokens > 0 and stats.forward_steps > 0
 
