@@ -16,6 +16,7 @@ from hinge.bench import (
     bench_hinge,
     file_prompts,
     format_table,
+    load_hf,
     parse_len_range,
     synthetic_prompts,
 )
@@ -76,8 +77,8 @@ class TestRuns:
             ours = bench_hinge(engine, prompts, output_len=6)
         finally:
             engine.close()
-        hf = bench_hf(str(model_dir), prompts, 6, batch_size=1, pad_id=0, device="cpu",
-                      dtype=torch.float32)
+        hf = bench_hf(load_hf(str(model_dir), device="cpu", dtype=torch.float32), prompts, 6,
+                      batch_size=1, pad_id=0)
         assert ours.output_tokens == hf.output_tokens == 18
         assert ours.input_tokens == hf.input_tokens == sum(map(len, prompts))
         assert ours.outputs == hf.outputs
@@ -98,10 +99,12 @@ def test_bench_cli_compare_hf_prints_table_ratio_and_json(model_dir: Path) -> No
     env = {k: v for k, v in os.environ.items() if not k.startswith("HINGE_")}
     run = subprocess.run(
         [sys.executable, "-m", "hinge.cli", "bench", "--model", str(model_dir), "--num-prompts", "3",
-         "--input-len-range", "4,12", "--output-len", "4", "--compare-hf", "--json"],
+         "--input-len-range", "4,12", "--output-len", "4", "--compare-hf", "--repeat", "2",
+         "--json"],
         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "output tok/s" in run.stdout and "hinge / transformers output throughput" in run.stdout
+    assert "fastest of 2 alternating runs" in run.stdout
     data = json.loads(run.stdout.strip().splitlines()[-1])
     assert [r["name"] for r in data["results"]] == ["hinge", "transformers"]
     assert all(r["output_tokens"] == 12 for r in data["results"])

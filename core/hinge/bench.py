@@ -5,6 +5,8 @@ batching decides the batches). Every request produces exactly ``--output-len`` t
 eos ignored) so both sides do the same work. With ``--compare-hf`` the same token prompts go
 through transformers' greedy ``generate`` in batches of ``--hf-batch-size`` with left padding
 (``min_new_tokens = max_new_tokens``), after a warm-up on both sides; model loading is not timed.
+With ``--repeat N`` the two sides run alternately N times and each reports its fastest run, so a
+burst of load from other processes on the machine does not decide the ratio.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run transformers' generate on the same prompts and print the ratio")
     parser.add_argument("--hf-batch-size", type=int, default=0,
                         help="transformers batch size (default: all prompts in one batch)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each side N times, alternating, and report the fastest run")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
 
 
@@ -125,12 +129,17 @@ def _drain(engine: Any, prompts: list[list[int]], params: Any) -> None:
         engine.step()
 
 
-def bench_hf(model_path: str, prompts: list[list[int]], output_len: int, *, batch_size: int,
-             pad_id: int, device: str, dtype: Any) -> BenchResult:
-    import torch
+def load_hf(model_path: str, *, device: str, dtype: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+
+
+def bench_hf(model: Any, prompts: list[list[int]], output_len: int, *, batch_size: int,
+             pad_id: int) -> BenchResult:
+    import torch
+
+    device = str(model.device)
     batch_size = batch_size or len(prompts)
 
     def generate(batch: list[list[int]], new_tokens: int) -> list[list[int]]:
@@ -183,8 +192,8 @@ def format_table(results: list[BenchResult]) -> str:
 
 
 def run(args: argparse.Namespace, config: EngineConfig) -> int:
-    if args.num_prompts < 1 or args.output_len < 1:
-        raise ValueError("--num-prompts and --output-len must be >= 1")
+    if args.num_prompts < 1 or args.output_len < 1 or args.repeat < 1:
+        raise ValueError("--num-prompts, --output-len and --repeat must be >= 1")
     from hinge.engine.engine import Engine
 
     engine = Engine(config)
@@ -194,26 +203,34 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
         else:
             lo, hi = parse_len_range(args.input_len_range)
             prompts = synthetic_prompts(engine.tokenizer, args.num_prompts, lo, hi, args.seed)
-        results = [bench_hinge(engine, prompts, args.output_len)]
         pad_id = engine.tokenizer.pad_token_id
         pad_id = pad_id if pad_id is not None else (engine.tokenizer.eos_token_ids or [0])[0]
+        hf_model = None
+        if args.compare_hf:
+            from hinge.builtin import default_model_path
+
+            hf_model = load_hf(str(config.model or default_model_path()), device=config.device,
+                               dtype=config.torch_dtype())
+        runs: list[list[BenchResult]] = []
+        for _ in range(args.repeat):  # alternate the sides so load bursts hit both alike
+            runs.append([bench_hinge(engine, prompts, args.output_len)])
+            if hf_model is not None:
+                runs[-1].append(bench_hf(hf_model, prompts, args.output_len,
+                                         batch_size=args.hf_batch_size, pad_id=pad_id))
     finally:
         engine.close()
+    results = [min((r[i] for r in runs), key=lambda r: r.wall_s) for i in range(len(runs[0]))]
     summary: dict[str, Any] = {}
-    if args.compare_hf:
-        from hinge.builtin import default_model_path
-
-        hf = bench_hf(str(config.model or default_model_path()), prompts, args.output_len,
-                      batch_size=args.hf_batch_size, pad_id=pad_id, device=config.device,
-                      dtype=config.torch_dtype())
-        results.append(hf)
-        ours = results[0]
+    if hf_model is not None:
+        ours, hf = results
         summary = {
             "output_throughput_ratio": ours.output_tok_s / hf.output_tok_s,
             "identical_outputs": sum(a == b for a, b in zip(ours.outputs, hf.outputs, strict=True)),
         }
+    best = f", fastest of {args.repeat} alternating runs" if args.repeat > 1 else ""
     print(f"model: {config.model or 'embedded default'}; device {config.device}, dtype "
-          f"{config.resolved_dtype}; {len(prompts)} prompts, {args.output_len} output tokens each")
+          f"{config.resolved_dtype}; {len(prompts)} prompts, {args.output_len} output tokens "
+          f"each{best}")
     print(format_table(results))
     if summary:
         print(f"hinge / transformers output throughput: {summary['output_throughput_ratio']:.2f}x "
