@@ -96,3 +96,18 @@ def test_engine_deterministic_logprobs_of_a_hybrid_do_not_depend_on_batch_or_chu
         runs.append(next(o for o, p in zip(outs, batch, strict=True) if p == prompts[0]))
     assert runs[0].logprobs == runs[1].logprobs == runs[2].logprobs
     assert runs[0].token_ids == runs[1].token_ids == runs[2].token_ids
+
+
+def test_state_pool_is_reported_at_start_up_and_a_budget_too_small_for_it_fails_clearly(
+    hybrid_checkpoints, caplog
+):
+    path = hybrid_checkpoints("Lfm2ForCausalLM")
+    if not (path / "tokenizer.json").exists():
+        write_small_byte_tokenizer(path)
+    with caplog.at_level("INFO", logger="hinge.engine.state_pool"):
+        with LLM(str(path), max_running_requests=5) as llm:
+            per_slot = StatePool.bytes_per_slot(llm.engine.model.recurrent_layers, torch.float32)
+    assert per_slot == 3 * 32 * 2 * 4  # three conv layers, 32 channels, window of 2, float32
+    assert any("state pool: 5 slots" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="lower max_running_requests or raise kv_cache_bytes"):
+        LLM(str(path), max_running_requests=64, kv_cache_bytes=64 * per_slot)
