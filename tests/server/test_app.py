@@ -79,3 +79,14 @@ def test_openai_n_choices_and_unknown_model():
 def test_openapi_schema_lists_every_route(path):
     schema = build_app(AsyncEngine(FakeEngine()), model_name="fake").openapi()
     assert path in schema["paths"]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "a", "stop": [""]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "stop": ""}),
+    ("/generate", {"text": "a", "sampling_params": {"stop": [""]}}),
+])
+def test_sampling_values_refused_by_sampling_params_are_400_on_every_route(path, body):
+    with client_for(FakeEngine()) as c:
+        resp = c.post(path, json=body)
+    assert resp.status_code == 400 and "stop" in resp.json()["error"]["message"]

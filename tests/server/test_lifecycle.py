@@ -66,3 +66,7 @@ def test_sigterm_finishes_the_in_flight_stream_and_exits_zero(model_dir, tmp_pat
     assert "Finished server process" in proc.log()
     with pytest.raises(httpx.ConnectError):
         httpx.get(proc.base_url + "/health", timeout=2)
+
+
+def test_server_binds_loopback_only_by_default(server):
+    assert f"Uvicorn running on http://127.0.0.1:{server.port}" in server.log()

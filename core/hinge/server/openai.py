@@ -73,7 +73,10 @@ async def _start(ctx: ServerContext, body: _OpenAISampling, prompts: list[list[i
             budget = (ctx.max_model_len - len(ids)) if ctx.max_model_len else 16
         check_fit(ctx, ids, budget)
         for j in range(body.n):
-            params = body.sampling_params(budget, logprobs, top)
+            try:
+                params = body.sampling_params(budget, logprobs, top)
+            except ValueError as exc:
+                raise APIError(400, str(exc)) from exc
             if body.seed is not None and j:
                 params.seed = (body.seed + j) % 2**63
             jobs.append((ids, params, None))
