@@ -34,7 +34,9 @@ def test_health_generate_is_503_when_the_engine_cannot_produce_a_token():
     engine.hang = threading.Event()
     with client_for(engine, health_timeout_s=0.3) as c:
         resp = c.get("/health_generate")
+        wedged = parse(c.get("/metrics").text)["hinge:engine_wedged"]
         engine.hang.set()
+        assert wedged == 1
         assert resp.status_code == 503 and "cannot generate" in resp.json()["error"]["message"]
         assert c.get("/health").status_code == 200
         assert c.get("/health_generate").status_code == 200

@@ -91,7 +91,8 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.wedged = False
+        self.wedged = False  #: the last step raised and no step has produced a token since
+        self.step_started_at: float | None = None  #: perf_counter of the step now running
         self.last_error: str | None = None
         self.last_stats: Any = None
 
@@ -118,6 +119,12 @@ class AsyncEngine:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def is_wedged(self, step_timeout_s: float) -> bool:
+        """The last step failed, or the step now running has taken longer than the timeout."""
+        started = self.step_started_at
+        stuck = started is not None and time.perf_counter() - started > step_timeout_s
+        return self.wedged or stuck or (self._thread is not None and not self.alive)
 
     @property
     def num_active(self) -> int:
@@ -183,11 +190,14 @@ class AsyncEngine:
             if not busy:
                 self._wake.wait(0.5)
                 continue
+            self.step_started_at = time.perf_counter()
             try:
                 outputs = self.engine.step()
             except Exception as exc:  # noqa: BLE001
                 self._fail_all(exc)
                 continue
+            finally:
+                self.step_started_at = None
             if any(out.new_token_ids for out in outputs):
                 self.wedged = False
             for out in outputs:

@@ -270,7 +270,8 @@ async def health_generate(request: Request) -> Response:
 
 async def engine_stats(ctx: ServerContext) -> dict[str, Any]:
     try:
-        stats = await ctx.engine.call(ctx.engine.engine.stats, timeout=5.0)
+        timeout = min(5.0, ctx.health_timeout_s)  # a stuck step must not stall /metrics
+        stats = await ctx.engine.call(ctx.engine.engine.stats, timeout=timeout)
         ctx.engine.last_stats = stats
     except (TimeoutError, EngineError):
         stats = ctx.engine.last_stats
@@ -281,13 +282,15 @@ async def engine_stats(ctx: ServerContext) -> dict[str, Any]:
 async def server_info(request: Request) -> JSONResponse:
     ctx = ctx_of(request)
     try:
-        info = await ctx.engine.call(ctx.engine.engine.server_info, timeout=5.0)
+        info = await ctx.engine.call(ctx.engine.engine.server_info,
+                                     timeout=min(5.0, ctx.health_timeout_s))
     except (TimeoutError, EngineError) as exc:
         info = {"unavailable": str(exc) or "engine busy"}
     info = dict(info or {})
     info["stats"] = await engine_stats(ctx)
     info["server"] = {"model_name": ctx.model_name, "active_requests": ctx.engine.num_active,
-                      "wedged": ctx.engine.wedged, "last_error": ctx.engine.last_error}
+                      "wedged": ctx.engine.is_wedged(ctx.health_timeout_s),
+                      "last_error": ctx.engine.last_error}
     return JSONResponse(jsonable(info))
 
 
@@ -318,5 +321,6 @@ async def abort_request(body: AbortRequest, request: Request) -> JSONResponse:
 @router.get("/metrics")
 async def metrics(request: Request) -> PlainTextResponse:
     ctx = ctx_of(request)
-    text = ctx.metrics.render(await engine_stats(ctx), ctx.engine.wedged)
+    wedged = ctx.engine.is_wedged(ctx.health_timeout_s)
+    text = ctx.metrics.render(await engine_stats(ctx), wedged)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
