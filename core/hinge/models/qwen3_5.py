@@ -177,8 +177,12 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
         return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
 
     def checkpoint_param_name(self, name: str) -> str | None:
-        if name.startswith("mtp."):  # the multi-token-prediction head is a drafter, not the LM
+        """Text weights under ``model.*`` or (composite layout) ``model.language_model.*``; the
+        vision tower and the multi-token-prediction head (a drafter, not the LM) are ignored."""
+        if name.startswith(("mtp.", "model.visual.", "visual.")):
             return None
+        if name.startswith("model.language_model."):
+            name = "model." + name[len("model.language_model.") :]
         return super().checkpoint_param_name(name)
 
 
@@ -194,10 +198,3 @@ class Qwen3_5ForConditionalGeneration(Qwen3_5ForCausalLM):
         text.tie_word_embeddings = bool(getattr(composite, "tie_word_embeddings", False)
                                         or getattr(text, "tie_word_embeddings", False))
         return text
-
-    def checkpoint_param_name(self, name: str) -> str | None:
-        if name.startswith(("model.visual.", "visual.")):
-            return None
-        if name.startswith("model.language_model."):
-            name = "model." + name[len("model.language_model.") :]
-        return super().checkpoint_param_name(name)
