@@ -46,19 +46,19 @@ def parse_bytes(text: str) -> int:
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine (EngineConfig; overrides HINGE_* env and --config)")
     group.add_argument("--config", metavar="YAML", help="hinge.yaml with EngineConfig fields")
-    group.add_argument("--device", help="cpu or cuda")
-    group.add_argument("--dtype", help="auto, float32, bfloat16 or float16")
-    group.add_argument("--attention", help="attention backend name (see `hinge plugins`)")
-    group.add_argument("--quantizer", help="quantizer name, or auto")
-    group.add_argument("--speculator", help="speculator name, or none")
-    group.add_argument("--cache", help="prefix cache policy name")
+    group.add_argument("--device", metavar="{cpu,cuda}", help="cpu or cuda")
+    group.add_argument("--dtype", metavar="DTYPE", help="auto, float32, bfloat16 or float16")
+    group.add_argument("--attention", metavar="NAME", help="attention backend name (see `hinge plugins`)")
+    group.add_argument("--quantizer", metavar="NAME", help="quantizer name, or auto")
+    group.add_argument("--speculator", metavar="NAME", help="speculator name, or none")
+    group.add_argument("--cache", metavar="NAME", help="prefix cache policy name")
     group.add_argument("--deterministic", action="store_true", default=None,
                        help="batch-invariant kernels: results independent of batching")
-    group.add_argument("--page-size", type=int, help="tokens per KV page")
-    group.add_argument("--kv-cache-bytes", type=parse_bytes, help="CPU KV/state budget, e.g. 256MiB")
-    group.add_argument("--max-running-requests", type=int, help="decode batch cap")
-    group.add_argument("--chunked-prefill-size", type=int, help="max prefill tokens per step")
-    group.add_argument("--max-model-len", type=int, help="context limit in tokens")
+    group.add_argument("--page-size", type=int, metavar="N", help="tokens per KV page")
+    group.add_argument("--kv-cache-bytes", type=parse_bytes, metavar="SIZE", help="CPU KV/state budget, e.g. 256MiB")
+    group.add_argument("--max-running-requests", type=int, metavar="N", help="decode batch cap")
+    group.add_argument("--chunked-prefill-size", type=int, metavar="N", help="max prefill tokens per step")
+    group.add_argument("--max-model-len", type=int, metavar="N", help="context limit in tokens")
     group.add_argument("--strict-plugins", action="store_true", default=None,
                        help="any plugin that fails to load is fatal")
 
@@ -95,17 +95,17 @@ def check_device(config: EngineConfig) -> None:
 
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampling")
-    group.add_argument("--max-new-tokens", type=int, default=128)
-    group.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--top-k", type=int, default=-1, help="-1 = off")
-    group.add_argument("--min-p", type=float, default=0.0)
-    group.add_argument("--repetition-penalty", type=float, default=1.0)
-    group.add_argument("--frequency-penalty", type=float, default=0.0)
-    group.add_argument("--presence-penalty", type=float, default=0.0)
-    group.add_argument("--seed", type=int, default=None)
-    group.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    group.add_argument("--stop-token-id", type=int, action="append", default=None,
+    group.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="default 128")
+    group.add_argument("--temperature", type=float, default=0.0, metavar="X", help="0 = greedy (default)")
+    group.add_argument("--top-p", type=float, default=1.0, metavar="X")
+    group.add_argument("--top-k", type=int, default=-1, metavar="K", help="-1 = off")
+    group.add_argument("--min-p", type=float, default=0.0, metavar="X")
+    group.add_argument("--repetition-penalty", type=float, default=1.0, metavar="X")
+    group.add_argument("--frequency-penalty", type=float, default=0.0, metavar="X")
+    group.add_argument("--presence-penalty", type=float, default=0.0, metavar="X")
+    group.add_argument("--seed", type=int, default=None, metavar="N")
+    group.add_argument("--stop", action="append", default=None, metavar="TEXT", help="stop string (repeatable)")
+    group.add_argument("--stop-token-id", type=int, action="append", default=None, metavar="ID",
                        help="stop token id (repeatable)")
     group.add_argument("--ignore-eos", action="store_true")
 
@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="complete one prompt")
     gen.add_argument("prompt", metavar="PROMPT", help="text to complete ('-' reads stdin)")
-    gen.add_argument("--model", help="local HF checkpoint dir (default: embedded model)")
+    gen.add_argument("--model", metavar="PATH", help="local HF checkpoint dir (default: embedded model)")
     gen.add_argument("--chat", action="store_true", help="wrap PROMPT as a user message and apply "
                      "the model's chat template")
     gen.add_argument("--stream", action="store_true", help="print text as tokens are produced")
