@@ -78,13 +78,15 @@ class TorchAttentionBackend(AttentionBackend):
         device = page_table.device
         page_size = self.page_size_of(batch)
         offsets = torch.arange(page_size, device=device)
+        # (B, max_pages * page_size): flat slot of every position each row's pages cover
+        all_slots = (page_table[:, :, None] * page_size + offsets).reshape(page_table.shape[0], -1)
         requests, decode_ids = [], []
         q_start = 0
         for i, (prefix, extend) in enumerate(zip(batch.prefix_lens_cpu, batch.extend_lens_cpu, strict=True)):
             seq = prefix + extend
-            pages = page_table[i, : -(-seq // page_size)]
-            slots = (pages[:, None] * page_size + offsets[None, :]).reshape(-1)[:seq]
-            requests.append(RequestSlots(q_start, prefix, seq, slots))
+            assert seq <= all_slots.shape[1], (
+                f"request {i}: {seq} tokens but page_table row covers {all_slots.shape[1]}")
+            requests.append(RequestSlots(q_start, prefix, seq, all_slots[i, :seq]))
             if extend == 1:
                 decode_ids.append(i)
             q_start += extend
@@ -92,16 +94,15 @@ class TorchAttentionBackend(AttentionBackend):
         if len(decode_ids) > 1 and not self.deterministic:
             reqs = [requests[i] for i in decode_ids]
             max_len = max(r.seq_len for r in reqs)
+            lens = torch.tensor([r.seq_len for r in reqs], device=device)
+            valid = torch.arange(max_len, device=device)[None, :] < lens[:, None]
+            slots = all_slots.index_select(0, torch.tensor(decode_ids, device=device))[:, :max_len]
             # NOTE: padding repeats the request's own first slot (written, finite) and is masked;
             # page 0 could hold NaN, and 0 * NaN = NaN even under a zero attention weight
-            slots = torch.cat([
-                torch.cat([r.kv_slots, r.kv_slots[:1].expand(max_len - r.seq_len)])[None] for r in reqs
-            ])
-            lens = torch.tensor([r.seq_len for r in reqs], device=device)
+            meta.decode_slots = torch.where(valid, slots, slots[:, :1])
             meta.decode_ids = decode_ids
             meta.decode_rows = torch.tensor([r.q_start for r in reqs], device=device)
-            meta.decode_slots = slots
-            meta.decode_valid = torch.arange(max_len, device=device)[None, :] < lens[:, None]
+            meta.decode_valid = valid
             meta.decode_qpos = lens - 1
         return meta
 
