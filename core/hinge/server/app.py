@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from hinge.engine.async_engine import AsyncEngine
-from hinge.server import native, openai
+from hinge.server import native, openai, service
 from hinge.server.context import APIError, ClientDisconnected, ServerContext, error_body
 from hinge.server.middleware import GuardMiddleware
 from hinge.server.server_metrics import ServerMetrics
@@ -64,6 +64,7 @@ def build_app(engine: AsyncEngine, *, model_name: str, model_aliases: set[str] |
     app.state.ctx = ctx
     app.include_router(native.router)
     app.include_router(openai.router)
+    app.include_router(service.router)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
