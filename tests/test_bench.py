@@ -84,6 +84,8 @@ class TestRuns:
         assert ours.outputs == hf.outputs
         assert ours.ttft_ms is not None and ours.ttft_ms > 0 and ours.tpot_ms > 0
         assert ours.wall_s > 0 and hf.wall_s > 0
+        # one prompt per batch: the third request waits for two full generates first
+        assert 0 < hf.ttft_ms < 1e3 * hf.wall_s and hf.tpot_ms > 0
 
     def test_table_prints_every_metric_and_na_where_not_measured(self) -> None:
         a = BenchResult("hinge", 2, 10, 8, 0.5, ttft_ms=12.0, tpot_ms=3.0)

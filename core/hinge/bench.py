@@ -153,16 +153,34 @@ def bench_hf(model: Any, prompts: list[list[int]], output_len: int, *, batch_siz
         return out[:, width:].tolist()
 
     generate([prompts[0][:8]], 4)  # warm-up
+    outputs: list[list[int]] = []
+    wall = 0.0
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for i in range(0, len(prompts), batch_size):
+        batch = prompts[i:i + batch_size]
+        # NOTE: generate() streams nothing for a batch, so time to first token is measured by a
+        # separate 1-token generate of the same batch; it is not counted in the wall time.
+        prefill = _timed(device, lambda b=batch: generate(b, 1))[1]
+        batch_out, full = _timed(device, lambda b=batch: generate(b, output_len))
+        ttft += [wall + prefill] * len(batch)
+        if output_len > 1:
+            tpot += [max(full - prefill, 0.0) / (output_len - 1)] * len(batch)
+        wall += full
+        outputs.extend(batch_out)
+    return BenchResult("transformers", len(prompts), sum(map(len, prompts)),
+                       sum(map(len, outputs)), wall, ttft_ms=1e3 * sum(ttft) / len(ttft),
+                       tpot_ms=1e3 * sum(tpot) / len(tpot) if tpot else None, outputs=outputs,
+                       note=f"greedy generate, left-padded batches of {batch_size}; TTFT from a "
+                       "separate 1-token generate of each batch")
+
+
+def _timed(device: str, fn: Any) -> tuple[Any, float]:
     _sync(device)
     start = time.perf_counter()
-    outputs: list[list[int]] = []
-    for i in range(0, len(prompts), batch_size):
-        outputs.extend(generate(prompts[i:i + batch_size], output_len))
+    result = fn()
     _sync(device)
-    wall = time.perf_counter() - start
-    return BenchResult("transformers", len(prompts), sum(map(len, prompts)),
-                       sum(map(len, outputs)), wall, outputs=outputs,
-                       note=f"greedy generate, left-padded batches of {batch_size}")
+    return result, time.perf_counter() - start
 
 
 def _sync(device: str) -> None:
