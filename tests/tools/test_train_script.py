@@ -133,3 +133,28 @@ def test_tiny_training_run_writes_a_checkpoint_transformers_loads_and_measures(t
     assert summary["unigram_val_ppl"] == pytest.approx(unigram, rel=1e-9)
     assert set(summary["completions"]) == {"def fibonacci(n):", "import os\n", "class Stack:"}
     assert summary["steps"] == 3 and summary["num_params"] == model.num_parameters()
+
+
+def _budget_args(**overrides):
+    args = train.parse_args(["--out", "unused", "--steps", "1000", "--budget-s", "100"])
+    vars(args).update(overrides)
+    return args
+
+
+def test_budget_check_keeps_steps_that_fit():
+    args = _budget_args()
+    train.check_budget(args, seconds_per_step=0.05)
+    assert args.steps == 1000
+
+
+def test_budget_check_aborts_naming_the_steps_that_fit():
+    with pytest.raises(SystemExit, match="about 500 fit"):
+        train.check_budget(_budget_args(), seconds_per_step=0.2)
+
+
+def test_budget_check_shrinks_steps_when_asked():
+    args = _budget_args(shrink_to_budget=True)
+    train.check_budget(args, seconds_per_step=0.2)
+    assert args.steps == 500
+    with pytest.raises(SystemExit):  # fewer steps than the warm-up would be meaningless
+        train.check_budget(_budget_args(shrink_to_budget=True), seconds_per_step=2.0)

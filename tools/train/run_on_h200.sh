@@ -30,7 +30,7 @@ PY
 
 python3 tools/train/train.py \
   --out "$OUT/default_model" --summary "$OUT/summary.json" --log "$OUT/train_log.jsonl" \
-  --corpus "$CORPUS" --steps "$STEPS" --device "$DEVICE" --budget-s 420 "$@" 2>&1 \
+  --corpus "$CORPUS" --steps "$STEPS" --device "$DEVICE" --budget-s 420 --shrink-to-budget "$@" 2>&1 \
   | grep -v "falling back to its reference PyTorch implementation"
 
 echo

@@ -144,6 +144,11 @@ def parse_args(argv: list[str] | None):
         default=None,
         help="abort after 20 steps if the projected training time exceeds this",
     )
+    p.add_argument(
+        "--shrink-to-budget",
+        action="store_true",
+        help="with --budget-s: train fewer steps instead of aborting",
+    )
     p.add_argument("--max-val-tokens", type=int, default=None, help="truncate val (smoke tests)")
     return p.parse_args(argv)
 
@@ -155,6 +160,28 @@ def log_line(args, record: dict) -> None:
         args.log.parent.mkdir(parents=True, exist_ok=True)
         with args.log.open("a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def check_budget(args, seconds_per_step: float) -> None:
+    """After 30 steps: abort, or with ``--shrink-to-budget`` cut ``args.steps``, if too slow.
+
+    The schedule reads ``args.steps`` at every step, so a cut made here (before warm-up ends)
+    yields the same run as starting with that step count.
+    """
+    projected = seconds_per_step * args.steps
+    if projected <= args.budget_s:
+        return
+    fitting = int(args.budget_s / seconds_per_step)
+    if not args.shrink_to_budget or fitting <= max(args.warmup, 20):
+        raise SystemExit(
+            f"projected training time {projected:.0f} s for {args.steps} steps exceeds "
+            f"--budget-s {args.budget_s:.0f} (gated delta kernel "
+            f"{evaluate.gated_delta_backend()}); lower --steps (about {fitting} fit) or install fla"
+        )
+    print(f"NOTE: {seconds_per_step * 1e3:.0f} ms/step: {args.steps} steps would take "
+          f"{projected:.0f} s > --budget-s {args.budget_s:.0f}; training {fitting} steps instead "
+          f"(reproduce with --steps {fitting})", flush=True)  # fmt: skip
+    args.steps = fitting
 
 
 def train(args) -> dict:
@@ -197,7 +224,8 @@ def train(args) -> dict:
     data = batches(corpus.train, args.seq_len, args.batch_size, args.seed)
     started, window_loss, window_steps = time.perf_counter(), 0.0, 0
     record: dict = {}
-    for step in range(args.steps):
+    step = 0
+    while step < args.steps:  # NOTE: a while loop, since check_budget may lower args.steps
         batch = torch.from_numpy(next(data).astype(np.int64)).to(args.device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=on_cuda):
             loss = forward(input_ids=batch, labels=batch).loss
@@ -207,14 +235,13 @@ def train(args) -> dict:
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         window_loss, window_steps = window_loss + loss.detach(), window_steps + 1
-        if args.budget_s is not None and step == 19:
-            projected = (time.perf_counter() - started) / 20 * args.steps
-            if projected > args.budget_s:
-                raise SystemExit(
-                    f"projected training time {projected:.0f} s for {args.steps} steps exceeds "
-                    f"--budget-s {args.budget_s:.0f} (gated delta kernel "
-                    f"{evaluate.gated_delta_backend()}); lower --steps or install fla"
-                )
+        if args.budget_s is not None and step in (9, 29):  # time steps 10-29: past warm-up
+            if on_cuda:
+                torch.cuda.synchronize()
+            if step == 9:
+                probe_started = time.perf_counter()
+            else:
+                check_budget(args, (time.perf_counter() - probe_started) / 20)
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             val_loss = evaluate.mean_nll(model, val_rows, args.batch_size, args.device, on_cuda)
             elapsed = time.perf_counter() - started
@@ -229,6 +256,7 @@ def train(args) -> dict:
             }
             log_line(args, record)
             window_loss, window_steps = 0.0, 0
+        step += 1
     train_seconds = time.perf_counter() - started
 
     save_checkpoint(model, args.out, args.tokenizer_dir)
