@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hinge.builtin.torch_attention import KV_BLOCK, TorchAttentionBackend
+from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.contracts import AttentionLayer
+from hinge.layers.batch_invariant import KV_BLOCK
 from hinge.plugins.specs import BuildContext
 from hinge.testing.paged_steps import PagedSteps
 

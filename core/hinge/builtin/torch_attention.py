@@ -5,10 +5,10 @@ work once); every layer then writes its new k/v at ``batch.out_loc`` and attends
 
 - default path: decode requests (one new token) in one padded SDPA call, each prefill/extend
   request in its own causal SDPA call (GQA via ``enable_gqa``; sliding window as a mask);
-- deterministic path (``build.deterministic``): float32 online softmax over a fixed KV split of
-  ``KV_BLOCK`` keys at absolute positions, queries in fixed blocks of ``Q_BLOCK`` rows, KV blocks
-  visited in order. A query's bits then depend only on its own position and keys: the same alone,
-  in any batch, and for any prefill chunking.
+- deterministic path (``build.deterministic``):
+  ``hinge.layers.batch_invariant.fixed_split_attention``, a float32 online softmax over a fixed
+  KV split at absolute positions. A query's bits then depend only on its own position and keys:
+  the same alone, in any batch, and for any prefill chunking.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ import torch.nn.functional as F
 
 from hinge.builtin.plugin import TORCH_ATTENTION
 from hinge.contracts import AttentionBackend, AttentionLayer
+from hinge.layers.batch_invariant import fixed_split_attention
 
 if TYPE_CHECKING:
     from hinge.engine.batch import ForwardBatch
     from hinge.engine.kv_pool import KVCache
-
-KV_BLOCK = 64
-Q_BLOCK = 16
 
 
 @dataclass
@@ -187,73 +185,3 @@ def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     2-core machine; ``index_select`` costs microseconds. The hot paths here all use it.
     """
     return pool.index_select(0, index.reshape(-1)).view(*index.shape, *pool.shape[1:])
-
-
-def fixed_split_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    prefix_len: int,
-    scale: float,
-    window: int | None,
-) -> torch.Tensor:
-    """Batch-invariant causal attention of one request, float32 out.
-
-    :param q: (E, H, D) queries at positions ``prefix_len .. prefix_len+E-1``.
-    :param k: (S, Hkv, D) keys at positions ``0..S-1``; ``v`` likewise.
-
-    Rows are (token, head-in-group) pairs per KV head, in blocks of ``Q_BLOCK`` (padded rows see
-    no key); keys are visited in blocks of ``KV_BLOCK`` at absolute positions with an online
-    softmax. A block entirely masked for a row leaves that row's state bit-identical, so the rows
-    sharing its block never change its result.
-    """
-    e, h, d = q.shape
-    s, g = k.shape[0], k.shape[1]
-    rep = h // g
-    device = q.device
-    rows = e * rep
-    padded_rows = -(-rows // Q_BLOCK) * Q_BLOCK
-    padded_keys = -(-s // KV_BLOCK) * KV_BLOCK
-    qf = q.float().reshape(e, g, rep, d).permute(1, 0, 2, 3).reshape(g, rows, d)
-    qf = torch.cat([qf, qf.new_zeros(g, padded_rows - rows, d)], dim=1)
-    kf = torch.cat([k.float(), k.new_zeros(padded_keys - s, g, d, dtype=torch.float32)]).transpose(0, 1)
-    vf = torch.cat([v.float(), v.new_zeros(padded_keys - s, g, d, dtype=torch.float32)]).transpose(0, 1)
-    row_pos = torch.full((padded_rows,), -1, dtype=torch.int64, device=device)
-    row_pos[:rows] = torch.arange(prefix_len, prefix_len + e, device=device).repeat_interleave(rep)
-    block_k_pos = torch.arange(KV_BLOCK, device=device)
-    out = torch.empty(g, padded_rows, d, dtype=torch.float32, device=device)
-    neg_inf = float("-inf")
-    for start in range(0, padded_rows, Q_BLOCK):
-        qb = qf[:, start : start + Q_BLOCK].contiguous()
-        pos = row_pos[start : start + Q_BLOCK]
-        first_tok, last_tok = start // rep, min(start + Q_BLOCK - 1, rows - 1) // rep
-        hi_pos, lo_pos = prefix_len + last_tok, prefix_len + first_tok
-        first_blk = max(0, lo_pos - window + 1) // KV_BLOCK if window is not None else 0
-        m = torch.full((g, Q_BLOCK, 1), neg_inf, device=device)
-        l_sum = torch.zeros(g, Q_BLOCK, 1, device=device)
-        acc = torch.zeros(g, Q_BLOCK, d, device=device)
-        for blk in range(first_blk, hi_pos // KV_BLOCK + 1):
-            k0 = blk * KV_BLOCK
-            kb = kf[:, k0 : k0 + KV_BLOCK].contiguous()
-            vb = vf[:, k0 : k0 + KV_BLOCK].contiguous()
-            allowed = causal_mask(pos, block_k_pos + k0, window)
-            scores = _bmm(qb, kb.transpose(1, 2)) * scale
-            scores = scores.masked_fill(~allowed[None], neg_inf)
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-            m_safe = torch.where(m_new == neg_inf, 0.0, m_new)
-            p = torch.exp(scores - m_safe)
-            alpha = torch.exp(m - m_safe)
-            l_sum = l_sum * alpha + p.sum(dim=-1, keepdim=True)
-            acc = acc * alpha + _bmm(p, vb)
-            m = m_new
-        out[:, start : start + Q_BLOCK] = acc / l_sum
-    out = out[:, :rows].reshape(g, e, rep, d).permute(1, 0, 2, 3).reshape(e, h, d)
-    return out
-
-
-def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``torch.bmm`` as one ``mm`` per KV head: small CPU ``bmm`` calls go through a threaded path
-    that costs ~1 ms each on a loaded 2-core machine, ``mm`` of these shapes a few microseconds."""
-    if a.is_cuda:
-        return torch.bmm(a, b)
-    return torch.stack([torch.mm(x, y) for x, y in zip(a, b, strict=True)])
