@@ -15,11 +15,11 @@ from hinge.builtin import random_model_path
 from hinge.engine.tokenizer import Tokenizer
 
 
-def hinge(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+def hinge(*args: str, env: dict[str, str] | None = None, stdin: str | None = None
           ) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("HINGE_")}
     return subprocess.run([sys.executable, "-m", "hinge.cli", *args], capture_output=True,
-                          text=True, env={**base, **(env or {})}, cwd=cwd, timeout=300)
+                          text=True, env={**base, **(env or {})}, input=stdin, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,10 @@ class TestGenerate:
         assert run.stdout[:-1] == out.text
         assert "12 output tokens" in run.stderr and "finish_reason=length" in run.stderr
 
-    def test_chat_stream_prints_the_greedy_reply_to_the_templated_prompt(self, model_dir: Path
-                                                                         ) -> None:
-        run = hinge("generate", "--model", str(model_dir), "hello there", "--chat", "--stream",
-                    "--max-new-tokens", "10", "--ignore-eos")
+    def test_chat_stream_from_stdin_prints_the_greedy_reply_to_the_templated_prompt(
+            self, model_dir: Path) -> None:
+        run = hinge("generate", "--model", str(model_dir), "-", "--chat", "--stream",
+                    "--max-new-tokens", "10", "--ignore-eos", stdin="hello there")
         assert run.returncode == 0, run.stderr
         ids = Tokenizer.from_pretrained(model_dir).apply_chat_template(
             [{"role": "user", "content": "hello there"}])
