@@ -1,5 +1,5 @@
 """Fixtures: the real server (``hinge serve``) as a subprocess on 127.0.0.1 at a free port,
-serving the embedded tiny seeded Qwen3, in deterministic mode, with an API key."""
+serving a tiny seeded random Qwen3, in deterministic mode, with an API key."""
 
 from __future__ import annotations
 
@@ -10,13 +10,12 @@ from server_helpers import ServerProcess
 
 
 @pytest.fixture(scope="session")
-def model_dir() -> Path:
-    """The embedded default: a tiny seeded Qwen3 (2 layers, hidden 64) with its tokenizer.
-    NOTE: ``random_model_path()`` writes an equivalent model but costs ~20 s of transformers
-    import and save on the 2-core machine; this one is already on disk."""
-    from hinge.builtin import default_model_path
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny seeded random Qwen3 (2 layers, hidden 64) with the bundled tokenizer.
+    NOTE: not the embedded default, which is meant to be replaced by a larger trained model."""
+    from hinge.builtin import random_model_path
 
-    return default_model_path()
+    return random_model_path(tmp_path_factory.mktemp("server-model"))
 
 
 @pytest.fixture(scope="session")
