@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "train"))
 import stdlib_corpus  # noqa: E402
 
@@ -61,19 +59,10 @@ def test_split_filter_partitions_the_real_stdlib_selection():
     assert train | val == set(stdlib_corpus.select_paths())
 
 
-def test_pack_appends_eos_after_each_document_and_drops_the_partial_tail():
-    rows = stdlib_corpus.pack([[1, 2, 3], [4], [5, 6, 7]], seq_len=3, eos_id=0)
-    # stream 1 2 3 | 0 4 0 | 5 6 7 | 0  (the lone last 0 is the dropped tail)
-    assert rows == [[1, 2, 3], [0, 4, 0], [5, 6, 7]]
-
-
-def test_pack_loses_no_token_before_the_tail():
-    docs = [list(range(1, n + 1)) for n in (7, 1, 12, 5)]
-    stream = [t for doc in docs for t in [*doc, 0]]
-    rows = stdlib_corpus.pack(docs, seq_len=4, eos_id=0)
-    assert [t for row in rows for t in row] == stream[: len(stream) // 4 * 4]
-
-
-def test_pack_rejects_a_non_positive_sequence_length():
-    with pytest.raises(ValueError, match="seq_len must be >= 1"):
-        stdlib_corpus.pack([[1]], seq_len=0, eos_id=0)
+def test_no_selected_file_contains_a_special_token_string():
+    """Special-token strings are always parsed as special tokens, so none may occur in the text."""
+    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    offenders = [
+        f.rel_path for f in stdlib_corpus.iter_files() if any(t in f.text for t in specials)
+    ]
+    assert offenders == []

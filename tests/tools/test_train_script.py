@@ -30,6 +30,10 @@ def test_unigram_perplexity_matches_a_straightforward_recompute():
     assert fast == pytest.approx(slow, rel=1e-12)
 
 
+def test_documents_are_packed_back_to_back_each_followed_by_eos():
+    assert token_corpus.concat_with_eos([[5, 6], [], [7]], eos_id=0) == [5, 6, 0, 0, 7, 0]
+
+
 def test_rows_cut_a_stream_and_drop_the_tail():
     rows = token_corpus.rows(np.arange(10), 4)
     assert rows.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -158,3 +162,16 @@ def test_budget_check_shrinks_steps_when_asked():
     assert args.steps == 500
     with pytest.raises(SystemExit):  # fewer steps than the warm-up would be meaningless
         train.check_budget(_budget_args(shrink_to_budget=True), seconds_per_step=2.0)
+
+
+def test_token_corpus_saves_and_loads_both_splits_and_names_missing_files(tmp_path):
+    corpus = token_corpus.TokenCorpus(
+        np.arange(10, dtype=np.uint16), np.arange(3, dtype=np.uint16), {"vocab_size": 16}
+    )
+    token_corpus.save(corpus, tmp_path / "c")
+    loaded = token_corpus.load(tmp_path / "c")
+    assert np.array_equal(loaded.train, corpus.train) and loaded.train.dtype == np.uint16
+    assert np.array_equal(loaded.val, corpus.val) and loaded.manifest == corpus.manifest
+    (tmp_path / "c" / "val.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="lacks val.npy"):
+        token_corpus.load(tmp_path / "c")

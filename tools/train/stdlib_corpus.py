@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -92,18 +92,3 @@ def iter_files(split: Split | None = None, root: Path | None = None) -> Iterator
         except UnicodeDecodeError:
             continue
         yield SourceFile(rel, text)
-
-
-def pack(docs: Iterable[list[int]], seq_len: int, eos_id: int) -> list[list[int]]:
-    """Concatenate documents, each followed by ``eos_id``, and cut into rows of ``seq_len``.
-
-    The tail that does not fill a whole row is dropped; no token is repeated or padded.
-    """
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    stream: list[int] = []
-    for doc in docs:
-        stream.extend(doc)
-        stream.append(eos_id)
-    num_rows = len(stream) // seq_len
-    return [stream[i * seq_len : (i + 1) * seq_len] for i in range(num_rows)]

@@ -14,6 +14,7 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,15 +45,14 @@ def file_sha256(path: Path) -> str:
 def tokenize_stdlib(tokenizer_path: Path = DEFAULT_TOKENIZER) -> TokenCorpus:
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     eos_id = tokenizer.token_to_id(EOS_TOKEN)
-    streams: dict[str, list[int]] = {"train": [], "val": []}
     files: dict[str, list[str]] = {"train": [], "val": []}
+    docs: dict[str, list[list[int]]] = {"train": [], "val": []}
     for source in stdlib_corpus.iter_files():
-        # NOTE: text only, no special-token parsing: a literal "<|endoftext|>" in a source file
-        # would otherwise become the document separator.
-        ids = tokenizer.encode(source.text, add_special_tokens=False).ids
-        streams[source.split].extend(ids)
-        streams[source.split].append(eos_id)
+        # NOTE: special-token strings in a text are always parsed as special tokens; no selected
+        # stdlib file contains one (tests/tools/test_stdlib_corpus.py checks it).
+        docs[source.split].append(tokenizer.encode(source.text, add_special_tokens=False).ids)
         files[source.split].append(source.rel_path)
+    streams = {split: concat_with_eos(split_docs, eos_id) for split, split_docs in docs.items()}
     manifest = {
         "python_version": stdlib_corpus.python_version(),
         "stdlib_root": str(stdlib_corpus.stdlib_root()),
@@ -88,6 +88,15 @@ def load(directory: Path) -> TokenCorpus:
         )
     manifest = json.loads((directory / "manifest.json").read_text())
     return TokenCorpus(np.load(directory / "train.npy"), np.load(directory / "val.npy"), manifest)
+
+
+def concat_with_eos(docs: Iterable[list[int]], eos_id: int) -> list[int]:
+    """Pack documents back to back, each followed by ``eos_id``."""
+    stream: list[int] = []
+    for doc in docs:
+        stream.extend(doc)
+        stream.append(eos_id)
+    return stream
 
 
 def rows(stream: np.ndarray, seq_len: int) -> np.ndarray:
