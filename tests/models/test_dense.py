@@ -125,6 +125,13 @@ def test_hidden_states_numbered_as_transformers_output_hidden_states(pair):
         assert_logits_close(out.hidden_states[i], ref[i][0])
 
 
+def test_hidden_state_index_out_of_range_is_refused_naming_the_range(pair):
+    model, _ = pair
+    n = model.config.num_hidden_layers
+    with pytest.raises(ValueError, match=f"0..{n}"):
+        paged(model).step([("a", [1, 2, 3])], capture=(0, n + 1))
+
+
 def test_deterministic_mode_still_matches_transformers(tiny_checkpoint):
     path = tiny_checkpoint("qwen3_moe")
     model, hf = load_hinge(path, deterministic=True), load_hf(path)

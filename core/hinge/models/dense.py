@@ -159,6 +159,11 @@ class DenseDecoderLM(CausalLM):
         batch = ctx.batch
         capture = set(batch.capture_hidden_layers)
         num_layers = len(self.model.layers)
+        if capture and not capture <= set(range(num_layers + 1)):
+            raise ValueError(
+                f"capture_hidden_layers {sorted(capture)} out of range: this model has hidden states "
+                f"0..{num_layers} (0 = embeddings, {num_layers} = final-normed output)"
+            )
         hidden: dict[int, torch.Tensor] = {}
         h = self.model.embed_tokens(batch.input_ids)
         if 0 in capture:
