@@ -190,3 +190,20 @@ def test_quantizer_buffers_load_and_quantizer_may_ignore_tensors(ckpt):
                        quantizer=ScaleBufferQuantizer(None, build_context()), progress=False)
     scales = {m.prefix: float(m.weight_scale) for m in model.modules() if isinstance(m, Linear)}
     assert scales == {name: float(i) for i, name in enumerate(sorted(linears))}
+
+
+def test_quantized_checkpoint_is_refused_by_the_none_quantizer(ckpt):
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="NoQuantizer does not claim.*modelopt.*hinge plugins"):
+        load_hinge(ckpt)
+
+
+def test_hf_quant_config_json_is_read_into_the_model_config(ckpt):
+    (ckpt / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
+    _, config = load_config(ckpt)
+    assert config.hf_quant_config == {"quantization": {"quant_algo": "NVFP4"}}
+    assert config.checkpoint_quant_config == config.hf_quant_config
+    with pytest.raises(ValueError, match="does not claim"):
+        load_hinge(ckpt)

@@ -50,6 +50,7 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
     tie_word_embeddings: bool = False
     quantization_config: dict | None = None
+    hf_quant_config: dict | None = None  #: modelopt's hf_quant_config.json, when present
     torch_dtype: str | None = None  #: the checkpoint's dtype as config.json states it
     hf_config: Any = None  #: the transformers config of the (text) model
     path: Path | None = None
@@ -75,10 +76,18 @@ class ModelConfig:
             eos_token_ids=eos,
             tie_word_embeddings=bool(tie),
             quantization_config=raw.get("quantization_config"),
+            hf_quant_config=read_json(path / "hf_quant_config.json")
+            if path is not None and (path / "hf_quant_config.json").is_file() else None,
             torch_dtype=str(dtype) if dtype is not None else None,
             hf_config=hf_config,
             path=path,
         )
+
+    @property
+    def checkpoint_quant_config(self) -> dict | None:
+        """What ``Quantizer.claims`` is asked about: config.json's ``quantization_config``, else
+        the hf_quant_config.json dict, else None (unquantized)."""
+        return self.quantization_config or self.hf_quant_config
 
 
 class CausalLM(nn.Module):

@@ -164,6 +164,14 @@ def load_model(
     path = Path(path)
     cls, config = load_config(path)
     files = checkpoint_files(path)
+    quant_config = config.checkpoint_quant_config
+    if not quantizer.claims(quant_config):
+        method = (quant_config or {}).get("quant_method") or (quant_config or {}).get("quant_algo")
+        raise ValueError(
+            f"quantizer {type(quantizer).__name__} does not claim the checkpoint {path} "
+            f"({'quantized: ' + str(method or quant_config) if quant_config else 'unquantized'}); "
+            "select the quantizer made for it (`hinge plugins` lists them) or quantizer=auto"
+        )
     with torch.device(device):
         model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic)
     load_weights(model, files, progress=progress, quantizer=quantizer)
