@@ -125,6 +125,17 @@ def test_mixed_length_batch_equals_each_request_alone():
             )
 
 
+def test_padded_chunk_buckets_equal_each_request_alone_against_float64():
+    # lengths 1 (decode row), 5 and 60 (one chunk), 70 and 128 (two chunks, one padded), 1
+    cu = [0, 1, 6, 66, 136, 264, 265]
+    q, k, v, g, beta, s0 = _inputs(265, b=6, seed=6)
+    res = KERNELS.gated_delta_rule(q, k, v, g, beta, s0, cu)
+    for i, (s, e) in enumerate(pairwise(cu)):
+        out64, s64, _ = _float64_loop(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], s0[i])
+        torch.testing.assert_close(res.out[s:e].double(), out64, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(res.final_state[i].double(), s64, rtol=1e-4, atol=1e-5)
+
+
 def _conv_inputs(t, c=6, kernel=4, b=1, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return (

@@ -1,9 +1,12 @@
 """Pure-torch reference kernels (any device): chunked delta rule for prefill, recurrent for decode.
 
-Requests of equal length run together as one batch; the others run one by one. The chunked form
-(chunks of 64 tokens, the WY/UT transform inside a chunk, a sequential scan across chunks) is used
-for multi-token segments; the recurrent form for single tokens and whenever per-position states
-are asked for (it produces them for free).
+No Python loop over requests on the hot paths: single-token requests (decode) run as one batched
+recurrent update; multi-token segments run the chunked form (chunks of 64 tokens, the WY/UT
+transform inside a chunk, a sequential scan across chunks), segments with the same number of
+chunks zero-padded at the end (g = beta = k = 0 rows leave the state unchanged) and batched; the
+causal conv runs over all requests in one flat pass. The recurrent form, one request at a time
+unless all have equal length, is used whenever per-position states are asked for (it produces
+them for free).
 
 ``deterministic``: every token goes through the recurrent form, requests in zero-padded blocks of
 ``BLOCK_ROWS`` rows, each op of fixed shape and element-wise or reduced over one head's vector. A
@@ -64,7 +67,11 @@ def _conv_windows(xs: torch.Tensor, weight, bias, activation, track):
 def torch_causal_conv1d(
     x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
 ):
-    b = len(cu_seqlens) - 1
+    """All requests in one pass: each request's window rows go in front of its inputs, the taps
+    run over the flat ``(T + B (K-1), C)`` sequence, and only each request's own rows are kept.
+    Every output row is the same element-wise sum as alone (bit-identical to one request)."""
+    b, t = len(cu_seqlens) - 1, x.shape[0]
+    k = weight.shape[1]
     window = initial_window.to(x.dtype).transpose(1, 2)  # (B, K-1, C)
     n = _uniform_len(cu_seqlens)
     if n is not None:
@@ -72,16 +79,22 @@ def torch_causal_conv1d(
         out, final, windows = _conv_windows(xs, weight, bias, activation, track_states)
         windows = windows.flatten(0, 1) if windows is not None else None
         return ConvResult(out.flatten(0, 1), final.contiguous(), windows)
-    outs, finals, all_windows = [], [], []
+    # flat layout: [window_0 | x_0 | window_1 | x_1 | ...]; source rows index cat([x, windows])
+    src, out_rows, final_rows, base = [], [], [], 0
     for i, (s, e) in enumerate(_segments(cu_seqlens)):
-        xs = torch.cat([window[i], x[s:e]], dim=0)[None]
-        out, final, windows = _conv_windows(xs, weight, bias, activation, track_states)
-        outs.append(out[0])
-        finals.append(final[0])
-        if windows is not None:
-            all_windows.append(windows[0])
-    windows = torch.cat(all_windows) if track_states else None
-    return ConvResult(torch.cat(outs), torch.stack(finals).contiguous(), windows)
+        src.extend(range(t + i * (k - 1), t + (i + 1) * (k - 1)))
+        src.extend(range(s, e))
+        out_rows.extend(range(base, base + e - s))
+        final_rows.extend(range(base + e - s, base + e - s + k - 1))
+        base += e - s + k - 1
+    dev = x.device
+    pool = torch.cat([x, window.reshape(-1, x.shape[1])])
+    xs = pool.index_select(0, torch.tensor(src, device=dev))[None]
+    out, _, windows = _conv_windows(xs, weight, bias, activation, track_states)
+    out_idx = torch.tensor(out_rows, device=dev)
+    final = xs[0].index_select(0, torch.tensor(final_rows, device=dev)).view(b, k - 1, -1)
+    windows = windows[0].index_select(0, out_idx) if windows is not None else None
+    return ConvResult(out[0].index_select(0, out_idx), final.transpose(1, 2).contiguous(), windows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,30 +118,92 @@ def delta_rule_recurrent(q, k, v, g, beta, state, track=False):
     return out, state, states
 
 
+def delta_rule_decode(q, k, v, g, beta, state):
+    """One token per request. q, k: (N, H, Dk); v: (N, H, Dv); g, beta: (N, H); state (N, H, Dk, Dv)."""
+    n, h, dk = k.shape
+    state = (state * g.exp()[..., None, None]).view(n * h, dk, -1)
+    kv_mem = torch.bmm(k.reshape(n * h, 1, dk), state)  # (NH, 1, Dv)
+    delta = (v.reshape(n * h, 1, -1) - kv_mem) * beta.reshape(n * h, 1, 1)
+    state = torch.baddbmm(state, k.reshape(n * h, dk, 1), delta)
+    out = torch.bmm(q.reshape(n * h, 1, dk), state)
+    return out.view(n, h, -1), state.view(n, h, dk, -1)
+
+
 def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
-    """One sequence. q, k: (L, H, Dk); v: (L, H, Dv); g, beta: (L, H); state: (H, Dk, Dv)."""
-    q, k, v = (x.transpose(0, 1) for x in (q, k, v))  # (H, L, D)
-    g, beta = g.transpose(0, 1), beta.transpose(0, 1)  # (H, L)
-    out = torch.empty_like(v)
-    for s in range(0, q.shape[1], chunk_size):
-        e = min(s + chunk_size, q.shape[1])
-        qc, kc, vc, bc = q[:, s:e], k[:, s:e], v[:, s:e], beta[:, s:e, None]
-        cum = g[:, s:e].cumsum(-1)  # (H, C) log decay from chunk start to t
-        lower = torch.ones(e - s, e - s, dtype=torch.bool, device=q.device).tril()
-        decay = (cum[:, :, None] - cum[:, None, :]).masked_fill(~lower, float("-inf")).exp()
-        # UT transform: (I + strictly-lower(beta k k^T * decay)) u = beta v, w = beta k exp(cum)
-        system = (bc * kc) @ kc.transpose(-1, -2) * decay
-        system = system.masked_fill(~lower.tril(-1), 0.0)
-        system = system + torch.eye(e - s, dtype=q.dtype, device=q.device)
-        rhs = torch.cat([bc * vc, bc * kc * cum.exp()[..., None]], dim=-1)
-        sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-        u, w = sol[..., : vc.shape[-1]], sol[..., vc.shape[-1] :]
-        v_new = u - w @ state
-        intra = (qc @ kc.transpose(-1, -2)) * decay
-        out[:, s:e] = (qc * cum.exp()[..., None]) @ state + intra @ v_new
-        tail = (cum[:, -1:] - cum).exp()[..., None]  # decay from t to chunk end
-        state = state * cum[:, -1].exp()[:, None, None] + (kc * tail).transpose(-1, -2) @ v_new
-    return out.transpose(0, 1), state
+    """Sequences of equal length L. q, k: (N, L, H, Dk); v: (N, L, H, Dv); g, beta: (N, L, H);
+    state: (N, H, Dk, Dv). Also accepts one unbatched sequence (no N dimension).
+
+    Zero rows (g = beta = k = 0) at the end leave the state unchanged, so shorter sequences can
+    be padded to L, and L is padded to whole chunks here. Everything that does not depend on the
+    state (decays, the UT transform, intra-chunk attention) runs for all chunks at once; only
+    the scan across chunks is a loop.
+    """
+    if q.dim() == 3:
+        out, state = delta_rule_chunked(*(x[None] for x in (q, k, v, g, beta, state)), chunk_size)
+        return out[0], state[0]
+    n, length, h = q.shape[:3]
+    c = min(chunk_size, length)
+    nc = -(-length // c)
+    pad = nc * c - length
+
+    def chunks(x):  # (N, L, H, ...) -> (N, H, nc, C, ...)
+        x = x.transpose(1, 2)
+        if pad:
+            x = torch.cat([x, x.new_zeros((n, h, pad, *x.shape[3:]))], dim=2)
+        return x.reshape(n, h, nc, c, *x.shape[3:])
+
+    q, k, v, g, beta = (chunks(x) for x in (q, k, v, g, beta))
+    cum = g.cumsum(-1)  # (N, H, nc, C) log decay from chunk start to t
+    lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(~lower, float("-inf")).exp()
+    # UT transform: (I + strictly-lower(beta k k^T * decay)) u = beta v, w = beta k exp(cum)
+    bk = beta[..., None] * k
+    system = (bk @ k.transpose(-1, -2) * decay).masked_fill(~lower.tril(-1), 0.0)
+    system = system + torch.eye(c, dtype=q.dtype, device=q.device)
+    rhs = torch.cat([beta[..., None] * v, bk * cum.exp()[..., None]], dim=-1)
+    sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    u, w = sol[..., : v.shape[-1]], sol[..., v.shape[-1] :]
+    intra = (q @ k.transpose(-1, -2)) * decay
+    q_decayed = q * cum.exp()[..., None]
+    k_tail = (k * (cum[..., -1:] - cum).exp()[..., None]).transpose(-1, -2)  # decay t -> chunk end
+    last = cum[..., -1].exp()[..., None, None]  # (N, H, nc, 1, 1)
+    out = v.new_empty(v.shape)
+    for i in range(nc):
+        v_new = u[:, :, i] - w[:, :, i] @ state
+        out[:, :, i] = q_decayed[:, :, i] @ state + intra[:, :, i] @ v_new
+        state = state * last[:, :, i] + k_tail[:, :, i] @ v_new
+    out = out.reshape(n, h, nc * c, -1)[:, :, :length]
+    return out.transpose(1, 2), state
+
+
+def _chunked_buckets(q, k, v, g, beta, state0, segments, out, finals):
+    """Run the chunked form on every segment not None; segments with the same number of chunks
+    are zero-padded at the end to the longest of them and run as one batch."""
+    buckets: dict[int, list[int]] = {}
+    for i, seg in enumerate(segments):
+        if seg is not None:
+            buckets.setdefault(-(-(seg[1] - seg[0]) // CHUNK_SIZE), []).append(i)
+    dev = q.device
+    for members in buckets.values():
+        length = max(segments[i][1] - segments[i][0] for i in members)
+        src, dst = [], []
+        for j, i in enumerate(members):
+            s, e = segments[i]
+            src.extend(range(s, e))
+            dst.extend(range(j * length, j * length + e - s))
+        src_idx, dst_idx = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
+        m = len(members)
+
+        def pad(x, m=m, length=length, src_idx=src_idx, dst_idx=dst_idx):
+            padded = x.new_zeros((m * length, *x.shape[1:]))
+            padded.index_copy_(0, dst_idx, x.index_select(0, src_idx))
+            return padded.view(m, length, *x.shape[1:])
+
+        ids = torch.tensor(members, device=dev)
+        o, final = delta_rule_chunked(*(pad(x) for x in (q, k, v, g, beta)),
+                                      state0.index_select(0, ids))
+        out.index_copy_(0, src_idx, o.reshape(m * length, *o.shape[2:]).index_select(0, dst_idx))
+        finals.index_copy_(0, ids, final)
 
 
 def delta_rule_deterministic(q, k, v, g, beta, initial_state, cu_seqlens, track_states):
@@ -202,27 +277,39 @@ def torch_gated_delta_rule(
     state0 = initial_state.float()
     b, t = len(cu_seqlens) - 1, q.shape[0]
     n = _uniform_len(cu_seqlens)
-    if n is not None and (n == 1 or track_states):
+    if n == 1 and not track_states:
+        out, final = delta_rule_decode(q, k, v, g, beta, state0)
+        return DeltaRuleResult(out.to(out_dtype), final, None)
+    if n is not None and track_states:
         args = (x.reshape(b, n, *x.shape[1:]) for x in (q, k, v, g, beta))
         out, final, states = delta_rule_recurrent(*args, state0, track_states)
         states = states.flatten(0, 1) if states is not None else None
         return DeltaRuleResult(out.flatten(0, 1).to(out_dtype), final, states)
-    out = v.new_empty((t, *v.shape[1:]))
-    finals = []
-    states = q.new_empty((t, *state0.shape[1:])) if track_states else None
-    for i, (s, e) in enumerate(_segments(cu_seqlens)):
-        if track_states or e - s == 1:
+    segments = _segments(cu_seqlens)
+    if track_states:  # per-position states come free with the recurrent form
+        out = v.new_empty((t, *v.shape[1:]))
+        states = q.new_empty((t, *state0.shape[1:]))
+        finals = []
+        for i, (s, e) in enumerate(segments):
             seg = (x[None, s:e] for x in (q, k, v, g, beta))
-            o, final, st = delta_rule_recurrent(*seg, state0[i : i + 1], track_states)
-            out[s:e], final = o[0], final[0]
-            if track_states:
-                states[s:e] = st[0]
-        else:
-            out[s:e], final = delta_rule_chunked(
-                q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], state0[i]
-            )
-        finals.append(final)
-    return DeltaRuleResult(out.to(out_dtype), torch.stack(finals), states)
+            o, final, st = delta_rule_recurrent(*seg, state0[i : i + 1], True)
+            out[s:e], states[s:e] = o[0], st[0]
+            finals.append(final[0])
+        return DeltaRuleResult(out.to(out_dtype), torch.stack(finals), states)
+    out = v.new_empty((t, *v.shape[1:]))
+    finals = state0.new_empty(state0.shape)
+    single = [i for i, (s, e) in enumerate(segments) if e - s == 1]
+    if single:  # decode rows of a mixed step: one batched recurrent update
+        ids = torch.tensor(single, device=q.device)
+        rows = torch.tensor([segments[i][0] for i in single], device=q.device)
+        o, final = delta_rule_decode(*(x.index_select(0, rows) for x in (q, k, v, g, beta)),
+                                     state0.index_select(0, ids))
+        out.index_copy_(0, rows, o)
+        finals.index_copy_(0, ids, final)
+    if len(single) < b:
+        many = [seg if seg[1] - seg[0] > 1 else None for seg in segments]
+        _chunked_buckets(q, k, v, g, beta, state0, many, out, finals)
+    return DeltaRuleResult(out.to(out_dtype), finals, None)
 
 
 class TorchRecurrentKernels(RecurrentKernels):
