@@ -112,6 +112,7 @@ class Quantizer(ABC):
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
         """Repack or convert loaded weights. Called once per layer after all weights load."""
+        return None  # optional: plain weights need nothing
 
     @abstractmethod
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -192,3 +193,4 @@ class Speculator(ABC):
 
     def commit(self, batch: Any, accepted: list[list[int]]) -> None:
         """Update drafter state after the engine kept exactly ``accepted``."""
+        return None  # optional: stateless drafters need nothing

@@ -58,7 +58,7 @@ class ForwardBatch:
 
     @property
     def seq_lens_cpu(self) -> list[int]:
-        return [p + e for p, e in zip(self.prefix_lens_cpu, self.extend_lens_cpu)]
+        return [p + e for p, e in zip(self.prefix_lens_cpu, self.extend_lens_cpu, strict=True)]
 
     @property
     def seq_lens(self) -> torch.Tensor:
