@@ -114,8 +114,9 @@ class StatePool:
     # per-step access (layers)
     def read(self, state_id: int, slots: torch.Tensor, fresh: torch.Tensor | None = None):
         """Initial (conv, ssm) of the step's requests; rows with ``fresh`` start from zeros."""
-        conv = self.conv[state_id][slots]
-        ssm = self.ssm[state_id][slots] if self.ssm[state_id] is not None else None
+        # NOTE: index_select / index_copy_, not advanced indexing: on CPU the latter is ~2x slower
+        conv = self.conv[state_id].index_select(0, slots)
+        ssm = self.ssm[state_id].index_select(0, slots) if self.ssm[state_id] is not None else None
         if fresh is not None:
             conv = conv.masked_fill(fresh[:, None, None], 0)
             if ssm is not None:
@@ -124,9 +125,9 @@ class StatePool:
 
     def write(self, state_id: int, slots: torch.Tensor, conv: torch.Tensor,
               ssm: torch.Tensor | None = None) -> None:
-        self.conv[state_id][slots] = conv.to(self.conv_dtype)
+        self.conv[state_id].index_copy_(0, slots, conv.to(self.conv_dtype))
         if ssm is not None:
-            self.ssm[state_id][slots] = ssm.to(self.ssm_dtype)
+            self.ssm[state_id].index_copy_(0, slots, ssm.to(self.ssm_dtype))
 
 
 def _numel(shape: tuple[int, ...]) -> int:

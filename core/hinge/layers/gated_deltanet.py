@@ -59,6 +59,9 @@ def recurrent_inputs(ctx: ForwardContext, layer: str):
             f"{layer} needs a recurrent-state pool: ForwardContext.states (hinge.engine.state_pool."
             "StatePool) and ForwardBatch.state_slots (one slot per request) must be set for hybrid models"
         )
+    # host check first: a decode step has no fresh request and skips the zero-fill of the states
+    if batch.prefix_lens_cpu and all(batch.prefix_lens_cpu):
+        return batch.state_slots, None
     return batch.state_slots, batch.prefix_lens == 0
 
 

@@ -119,14 +119,24 @@ def delta_rule_recurrent(q, k, v, g, beta, state, track=False):
 
 
 def delta_rule_decode(q, k, v, g, beta, state):
-    """One token per request. q, k: (N, H, Dk); v: (N, H, Dv); g, beta: (N, H); state (N, H, Dk, Dv)."""
+    """One token per request. q, k: (N, H, Dk); v: (N, H, Dv); g, beta: (N, H); state (N, H, Dk, Dv).
+
+    With ``d = exp(g)`` and ``S' = d S + k delta^T``: ``k^T (d S) = d (k^T S)`` and
+    ``q^T S' = d (q^T S) + (q . k) delta``, so one bmm reads the old state for both products and
+    the new state is written once (scaled in place, then the rank-1 update added in place).
+    """
     n, h, dk = k.shape
-    state = (state * g.exp()[..., None, None]).view(n * h, dk, -1)
-    kv_mem = torch.bmm(k.reshape(n * h, 1, dk), state)  # (NH, 1, Dv)
-    delta = (v.reshape(n * h, 1, -1) - kv_mem) * beta.reshape(n * h, 1, 1)
-    state = torch.baddbmm(state, k.reshape(n * h, dk, 1), delta)
-    out = torch.bmm(q.reshape(n * h, 1, dk), state)
-    return out.view(n, h, -1), state.view(n, h, dk, -1)
+    nh = n * h
+    decay = g.exp().reshape(nh, 1, 1)
+    state = state.reshape(nh, dk, -1)
+    kq = torch.stack([k.reshape(nh, dk), q.reshape(nh, dk)], dim=1)  # (NH, 2, Dk)
+    proj = torch.bmm(kq, state) * decay  # (NH, 2, Dv): d k^T S, d q^T S
+    delta = (v.reshape(nh, 1, -1) - proj[:, :1]) * beta.reshape(nh, 1, 1)
+    qk = (kq[:, 1] * kq[:, 0]).sum(-1).reshape(nh, 1, 1)
+    out = torch.addcmul(proj[:, 1:], qk, delta)
+    new = state * decay  # NOTE: not in place: the caller's initial state stays untouched
+    new.baddbmm_(kq[:, 0, :, None], delta)
+    return out.view(n, h, -1), new.view(n, h, dk, -1)
 
 
 def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
