@@ -7,23 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 from hinge import LLM, SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint
+from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 
 ARCHS = ("qwen3", "llama", "qwen3_moe")
 PROMPT_LENS = (5, 23, 1, 40, 12, 17)
-
-
-def write_byte_tokenizer(path: Path) -> None:
-    """A 256-token byte-level tokenizer (one token per byte) matching the tiny vocab size."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # GPT-2 bytes_to_unicode
-    extra = iter(range(256, 512))
-    vocab = {chr(b) if b in printable else chr(next(extra)): b for b in range(256)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.save(str(path / "tokenizer.json"))
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from hinge import LLM, SamplingParams
@@ -12,28 +10,16 @@ from hinge.engine.kv_pool import KVCache, PageAllocator
 from hinge.engine.request import Request
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
+from hinge.testing.checkpoints import write_byte_tokenizer
 from hybrid_harness import VOCAB, hf_model
 from hybrid_oracle import hf_greedy
-
-
-def write_small_byte_tokenizer(path: Path) -> None:
-    """One token per byte for bytes 0..VOCAB-1 (the tiny models' vocab)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # GPT-2 bytes_to_unicode
-    extra = iter(range(256, 512))
-    chars = {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
-    tok = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(VOCAB)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.save(str(path / "tokenizer.json"))
 
 
 @pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])
 def test_engine_batch_of_mixed_lengths_with_chunked_prefill_matches_transformers(hybrid_checkpoints, arch):
     path = hybrid_checkpoints(arch)
     if not (path / "tokenizer.json").exists():
-        write_small_byte_tokenizer(path)
+        write_byte_tokenizer(path, VOCAB)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(2, VOCAB - 1, (n,), generator=gen).tolist() for n in (13, 3, 21, 7, 1)]
     params = SamplingParams(max_new_tokens=10, temperature=0, ignore_eos=True)
@@ -85,7 +71,7 @@ def test_retracted_request_gives_back_its_slot_and_gets_a_zeroed_one_on_readmiss
 def test_engine_deterministic_logprobs_of_a_hybrid_do_not_depend_on_batch_or_chunking(hybrid_checkpoints):
     path = hybrid_checkpoints("Qwen3_5ForCausalLM")
     if not (path / "tokenizer.json").exists():
-        write_small_byte_tokenizer(path)
+        write_byte_tokenizer(path, VOCAB)
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(2, VOCAB - 1, (n,), generator=gen).tolist() for n in (19, 5, 11, 2, 30)]
     params = SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True, logprobs=True)
@@ -103,7 +89,7 @@ def test_state_pool_is_reported_at_start_up_and_a_budget_too_small_for_it_fails_
 ):
     path = hybrid_checkpoints("Lfm2ForCausalLM")
     if not (path / "tokenizer.json").exists():
-        write_small_byte_tokenizer(path)
+        write_byte_tokenizer(path, VOCAB)
     with caplog.at_level("INFO", logger="hinge.engine.state_pool"):
         with LLM(str(path), max_running_requests=5) as llm:
             per_slot = StatePool.bytes_per_slot(llm.engine.model.recurrent_layers, torch.float32)

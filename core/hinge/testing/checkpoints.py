@@ -3,6 +3,8 @@
 ``make_tiny_checkpoint("qwen3", tmp_path)`` builds the transformers model of that family from a
 small config, seeds its weights (float32, CPU; norm weights perturbed away from 1 so a wrong
 norm cannot hide), and saves config.json + safetensors. Add a family with one ``ARCHS`` entry.
+``write_byte_tokenizer(path)`` adds a byte-level tokenizer (token id = byte value) that fits
+the tiny vocab, for tests that go through text.
 """
 
 from __future__ import annotations
@@ -126,3 +128,16 @@ def make_tiny_checkpoint(
     kwargs = {} if max_shard_size is None else {"max_shard_size": max_shard_size}
     model.save_pretrained(path, **kwargs)
     return path
+
+
+def write_byte_tokenizer(path: str | Path, vocab_size: int = 256) -> None:
+    """Write ``tokenizer.json``: one token per byte for bytes ``0..vocab_size-1`` (token id = byte)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]  # GPT-2 bytes_to_unicode
+    extra = iter(range(256, 512))
+    chars = {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab={chars[b]: b for b in range(vocab_size)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(Path(path) / "tokenizer.json"))
