@@ -135,3 +135,13 @@ async def drain(handle: RequestHandle) -> Any:
     finally:
         handle.abort()
     return last
+
+
+async def drain_all(handles: list[RequestHandle]) -> list[Any]:
+    """Run requests to the end together and return their last outputs; every request is aborted
+    when any fails or the wait is cancelled."""
+    try:
+        return await asyncio.gather(*(drain(h) for h in handles))
+    finally:
+        for handle in handles:
+            handle.abort()

@@ -17,7 +17,7 @@ from hinge.server.context import (
     SSE_DONE,
     APIError,
     ServerContext,
-    drain,
+    drain_all,
     error_body,
     sse,
     unless_disconnected,
@@ -169,11 +169,7 @@ async def generate(req: GenerateRequest, request: Request) -> Response:
                                  media_type="text/event-stream")
 
     async def run_all() -> list[dict[str, Any]]:
-        try:
-            outs = await asyncio.gather(*(drain(h) for h in handles))
-        finally:
-            for h in handles:
-                h.abort()
+        outs = await drain_all(handles)
         return [native_item(ctx, req, h, ids, out, t0)
                 for h, ids, out in zip(handles, prompts, outs, strict=True)]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,7 +16,7 @@ from hinge.server.context import (
     SSE_DONE,
     APIError,
     ServerContext,
-    drain,
+    drain_all,
     error_body,
     sse,
     unless_disconnected,
@@ -85,11 +84,7 @@ async def _start(ctx: ServerContext, body: _OpenAISampling, prompts: list[list[i
 
 
 async def _finish_all(choices: list[_Choice]) -> None:
-    try:
-        lasts = await asyncio.gather(*(drain(c.handle) for c in choices))
-    finally:
-        for c in choices:
-            c.handle.abort()
+    lasts = await drain_all([c.handle for c in choices])
     for c, last in zip(choices, lasts, strict=True):
         c.last = last
 
