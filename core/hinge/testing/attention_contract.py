@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from hinge.contracts import AttentionLayer
-from hinge.testing.base import TOLERANCE, ContractBase, cuda_available
+from hinge.testing.base import (
+    TOLERANCE,
+    ContractBase,
+    skip_unless_cuda_claimed,
+    skip_unless_graph_claimed,
+)
 from hinge.testing.batches import BatchCase, build_batch
 from hinge.testing.reference import reference_attention
 
@@ -154,10 +159,7 @@ class AttentionBackendContract(ContractBase):
 
     @pytest.mark.gpu
     def test_claimed_cuda_device_matches_reference(self, spec, head_dim, page_size, dtype):
-        if "cuda" not in spec.capabilities.devices:
-            pytest.skip(f"{spec.name!r} does not claim cuda")
-        if not cuda_available():
-            pytest.skip("the cuda claim is checked on a GPU (marker gpu)")
+        skip_unless_cuda_claimed(spec)
         for name in sorted(spec.capabilities.dtypes):
             dt = getattr(torch, name)
             case = build_batch([10, 0, 33, 5], [1, 12, 1, 7], layer=make_layer(head_dim),
@@ -173,10 +175,7 @@ class AttentionBackendContract(ContractBase):
         self._graph_test(spec, "prefill", head_dim, page_size, dtype)
 
     def _graph_test(self, spec, phase, head_dim, page_size, dtype):
-        if not spec.capabilities.supports_graph(phase):
-            pytest.skip(f"{spec.name!r} does not claim {phase}_graph")
-        if not cuda_available():
-            pytest.skip("CUDA graph claims are checked on a GPU (marker gpu)")
+        skip_unless_graph_claimed(spec, phase)
         from hinge.testing.graphs import check_graph_replay
 
         check_graph_replay(self._build_component(device="cuda"), phase, make_layer(head_dim),

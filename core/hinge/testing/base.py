@@ -18,6 +18,22 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def skip_unless_cuda_claimed(spec: ComponentSpec) -> None:
+    """Skip unless ``spec`` claims the cuda device and a GPU is here to check the claim."""
+    if "cuda" not in spec.capabilities.devices:
+        pytest.skip(f"{spec.name!r} does not claim cuda")
+    if not cuda_available():
+        pytest.skip("the cuda claim is checked on a GPU (marker gpu)")
+
+
+def skip_unless_graph_claimed(spec: ComponentSpec, phase: str) -> None:
+    """Skip unless ``spec`` claims CUDA graphs for ``phase`` and a GPU is here to check it."""
+    if not spec.capabilities.supports_graph(phase):
+        pytest.skip(f"{spec.name!r} does not claim {phase}_graph")
+    if not cuda_available():
+        pytest.skip("CUDA graph claims are checked on a GPU (marker gpu)")
+
+
 def pick_device(spec: ComponentSpec) -> str:
     devices = spec.capabilities.devices
     if "cpu" in devices:

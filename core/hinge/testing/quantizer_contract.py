@@ -10,7 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from hinge.testing.base import TOLERANCE, ContractBase, cuda_available
+from hinge.testing.base import (
+    TOLERANCE,
+    ContractBase,
+    skip_unless_cuda_claimed,
+    skip_unless_graph_claimed,
+)
 from hinge.testing.reference import reference_linear
 
 NOT_A_METHOD = "hinge-contract-no-such-method"
@@ -112,20 +117,14 @@ class QuantizerContract(ContractBase):
 
     @pytest.mark.gpu
     def test_claimed_cuda_device_matches_reference(self, spec, build_component):
-        if "cuda" not in spec.capabilities.devices:
-            pytest.skip(f"{spec.name!r} does not claim cuda")
-        if not cuda_available():
-            pytest.skip("the cuda claim is checked on a GPU (marker gpu)")
+        skip_unless_cuda_claimed(spec)
         for name in sorted(spec.capabilities.dtypes):
             dtype = getattr(torch, name)
             self._check_apply(build_component(device="cuda", dtype=dtype), dtype, "cuda")
 
     @pytest.mark.gpu
     def test_decode_graph_replay_equals_eager(self, spec, build_component, dtype):
-        if not spec.capabilities.decode_graph:
-            pytest.skip(f"{spec.name!r} does not claim decode_graph")
-        if not cuda_available():
-            pytest.skip("CUDA graph claims are checked on a GPU (marker gpu)")
+        skip_unless_graph_claimed(spec, "decode")
         q = build_component(device="cuda")
         w = torch.randn(self.out_features, self.in_features)
         tensors, _ = self.checkpoint_tensors(w, None, dtype)
