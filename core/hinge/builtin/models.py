@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 SEED = 1234
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -30,6 +32,16 @@ def default_model_path() -> Path:
             "or pass a model directory (--model PATH / LLM(model=PATH))"
         )
     return path
+
+
+def seeded_float32(build: Callable[[], Any], seed: int) -> Any:
+    """``build()`` (a transformers model) with weights from ``torch.manual_seed(seed)`` and
+    transformers' own initialisation, in float32 and eval mode: the same seed and versions give
+    the same weights. Shared by the seeded random model and ``hinge.testing.checkpoints``."""
+    import torch
+
+    torch.manual_seed(seed)
+    return build().to(torch.float32).eval()
 
 
 def seeded_qwen3_config(vocab_size: int):
@@ -59,7 +71,6 @@ def seeded_qwen3_config(vocab_size: int):
 
 def write_seeded_model(out: Path, tokenizer_dir: Path, seed: int = SEED) -> Path:
     """Write the seeded random Qwen3 (float32 safetensors) plus tokenizer files into ``out``."""
-    import torch
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
@@ -67,8 +78,7 @@ def write_seeded_model(out: Path, tokenizer_dir: Path, seed: int = SEED) -> Path
         for name in TOKENIZER_FILES:
             shutil.copyfile(tokenizer_dir / name, out / name)
     vocab_size = PreTrainedTokenizerFast(tokenizer_file=str(out / "tokenizer.json")).vocab_size
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(seeded_qwen3_config(vocab_size)).to(torch.float32).eval()
+    model = seeded_float32(lambda: Qwen3ForCausalLM(seeded_qwen3_config(vocab_size)), seed)
     model.generation_config = GenerationConfig(
         bos_token_id=None,
         eos_token_id=[ENDOFTEXT_ID, IM_END_ID],

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hinge.builtin.models import seeded_float32
+
 COMMON: dict[str, Any] = dict(
     vocab_size=256,
     hidden_size=64,
@@ -118,8 +120,7 @@ def make_tiny_checkpoint(
     if arch not in ARCHS:
         raise ValueError(f"unknown tiny checkpoint arch {arch!r}; known: {', '.join(sorted(ARCHS))}")
     path = Path(path)
-    torch.manual_seed(seed)
-    model = ARCHS[arch](overrides).to(torch.float32).eval()
+    model = seeded_float32(lambda: ARCHS[arch](overrides), seed)
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, param in model.named_parameters():
