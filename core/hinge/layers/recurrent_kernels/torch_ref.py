@@ -1,9 +1,9 @@
 """Pure-torch reference kernels (any device): chunked delta rule for prefill, recurrent for decode.
 
 No Python loop over requests on the hot paths: single-token requests (decode) run as one batched
-recurrent update; multi-token segments run the chunked form (chunks of 64 tokens, the WY/UT
+recurrent update; multi-token segments run the chunked form (chunks of 32 tokens, the WY/UT
 transform inside a chunk, a sequential scan across chunks), segments with the same number of
-chunks zero-padded at the end (g = beta = k = 0 rows leave the state unchanged) and batched; the
+64-token blocks zero-padded at the end (g = beta = k = 0 rows leave the state unchanged) and batched; the
 causal conv runs over all requests in one flat pass. The recurrent form, one request at a time
 unless all have equal length, is used whenever per-position states are asked for (it produces
 them for free).
@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from hinge.layers.recurrent_kernels.base import ConvResult, DeltaRuleResult, RecurrentKernels
 
-CHUNK_SIZE = 64
+CHUNK_SIZE = 32  #: on CPU 32 beats 64 by ~25% for 64-128-token segments (O(C) work per token)
+BUCKET_SIZE = 64  #: segments with the same number of BUCKET_SIZE blocks are batched together
 BLOCK_ROWS = 16
 
 
@@ -187,12 +188,12 @@ def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
 
 
 def _chunked_buckets(q, k, v, g, beta, state0, segments, out, finals):
-    """Run the chunked form on every segment not None; segments with the same number of chunks
-    are zero-padded at the end to the longest of them and run as one batch."""
+    """Run the chunked form on every segment not None; segments with the same number of
+    ``BUCKET_SIZE`` blocks are zero-padded at the end to the longest of them and run as one batch."""
     buckets: dict[int, list[int]] = {}
     for i, seg in enumerate(segments):
         if seg is not None:
-            buckets.setdefault(-(-(seg[1] - seg[0]) // CHUNK_SIZE), []).append(i)
+            buckets.setdefault(-(-(seg[1] - seg[0]) // BUCKET_SIZE), []).append(i)
     dev = q.device
     for members in buckets.values():
         length = max(segments[i][1] - segments[i][0] for i in members)
