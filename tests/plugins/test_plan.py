@@ -34,35 +34,28 @@ def built(options, build):
     return ("built", options, build)
 
 
+def _registers(spec_type):
+    """A hookimpl method registering the plugin's specs of ``spec_type``."""
+
+    @hookimpl
+    def register_all(self, register):
+        for s in self.specs:
+            if isinstance(s, spec_type):
+                register(s)
+
+    return register_all
+
+
 class Components:
     """An in-process plugin registering whatever specs it is given."""
 
     def __init__(self, *specs):
         self.specs = specs
 
-    @hookimpl
-    def register_attention_backends(self, register):
-        for s in self.specs:
-            if isinstance(s, AttentionBackendSpec):
-                register(s)
-
-    @hookimpl
-    def register_speculators(self, register):
-        for s in self.specs:
-            if isinstance(s, SpeculatorSpec):
-                register(s)
-
-    @hookimpl
-    def register_quantizers(self, register):
-        for s in self.specs:
-            if isinstance(s, QuantizerSpec):
-                register(s)
-
-    @hookimpl
-    def register_cache_policies(self, register):
-        for s in self.specs:
-            if isinstance(s, CachePolicySpec):
-                register(s)
+    register_attention_backends = _registers(AttentionBackendSpec)
+    register_speculators = _registers(SpeculatorSpec)
+    register_quantizers = _registers(QuantizerSpec)
+    register_cache_policies = _registers(CachePolicySpec)
 
 
 def attn(name="fast", options_model=None, **caps):
