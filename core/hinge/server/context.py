@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -145,3 +145,19 @@ async def drain_all(handles: list[RequestHandle]) -> list[Any]:
     finally:
         for handle in handles:
             handle.abort()
+
+
+async def sse_stream(payloads: AsyncGenerator[Any, None], handles: list[RequestHandle]
+                     ) -> AsyncIterator[bytes]:
+    """``payloads`` as server-sent events, then ``[DONE]``; an engine fault becomes an error
+    event, and every request is aborted however the stream ends."""
+    try:
+        async for payload in payloads:
+            yield sse(payload)
+    except EngineError as exc:
+        yield sse(error_body(500, str(exc), "internal_error"))
+    finally:
+        for handle in handles:
+            handle.abort()
+        await payloads.aclose()
+    yield SSE_DONE

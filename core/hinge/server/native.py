@@ -11,15 +11,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from hinge.engine.async_engine import EngineError, RequestHandle
+from hinge.engine.async_engine import RequestHandle
 from hinge.sampling_params import SamplingParams
 from hinge.server.context import (
-    SSE_DONE,
     APIError,
     ServerContext,
     drain_all,
-    error_body,
-    sse,
+    sse_stream,
     unless_disconnected,
 )
 from hinge.server.protocol import (
@@ -165,8 +163,9 @@ async def generate(req: GenerateRequest, request: Request) -> Response:
     t0 = time.perf_counter()
     handles = await submit_all(ctx, jobs)
     if req.stream:
-        return StreamingResponse(_native_stream(ctx, req, handles, prompts, t0, is_batch),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            sse_stream(_native_items(ctx, req, handles, prompts, t0, is_batch), handles),
+            media_type="text/event-stream")
 
     async def run_all() -> list[dict[str, Any]]:
         outs = await drain_all(handles)
@@ -177,24 +176,17 @@ async def generate(req: GenerateRequest, request: Request) -> Response:
     return JSONResponse(items if is_batch else items[0])
 
 
-async def _native_stream(ctx: ServerContext, req: GenerateRequest, handles: list[RequestHandle],
-                         prompts: list[list[int]], t0: float, is_batch: bool
-                         ) -> AsyncIterator[bytes]:
+async def _native_items(ctx: ServerContext, req: GenerateRequest, handles: list[RequestHandle],
+                        prompts: list[list[int]], t0: float, is_batch: bool
+                        ) -> AsyncIterator[dict[str, Any]]:
     sent = [""] * len(handles)
-    try:
-        async for index, out in merge(handles):
-            if out is not None and not handles[index].aborted:
-                sent[index] += stream_delta(sent[index], out)
-            item = native_item(ctx, req, handles[index], prompts[index], out, t0, sent[index])
-            if is_batch:
-                item["index"] = index
-            yield sse(item)
-    except EngineError as exc:
-        yield sse(error_body(500, str(exc), "internal_error"))
-    finally:
-        for handle in handles:
-            handle.abort()
-    yield SSE_DONE
+    async for index, out in merge(handles):
+        if out is not None and not handles[index].aborted:
+            sent[index] += stream_delta(sent[index], out)
+        item = native_item(ctx, req, handles[index], prompts[index], out, t0, sent[index])
+        if is_batch:
+            item["index"] = index
+        yield item
 
 
 async def merge(handles: list[RequestHandle]) -> AsyncIterator[tuple[int, Any]]:

@@ -11,14 +11,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from hinge.engine.async_engine import EngineError, RequestHandle
+from hinge.engine.async_engine import RequestHandle
 from hinge.server.context import (
-    SSE_DONE,
     APIError,
     ServerContext,
     drain_all,
-    error_body,
-    sse,
+    sse_stream,
     unless_disconnected,
 )
 from hinge.server.native import check_fit, ctx_of, merge, stream_delta, submit_all
@@ -89,26 +87,26 @@ async def _finish_all(choices: list[_Choice]) -> None:
         c.last = last
 
 
-async def _stream(choices: list[_Choice], include_usage: bool, n: int, base: dict[str, Any],
-                  make_choice: Any, first_chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    try:
-        for chunk in first_chunks:
-            yield sse({**base, "choices": [chunk]})
-        async for index, out in merge([c.handle for c in choices]):
-            choice = choices[index]
-            if out is not None:
-                choice.last = out
-            payload = make_choice(choice, out)
-            if payload is not None:
-                yield sse({**base, "choices": [payload]})
-        if include_usage:
-            yield sse({**base, "choices": [], "usage": _usage(choices, n)})
-    except EngineError as exc:
-        yield sse(error_body(500, str(exc), "internal_error"))
-    finally:
-        for c in choices:
-            c.handle.abort()
-    yield SSE_DONE
+def _stream(choices: list[_Choice], include_usage: bool, n: int, base: dict[str, Any],
+            make_choice: Any, first_chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    return sse_stream(_chunks(choices, include_usage, n, base, make_choice, first_chunks),
+                      [c.handle for c in choices])
+
+
+async def _chunks(choices: list[_Choice], include_usage: bool, n: int, base: dict[str, Any],
+                  make_choice: Any, first_chunks: list[dict[str, Any]]
+                  ) -> AsyncIterator[dict[str, Any]]:
+    for chunk in first_chunks:
+        yield {**base, "choices": [chunk]}
+    async for index, out in merge([c.handle for c in choices]):
+        choice = choices[index]
+        if out is not None:
+            choice.last = out
+        payload = make_choice(choice, out)
+        if payload is not None:
+            yield {**base, "choices": [payload]}
+    if include_usage:
+        yield {**base, "choices": [], "usage": _usage(choices, n)}
 
 
 def _new_part(choice: _Choice, out: Any, whole: bool = False
