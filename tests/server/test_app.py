@@ -50,6 +50,15 @@ def test_fault_while_streaming_ends_the_stream_with_an_error_event():
     assert '"code": 500' in resp.text and resp.text.rstrip().endswith("data: [DONE]")
 
 
+def test_fault_while_streaming_generate_ends_the_stream_with_an_error_event():
+    engine = FakeEngine(fail_steps=1)
+    with client_for(engine) as c:
+        resp = c.post("/generate", json={"text": "a", "sampling_params": {"max_new_tokens": 3},
+                                         "stream": True})
+    assert resp.status_code == 200
+    assert '"code": 500' in resp.text and resp.text.rstrip().endswith("data: [DONE]")
+
+
 def test_metrics_count_requests_tokens_and_latencies():
     with client_for(FakeEngine()) as c:
         for n in (2, 3, 4):
