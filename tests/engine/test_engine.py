@@ -219,3 +219,9 @@ def test_without_deterministic_the_same_check_sees_batch_variance(tiny_qwen3):
     assert alone.logprobs == pytest.approx(batch.logprobs, abs=1e-4)
     if alone.logprobs == batch.logprobs:
         pytest.skip("the default kernels happen to be batch invariant on this machine")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a CPU-only torch gives")
+def test_cuda_device_without_cuda_fails_with_a_clear_error():
+    with pytest.raises(ValueError, match="device 'cuda' was asked for, but torch sees no CUDA"):
+        Engine(EngineConfig(device="cuda"))

@@ -48,6 +48,9 @@ class Engine:
 
             config = config.model_copy(update={"model": str(default_model_path())})
         self.config = config
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' was asked for, but torch sees no CUDA device "
+                             f"(torch {torch.__version__}); use device='cpu' or a CUDA build")
         # plan
         self.plugin_manager = get_plugin_manager(config.plugins)
         self.plan = resolve_plan(config, self.plugin_manager)
