@@ -171,8 +171,8 @@ def bench_hf(model: Any, prompts: list[list[int]], output_len: int, *, batch_siz
     return BenchResult("transformers", len(prompts), sum(map(len, prompts)),
                        sum(map(len, outputs)), wall, ttft_ms=1e3 * sum(ttft) / len(ttft),
                        tpot_ms=1e3 * sum(tpot) / len(tpot) if tpot else None, outputs=outputs,
-                       note=f"greedy generate, left-padded batches of {batch_size}; TTFT from a "
-                       "separate 1-token generate of each batch")
+                       note=f"batched model.generate (greedy, KV cache, {batch_size} prompts per call, "
+                       "left padding); TTFT from a separate 1-token generate of each batch")
 
 
 def _timed(device: str, fn: Any) -> tuple[Any, float]:
@@ -246,9 +246,11 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
             "identical_outputs": sum(a == b for a, b in zip(ours.outputs, hf.outputs, strict=True)),
         }
     best = f", fastest of {args.repeat} alternating runs" if args.repeat > 1 else ""
+    import torch
+
     print(f"model: {config.model or 'embedded default'}; device {config.device}, dtype "
-          f"{config.resolved_dtype}; {len(prompts)} prompts, {args.output_len} output tokens "
-          f"each{best}")
+          f"{config.resolved_dtype}, torch threads {torch.get_num_threads()}; {len(prompts)} "
+          f"prompts, {args.output_len} output tokens each{best}")
     print(format_table(results))
     if summary:
         print(f"hinge / transformers output throughput: {summary['output_throughput_ratio']:.2f}x "
