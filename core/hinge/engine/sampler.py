@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 class SamplingArgs:
     """Host-side arguments of one step, built once by ``prepare``."""
 
-    temperature: torch.Tensor  #: (B, 1) float32, 1 for greedy rows
-    top_k: torch.Tensor  #: (B,) int64, vocab size when off
-    top_p: torch.Tensor  #: (B,) float32
-    min_p: torch.Tensor  #: (B,) float32
+    #: (B, 1) float32, 1 for greedy rows; these four are None when every row is greedy
+    temperature: torch.Tensor | None
+    top_k: torch.Tensor | None  #: (B,) int64, vocab size when off
+    top_p: torch.Tensor | None  #: (B,) float32
+    min_p: torch.Tensor | None  #: (B,) float32
     greedy: list[bool]
     generators: list[torch.Generator | None]
     penalties: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
@@ -52,6 +53,13 @@ class Sampler:
     def prepare(self, reqs: list[Request]) -> SamplingArgs:
         ps = [r.params for r in reqs]
         greedy = [p.is_greedy for p in ps]
+        if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
+            return SamplingArgs(
+                temperature=None, top_k=None, top_p=None, min_p=None, greedy=greedy,
+                generators=[None] * len(reqs), penalties=self._prepare_penalties(reqs),
+                num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
+                need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
+            )
         f32 = {"dtype": torch.float32, "device": self.device}
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
