@@ -145,25 +145,31 @@ def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
     state: (N, H, Dk, Dv). Also accepts one unbatched sequence (no N dimension).
 
     Zero rows (g = beta = k = 0) at the end leave the state unchanged, so shorter sequences can
-    be padded to L, and L is padded to whole chunks here. Everything that does not depend on the
-    state (decays, the UT transform, intra-chunk attention) runs for all chunks at once; only
-    the scan across chunks is a loop.
+    be padded to L, and L is padded to whole chunks here.
     """
     if q.dim() == 3:
         out, state = delta_rule_chunked(*(x[None] for x in (q, k, v, g, beta, state)), chunk_size)
         return out[0], state[0]
     n, length, h = q.shape[:3]
     c = min(chunk_size, length)
-    nc = -(-length // c)
-    pad = nc * c - length
+    padded = -(-length // c) * c
+    packed = torch.cat([q, k, v, g[..., None], beta[..., None]], dim=-1)  # (N, L, H, F)
+    if padded > length:
+        packed = torch.cat([packed, packed.new_zeros((n, padded - length, *packed.shape[2:]))], 1)
+    out, state = _chunked_packed(packed.transpose(1, 2).contiguous(), q.shape[-1], state, c)
+    return out[:, :, :length].transpose(1, 2), state
 
-    def chunks(x):  # (N, L, H, ...) -> (N, H, nc, C, ...)
-        x = x.transpose(1, 2)
-        if pad:
-            x = torch.cat([x, x.new_zeros((n, h, pad, *x.shape[3:]))], dim=2)
-        return x.reshape(n, h, nc, c, *x.shape[3:])
 
-    q, k, v, g, beta = (chunks(x) for x in (q, k, v, g, beta))
+def _chunked_packed(packed, dk, state, c):
+    """packed: (N, H, L, F) contiguous rows ``[q | k | v | g | beta]``, L a multiple of ``c``
+    -> out (N, H, L, Dv), final state. Everything that does not depend on the state (decays,
+    the UT transform, intra-chunk attention) runs for all chunks at once; only the scan across
+    chunks is a loop."""
+    n, h, length, f = packed.shape
+    nc, dv = length // c, f - 2 * dk - 2
+    packed = packed.view(n, h, nc, c, f)
+    q, k, v = packed[..., :dk], packed[..., dk : 2 * dk], packed[..., 2 * dk : 2 * dk + dv]
+    g, beta = packed[..., f - 2], packed[..., f - 1]
     cum = g.cumsum(-1)  # (N, H, nc, C) log decay from chunk start to t
     lower = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
     decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(~lower, float("-inf")).exp()
@@ -173,47 +179,51 @@ def delta_rule_chunked(q, k, v, g, beta, state, chunk_size=CHUNK_SIZE):
     system = system + torch.eye(c, dtype=q.dtype, device=q.device)
     rhs = torch.cat([beta[..., None] * v, bk * cum.exp()[..., None]], dim=-1)
     sol = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
-    u, w = sol[..., : v.shape[-1]], sol[..., v.shape[-1] :]
+    u, w = sol[..., :dv], sol[..., dv:]
     intra = (q @ k.transpose(-1, -2)) * decay
     q_decayed = q * cum.exp()[..., None]
     k_tail = (k * (cum[..., -1:] - cum).exp()[..., None]).transpose(-1, -2)  # decay t -> chunk end
     last = cum[..., -1].exp()[..., None, None]  # (N, H, nc, 1, 1)
-    out = v.new_empty(v.shape)
+    out = q.new_empty((n, h, nc, c, dv))
     for i in range(nc):
         v_new = u[:, :, i] - w[:, :, i] @ state
         out[:, :, i] = q_decayed[:, :, i] @ state + intra[:, :, i] @ v_new
         state = state * last[:, :, i] + k_tail[:, :, i] @ v_new
-    out = out.reshape(n, h, nc * c, -1)[:, :, :length]
-    return out.transpose(1, 2), state
+    return out.view(n, h, length, dv), state
 
 
 def _chunked_buckets(q, k, v, g, beta, state0, segments, out, finals):
     """Run the chunked form on every segment not None; segments with the same number of
-    ``BUCKET_SIZE`` blocks are zero-padded at the end to the longest of them and run as one batch."""
+    ``BUCKET_SIZE`` blocks are zero-padded at the end to the longest of them (rounded up to
+    whole chunks) and run as one batch. q, k, v, g, beta are packed into one row tensor first, so
+    the padding is one gather."""
     buckets: dict[int, list[int]] = {}
     for i, seg in enumerate(segments):
         if seg is not None:
             buckets.setdefault(-(-(seg[1] - seg[0]) // BUCKET_SIZE), []).append(i)
-    dev = q.device
+    dev, t, h, dk = q.device, q.shape[0], q.shape[1], q.shape[2]
+    # (T + 1, H, F) with a zero row at T that the padding positions gather
+    packed = torch.cat([q, k, v, g[..., None], beta[..., None]], dim=-1)
+    packed = torch.cat([packed, packed.new_zeros((1, *packed.shape[1:]))])
     for members in buckets.values():
-        length = max(segments[i][1] - segments[i][0] for i in members)
-        src, dst = [], []
+        longest = max(segments[i][1] - segments[i][0] for i in members)
+        c = min(CHUNK_SIZE, longest)
+        length = -(-longest // c) * c
+        index, src, dst = [], [], []
         for j, i in enumerate(members):
             s, e = segments[i]
+            index.extend(range(s, e))
+            index.extend([t] * (length - (e - s)))
             src.extend(range(s, e))
             dst.extend(range(j * length, j * length + e - s))
-        src_idx, dst_idx = torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
         m = len(members)
-
-        def pad(x, m=m, length=length, src_idx=src_idx, dst_idx=dst_idx):
-            padded = x.new_zeros((m * length, *x.shape[1:]))
-            padded.index_copy_(0, dst_idx, x.index_select(0, src_idx))
-            return padded.view(m, length, *x.shape[1:])
-
+        rows = packed.index_select(0, torch.tensor(index, device=dev)).view(m, length, h, -1)
         ids = torch.tensor(members, device=dev)
-        o, final = delta_rule_chunked(*(pad(x) for x in (q, k, v, g, beta)),
-                                      state0.index_select(0, ids))
-        out.index_copy_(0, src_idx, o.reshape(m * length, *o.shape[2:]).index_select(0, dst_idx))
+        o, final = _chunked_packed(rows.transpose(1, 2).contiguous(), dk,
+                                   state0.index_select(0, ids), c)
+        o = o.transpose(1, 2).reshape(m * length, h, -1)
+        out.index_copy_(0, torch.tensor(src, device=dev),
+                        o.index_select(0, torch.tensor(dst, device=dev)))
         finals.index_copy_(0, ids, final)
 
 
