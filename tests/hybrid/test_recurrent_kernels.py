@@ -6,8 +6,9 @@ from itertools import pairwise
 
 import pytest
 import torch
-from hinge.layers.recurrent_kernels import TorchRecurrentKernels, get_recurrent_kernels
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+
+from hinge.layers.recurrent_kernels import TorchRecurrentKernels, get_recurrent_kernels
 
 KERNELS = TorchRecurrentKernels()
 
