@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from hinge.bench import (
     BenchResult,
     bench_hf,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from hinge.builtin import random_model_path
 from hinge.engine.tokenizer import Tokenizer
 

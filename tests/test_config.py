@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hinge.config import ConfigError, EngineConfig, load_config
 
 INTERNALS_DEFAULTS = {

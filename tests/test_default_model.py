@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+
 from hinge.builtin.models import (
     ENDOFTEXT_ID,
     IM_END_ID,
@@ -16,8 +19,6 @@ from hinge.builtin.models import (
     default_model_path,
     random_model_path,
 )
-from safetensors.torch import load_file
-from tokenizers import Tokenizer
 
 TRAIN_DIR = Path(__file__).resolve().parents[1] / "tools" / "train"
 sys.path.insert(0, str(TRAIN_DIR))
@@ -169,8 +170,9 @@ def test_tokenizer_script_reproduces_the_bundled_tokenizer_byte_for_byte(tmp_pat
 
 def test_hinge_default_model_matches_transformers_on_held_out_source(held_out_files):
     """LLM() with no model: prompt logprobs (hence perplexity) and greedy tokens equal HF's."""
-    from hinge import LLM, SamplingParams
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hinge import LLM, SamplingParams
 
     path = default_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

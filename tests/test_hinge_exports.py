@@ -15,8 +15,9 @@ def test_importing_hinge_is_light_and_exports_load_lazily():
 
 
 def test_unknown_attribute_names_the_module():
-    import hinge
     import pytest
+
+    import hinge
 
     with pytest.raises(AttributeError, match="module 'hinge' has no attribute 'nope'"):
         hinge.nope  # noqa: B018

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from hinge import LLM, SamplingParams
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hinge.builtin.plugin import NO_CACHE, NO_QUANTIZER, TORCH_ATTENTION
 from hinge.testing import AttentionBackendContract, CachePolicyContract, QuantizerContract
 

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.layers.linear import Linear
 from hinge.plugins.specs import BuildContext
-from torch import nn
 
 
 def quantizer(deterministic: bool) -> NoQuantizer:

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.contracts import AttentionLayer
 from hinge.layers.batch_invariant import KV_BLOCK

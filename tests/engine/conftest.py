@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 
 

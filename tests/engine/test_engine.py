@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 import torch
+
 from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams

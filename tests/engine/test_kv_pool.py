@@ -6,6 +6,7 @@ import logging
 
 import pytest
 import torch
+
 from hinge.contracts import AttentionLayer
 from hinge.engine.kv_pool import KVCache, PageAllocator, kv_budget_bytes, kv_bytes_per_token
 

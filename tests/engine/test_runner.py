@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from hinge.engine.kv_pool import KVCache
 from hinge.engine.request import Request, ScheduledBatch
 from hinge.engine.runner import ModelRunner

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from hinge.engine.request import Request
 from hinge.engine.sampler import Sampler, apply_penalties, filtered_probs
 from hinge.sampling_params import SamplingParams

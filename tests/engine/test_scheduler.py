@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from hinge.builtin.no_cache import NoCachePolicy
 from hinge.contracts import AttentionLayer
 from hinge.engine.kv_pool import KVCache

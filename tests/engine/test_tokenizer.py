@@ -7,10 +7,11 @@ import random
 from pathlib import Path
 
 import pytest
-from hinge.engine.tokenizer import Tokenizer, TokenizerError
 from tokenizers import Tokenizer as RawTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer
+
+from hinge.engine.tokenizer import Tokenizer, TokenizerError
 
 CORPUS = [
     "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.engine.batch import ForwardBatch, ForwardContext

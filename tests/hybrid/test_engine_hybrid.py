@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hybrid_harness import VOCAB, hf_model
+from hybrid_oracle import hf_greedy
+
 from hinge import LLM, SamplingParams
 from hinge.builtin.no_cache import NoCachePolicy
 from hinge.engine.kv_pool import KVCache, PageAllocator
@@ -11,8 +14,6 @@ from hinge.engine.request import Request
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
 from hinge.testing.checkpoints import write_byte_tokenizer
-from hybrid_harness import VOCAB, hf_model
-from hybrid_oracle import hf_greedy
 
 
 @pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])

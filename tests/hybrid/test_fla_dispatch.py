@@ -5,9 +5,10 @@ and compute with transformers' torch functions. The real kernels run in test_gpu
 from __future__ import annotations
 
 import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels, fla_kernels
 from hinge.layers.recurrent_kernels.fla_kernels import FlaRecurrentKernels
-from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 CALLS: list[str] = []
 

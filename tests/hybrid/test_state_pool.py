@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hinge.engine.state_pool import PositionStates, RecurrentLayerSpec, StatePool
 
 LAYERS = [

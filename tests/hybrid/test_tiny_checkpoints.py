@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hinge.testing.checkpoints import make_tiny_checkpoint
 from hybrid_harness import StepHarness, hf_model, load_hinge
 from hybrid_oracle import assert_logits_close, hf_logits
+
+from hinge.testing.checkpoints import make_tiny_checkpoint
 
 
 @pytest.mark.parametrize("arch, num_recurrent", [("qwen3_5", 2), ("qwen3_next", 2), ("lfm2", 3)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+
 from hinge.layers import batch_invariant
 
 SIZES_AND_OFFSETS = [(1, 0), (3, 2), (16, 15), (17, 16), (40, 9), (100, 63), (257, 130)]

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import Qwen3MoeConfig
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.layers.moe import SparseMoeBlock
 from hinge.plugins.specs import BuildContext
-from transformers import Qwen3MoeConfig
-from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
 
 def pair(norm_topk_prob: bool, deterministic: bool = False):

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hinge.layers.rotary import CHUNK, RotaryEmbedding, compute_inv_freq, rope_parameters
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from hinge.layers.rotary import CHUNK, RotaryEmbedding, compute_inv_freq, rope_parameters
 
 LLAMA3 = {
     "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,

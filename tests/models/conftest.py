@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hinge.testing.checkpoints import make_tiny_checkpoint
 
 

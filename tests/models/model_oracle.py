@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.models.loader import load_model

@@ -203,11 +203,12 @@ def test_config_variants_match_transformers_prefilled_and_chunked(variant, tmp_p
 def test_bfloat16_error_is_no_worse_than_transformers_own_bfloat16(arch, tiny_checkpoint):
     """bf16 has no exact oracle: hinge's distance to the float32 logits must stay within twice
     transformers' own bf16 distance (a wrong cast or a float32 norm weight would break this)."""
+    from transformers import AutoModelForCausalLM
+
     from hinge.builtin.no_quant import NoQuantizer
     from hinge.builtin.torch_attention import TorchAttentionBackend
     from hinge.models.loader import load_model
     from hinge.testing.paged_steps import PagedSteps
-    from transformers import AutoModelForCausalLM
 
     path = tiny_checkpoint(arch)
     build = build_context()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_oracle import ARCHS, assert_logits_close, build_context
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.models.loader import load_model
 from hinge.testing.paged_steps import PagedSteps
-from model_oracle import ARCHS, assert_logits_close, build_context
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

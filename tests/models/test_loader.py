@@ -7,11 +7,12 @@ import shutil
 
 import pytest
 import torch
+from model_oracle import build_context, load_hinge
+from safetensors.torch import load_file, save_file
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.layers.linear import Linear
 from hinge.models.loader import load_config, load_model
-from model_oracle import build_context, load_hinge
-from safetensors.torch import load_file, save_file
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ import sys
 from typing import Any
 
 import pytest
+from plugin_fakes import FIXTURE_PLUGINS, FIXTURES, fixture_entry_point
+
 from hinge.config import PluginSettings
 from hinge.plugins.manager import get_plugin_manager
-from plugin_fakes import FIXTURE_PLUGINS, FIXTURES, fixture_entry_point
 
 
 @pytest.fixture(autouse=True)

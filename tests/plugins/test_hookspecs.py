@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import inspect
 
-import hinge
 import pytest
+
+import hinge
 from hinge.plugins import hookspecs
 
 SPECS = ["register_quantizers", "register_attention_backends", "register_speculators",

@@ -5,11 +5,12 @@ import subprocess
 import sys
 
 import pytest
+from plugin_fakes import FakeDist, FakeEntryPoint, fixture_entry_point, in_process
+
 from hinge import hookimpl
 from hinge.config import PluginSettings, load_config
 from hinge.plugins import AttentionBackendSpec, QuantizerSpec
 from hinge.plugins.manager import PluginError, get_plugin_manager
-from plugin_fakes import FakeDist, FakeEntryPoint, fixture_entry_point, in_process
 
 
 def _record(pm, name):

@@ -3,6 +3,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from plugin_fakes import in_process
+from pydantic import BaseModel, ConfigDict, Field
+
 from hinge import hookimpl
 from hinge.config import load_config
 from hinge.plugins import (
@@ -18,8 +21,6 @@ from hinge.plugins import (
     SpeculatorSpec,
 )
 from hinge.plugins.plan import PlanError, resolve_plan
-from plugin_fakes import in_process
-from pydantic import BaseModel, ConfigDict, Field
 
 ALL_GRAPHS = {"prefill_graph": True, "decode_graph": True, "draft_graph": True}
 H200 = (9, 0)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from plugin_fakes import fixture_entry_point
+
 from hinge.config import load_config
 from hinge.plugins_cli import cmd_plan, cmd_plugins
-from plugin_fakes import fixture_entry_point
 
 
 @pytest.fixture

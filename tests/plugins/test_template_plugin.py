@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hinge.config import load_config
 from hinge.plugins.plan import resolve_plan
 from hinge.plugins_cli import cmd_plugins

@@ -29,8 +29,9 @@ def server(model_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def llm(model_dir):
     """The offline oracle: the same checkpoint and engine settings as the server."""
-    from hinge import LLM
     from server_helpers import MAX_MODEL_LEN
+
+    from hinge import LLM
 
     with LLM(str(model_dir), deterministic=True, kv_cache_bytes=32 * 2**20,
              max_model_len=MAX_MODEL_LEN) as llm:

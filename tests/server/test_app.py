@@ -7,6 +7,7 @@ import threading
 import pytest
 from fake_engine import FakeEngine
 from fastapi.testclient import TestClient
+
 from hinge.engine.async_engine import AsyncEngine
 from hinge.server.app import build_app
 from hinge.server.metrics import parse

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from fake_engine import FakeEngine
+
 from hinge.engine.async_engine import AsyncEngine, EngineError
 from hinge.sampling_params import SamplingParams
 

@@ -7,8 +7,9 @@ import json
 import random
 
 import httpx
-from hinge import SamplingParams
 from server_helpers import wait_until_idle
+
+from hinge import SamplingParams
 
 NUM_REQUESTS = 64
 

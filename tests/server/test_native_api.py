@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from hinge import SamplingParams
 from server_helpers import wait_until_idle
+
+from hinge import SamplingParams
 
 PROMPTS = ["Hello world", "The capital of France is", "1 2 3 4 5"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
+
 from hinge import SamplingParams
 
 MESSAGES = [{"role": "system", "content": "You are terse."},

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+
 from hinge.builtin.plugin import TORCH_ATTENTION
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.plugins import AttentionCapabilities, BuildContext

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hinge.builtin.no_cache import NoCachePolicy
 from hinge.contracts import CacheHit, CachePolicy
 from hinge.plugins import CacheCapabilities, CachePolicySpec

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hinge.testing.checkpoints import write_byte_tokenizer
 from tokenizers import Tokenizer
+
+from hinge.testing.checkpoints import write_byte_tokenizer
 
 
 def test_byte_tokenizer_maps_each_byte_to_its_value_and_decodes_back(tmp_path):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.plugin import NO_QUANTIZER
 from hinge.plugins import QuantizerCapabilities, QuantizerSpec
 from hinge.testing import QuantizerContract
-from torch import nn
 
 
 class DropsBias(NoQuantizer):

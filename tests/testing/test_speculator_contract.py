@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from hinge.contracts import Speculator
 from hinge.plugins import SpeculatorCapabilities, SpeculatorSpec
 from hinge.testing import SpeculatorContract

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hinge.builtin.models import default_model_path
 from tokenizers import Tokenizer
+
+from hinge.builtin.models import default_model_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tools" / "train"))

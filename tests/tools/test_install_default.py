@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from hinge.builtin.models import default_model_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

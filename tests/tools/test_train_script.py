@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hinge.builtin.models import default_model_path
 from safetensors import safe_open
 from tokenizers import Tokenizer
+
+from hinge.builtin.models import default_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "train"))
 import stdlib_corpus  # noqa: E402

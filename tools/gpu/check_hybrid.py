@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 import torch
+
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.layers.recurrent_kernels.fla_kernels import FlaRecurrentKernels
 

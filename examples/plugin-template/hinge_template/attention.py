@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from hinge.contracts import AttentionBackend
 
+from hinge.contracts import AttentionBackend
 from hinge_template.plugin import TEMPLATE_SDPA, TemplateOptions
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from hinge import hookimpl
 from hinge.plugins import AttentionBackendSpec, AttentionCapabilities
-from pydantic import BaseModel, ConfigDict, Field
 
 
 class TemplateOptions(BaseModel):

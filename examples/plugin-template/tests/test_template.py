@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hinge_template.plugin import TEMPLATE_SDPA
+
 from hinge.config import load_config
 from hinge.plugins.plan import resolve_plan
 from hinge.plugins.specs import OptionsError
 from hinge.testing import AttentionBackendContract, PluginPackagingContract
-from hinge_template.plugin import TEMPLATE_SDPA
 
 
 class TestPackaging(PluginPackagingContract):
