@@ -174,6 +174,16 @@ def test_stats_and_server_info_report_the_pool_in_tokens(engine):
     assert stats.generation_tokens > 0 and stats.forward_steps > 0
 
 
+def test_stats_count_eager_steps_per_phase_and_no_graph_replays(engine):
+    before = engine.stats()
+    _run(engine, _prompts([4]), SamplingParams(max_new_tokens=3, ignore_eos=True))
+    after = engine.stats()
+    assert after.eager_steps.get("prefill", 0) == before.eager_steps.get("prefill", 0) + 1
+    assert after.eager_steps.get("decode", 0) == before.eager_steps.get("decode", 0) + 2
+    assert sum(after.eager_steps.values()) == after.forward_steps
+    assert after.graph_replays == {"prefill": 0, "decode": 0, "draft": 0}
+
+
 # pool exhaustion and determinism -------------------------------------------------------------
 MIXED = [5, 23, 1, 40, 12, 17, 33, 8]
 

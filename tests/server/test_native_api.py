@@ -8,6 +8,7 @@ import pytest
 from server_helpers import wait_until_idle
 
 from hinge import SamplingParams
+from hinge.server.metrics import parse
 
 PROMPTS = ["Hello world", "The capital of France is", "1 2 3 4 5"]
 
@@ -166,3 +167,18 @@ def test_service_routes_answer(server):
                    "hinge:inter_token_latency_seconds_count", "hinge:spec_accept_length",
                    "hinge:cuda_graph_replays_total"):
         assert series in metrics
+
+
+def test_metrics_prove_steps_ran_eagerly_and_no_graph_replayed_on_cpu(server):
+    """/metrics says which path ran: eager steps per phase move, graph replays stay 0 on CPU."""
+    with server.client() as c:
+        before = parse(c.get("/metrics").text)
+        r = c.post("/generate", json={"text": "def f(x):",
+                                      "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+        assert r.status_code == 200
+        after = parse(c.get("/metrics").text)
+    for phase in ("prefill", "decode"):
+        key = f'hinge:eager_steps_total{{phase="{phase}"}}'
+        assert after[key] > before.get(key, 0), (phase, before.get(key), after.get(key))
+    for phase in ("prefill", "decode", "draft"):
+        assert after[f'hinge:cuda_graph_replays_total{{phase="{phase}"}}'] == 0

@@ -214,6 +214,7 @@ class Engine:
         s.num_running = len(self.scheduler.running)
         s.num_waiting = len(self.scheduler.waiting)
         s.num_retractions = self.scheduler.num_retractions
+        s.eager_steps = dict(self.runner.eager_steps)
         return EngineStats(**{k: getattr(s, k) for k in s.__dataclass_fields__})
 
     def server_info(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class ModelRunner:
         self.states = states
         self.device = torch.device(device)
         self.num_forward_steps = 0
+        self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays will count apart
 
     def prepare(self, sched: ScheduledBatch) -> tuple[ForwardBatch, list[Request],
                                                       list[tuple[Request, list[int], list[int]]]]:
@@ -126,5 +127,7 @@ class ModelRunner:
 
     def _run_model(self, ctx: ForwardContext):
         # eager; a captured graph's replay plugs in here (engine/graphs.py, GPU runtime issue)
+        phase = ctx.batch.phase
+        self.eager_steps[phase] = self.eager_steps.get(phase, 0) + 1
         with torch.inference_mode():
             return self.model.forward(ctx)

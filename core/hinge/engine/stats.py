@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -20,6 +20,11 @@ class EngineStats:
     generation_tokens: int = 0  #: output tokens produced
     cached_tokens: int = 0  #: prompt tokens served from the prefix cache
     forward_steps: int = 0
+    #: steps run eagerly, by batch phase (prefill, decode, mixed, verify)
+    eager_steps: dict[str, int] = field(default_factory=dict)
+    #: CUDA-graph replays by graph phase (prefill, decode, draft); /metrics exports them
+    graph_replays: dict[str, int] = field(
+        default_factory=lambda: {"prefill": 0, "decode": 0, "draft": 0})
 
     @property
     def kv_tokens_total(self) -> int:

@@ -93,9 +93,13 @@ class ServerMetrics:
         steps = Gauge("engine_steps_total", "Engine steps run.")
         steps.kind = "counter"
         steps.set(pick(stats, "forward_steps", "num_steps"))
+        eager = Gauge("eager_steps_total", "Engine steps run eagerly (no CUDA graph), per phase.")
+        eager.kind = "counter"
+        for phase, count in sorted((pick(stats, "eager_steps", default={}) or {}).items()):
+            eager.set(count, {"phase": str(phase)})
         return render([
             self.requests, self.failed, self.prompt_tokens, self.generation_tokens,
             self.cached_tokens, self.spec_verify, self.spec_accept, self.running, self.waiting,
-            self.kv_total, self.kv_used, self.kv_pages_used, self.kv_usage, graph, steps,
+            self.kv_total, self.kv_used, self.kv_pages_used, self.kv_usage, graph, steps, eager,
             self.wedged, self.ttft, self.itl,
         ])
