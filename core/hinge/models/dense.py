@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 from hinge.contracts import AttentionLayer
-from hinge.engine.batch import ForwardOutput
-from hinge.layers import GatedMLP, Linear, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.rotary import CHUNK
-from hinge.models.base import CausalLM, ModelConfig
+from hinge.models.base import ModelConfig
+from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -104,17 +104,7 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-class DecoderStack(nn.Module):
-    """The ``model.*`` part of the checkpoint: embeddings, layers, final norm."""
-
-    def __init__(self, embed_tokens: VocabEmbedding, layers: list[DecoderLayer], norm: RMSNorm) -> None:
-        super().__init__()
-        self.embed_tokens = embed_tokens
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
-
-
-class DenseDecoderLM(CausalLM):
+class DenseDecoderLM(DecoderStackLM):
     qk_norm: bool = False
 
     def __init__(
@@ -135,11 +125,7 @@ class DenseDecoderLM(CausalLM):
             mlp = self.make_mlp(cfg, i, quantizer, dtype, deterministic, f"{prefix}.mlp")
             layers.append(DecoderLayer(cfg, attn, mlp, dtype, deterministic))
         norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, deterministic=deterministic)
-        self.model = DecoderStack(embed, layers, norm)
-        self.lm_head = LMHead(
-            cfg.vocab_size, cfg.hidden_size, dtype,
-            tied_to=embed if config.tie_word_embeddings else None, deterministic=deterministic,
-        )
+        self.build_stack(embed, layers, norm, dtype=dtype, deterministic=deterministic)
         self.attention_layers = [layer.self_attn.layer for layer in self.model.layers]
         self.ensure_positions(min(config.max_position_embeddings or CHUNK, 8 * CHUNK))
 
@@ -154,29 +140,3 @@ class DenseDecoderLM(CausalLM):
             cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix, bias,
             deterministic=deterministic,
         )
-
-    def forward(self, ctx: ForwardContext) -> ForwardOutput:
-        batch = ctx.batch
-        capture = set(batch.capture_hidden_layers)
-        num_layers = len(self.model.layers)
-        if capture and not capture <= set(range(num_layers + 1)):
-            raise ValueError(
-                f"capture_hidden_layers {sorted(capture)} out of range: this model has hidden states "
-                f"0..{num_layers} (0 = embeddings, {num_layers} = final-normed output)"
-            )
-        hidden: dict[int, torch.Tensor] = {}
-        h = self.model.embed_tokens(batch.input_ids)
-        if 0 in capture:
-            hidden[0] = h
-        max_pos = max(batch.seq_lens_cpu, default=1) - 1 if batch.extend_lens_cpu else None
-        cos, sin = self.rotary(batch.positions, max_pos)
-        for i, layer in enumerate(self.model.layers):
-            h = layer(h, cos, sin, ctx)
-            if i + 1 in capture and i + 1 < num_layers:
-                hidden[i + 1] = h
-        h = self.model.norm(h)
-        if num_layers in capture:
-            hidden[num_layers] = h  # NOTE: HF ties the last hidden state to the final-normed one
-        logits = self.lm_head(h.index_select(0, batch.logits_indices))
-        ctx.hidden_states.update(hidden)
-        return ForwardOutput(logits=logits, hidden_states=hidden)

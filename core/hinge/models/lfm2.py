@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hinge.layers import Linear, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.layers.short_conv import ShortConv
 from hinge.models.qwen3_5 import HybridAttention, HybridDecoderLM, head_dim_of
@@ -69,13 +69,6 @@ class Lfm2DecoderLayer(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-class Lfm2Stack(nn.Module):
-    def __init__(self, embed_tokens: VocabEmbedding, layers: list[nn.Module], embedding_norm: RMSNorm):
-        super().__init__()
-        self.embed_tokens, self.layers = embed_tokens, nn.ModuleList(layers)
-        self.embedding_norm = embedding_norm
-
-
 class Lfm2ForCausalLM(HybridDecoderLM):
     final_norm_name = "embedding_norm"
 
@@ -106,9 +99,7 @@ class Lfm2ForCausalLM(HybridDecoderLM):
             layers.append(Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, prefix))
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, dtype=dtype, deterministic=deterministic)
-        self.model = Lfm2Stack(embed, layers, norm)
-        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype,
-                              tied_to=embed if config.tie_word_embeddings else None, deterministic=deterministic)
+        self.build_stack(embed, layers, norm, dtype=dtype, deterministic=deterministic)
 
     def checkpoint_param_name(self, name: str) -> str | None:
         for old, new in ATTN_RENAMES.items():

@@ -5,10 +5,11 @@
 
 RMSNorms are the ``(1 + w)`` form (except the DeltaNet's gated norm); full attention has per-head
 q/k norms, partial rotary and a sigmoid output gate (``q_proj`` emits ``[q | gate]`` per head).
-Text-only positions make Qwen3.5's interleaved mRoPE plain rotary. ``HybridDecoderLM`` is the
-forward every hybrid family shares. ``Qwen3_5ForConditionalGeneration`` loads the text model of
-the composite vision-language layout (``text_config``; weights under ``model.language_model.*``)
-and ignores the vision tower and the MTP head.
+Text-only positions make Qwen3.5's interleaved mRoPE plain rotary. ``HybridDecoderLM`` is what
+every hybrid family adds to ``DecoderStackLM`` (recurrent kernels, per-position states).
+``Qwen3_5ForConditionalGeneration`` loads the text model of the composite vision-language layout
+(``text_config``; weights under ``model.language_model.*``) and ignores the vision tower and the
+MTP head.
 """
 
 from __future__ import annotations
@@ -21,19 +22,17 @@ from torch import nn
 from hinge.contracts import AttentionLayer
 from hinge.engine.batch import ForwardOutput
 from hinge.engine.state_pool import PositionStates
-from hinge.layers import GatedMLP, Linear, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.gated_deltanet import GatedDeltaNet
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
-from hinge.models.base import CausalLM, ModelConfig
+from hinge.models.base import ModelConfig
+from hinge.models.dense import head_dim_of
+from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
     from hinge.engine.batch import ForwardContext
     from hinge.layers.recurrent_kernels import RecurrentKernels
-
-
-def head_dim_of(cfg: Any) -> int:
-    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
 
 class HybridAttention(nn.Module):
@@ -75,11 +74,9 @@ class HybridAttention(nn.Module):
         return self.o_proj(o)
 
 
-class HybridDecoderLM(CausalLM):
-    """The forward shared by hybrid families: ``self.model`` has ``embed_tokens``, ``layers``
-    (each ``layer(h, cos, sin, ctx)``) and a final norm named ``final_norm_name``."""
-
-    final_norm_name = "norm"
+class HybridDecoderLM(DecoderStackLM):
+    """What hybrid families add to ``DecoderStackLM``: recurrent kernels and, with
+    ``track_states``, the per-position states a speculator's verify needs."""
 
     def recurrent_modules(self) -> list[nn.Module]:
         return [m for m in self.modules() if hasattr(m, "spec") and hasattr(m, "kernels")]
@@ -90,27 +87,9 @@ class HybridDecoderLM(CausalLM):
             module.kernels = kernels
 
     def forward(self, ctx: ForwardContext) -> ForwardOutput:
-        batch = ctx.batch
-        if batch.track_states:
-            ctx.position_states = PositionStates.empty(batch.cu_extend_cpu, len(self.recurrent_layers))
-        capture = set(batch.capture_hidden_layers)
-        num_layers = len(self.model.layers)
-        hidden: dict[int, torch.Tensor] = {}
-        h = self.model.embed_tokens(batch.input_ids)
-        if 0 in capture:
-            hidden[0] = h
-        max_pos = max(batch.seq_lens_cpu, default=1) - 1 if batch.extend_lens_cpu else None
-        cos, sin = self.rotary(batch.positions, max_pos)
-        for i, layer in enumerate(self.model.layers):
-            h = layer(h, cos, sin, ctx)
-            if i + 1 in capture and i + 1 < num_layers:
-                hidden[i + 1] = h
-        h = getattr(self.model, self.final_norm_name)(h)
-        if num_layers in capture:
-            hidden[num_layers] = h  # NOTE: HF ties the last hidden state to the final-normed one
-        logits = self.lm_head(h[batch.logits_indices])
-        ctx.hidden_states.update(hidden)
-        return ForwardOutput(logits=logits, hidden_states=hidden, position_states=ctx.position_states)
+        if ctx.batch.track_states:
+            ctx.position_states = PositionStates.empty(ctx.batch.cu_extend_cpu, len(self.recurrent_layers))
+        return super().forward(ctx)
 
 
 class Qwen3_5DecoderLayer(nn.Module):
@@ -128,12 +107,6 @@ class Qwen3_5DecoderLayer(nn.Module):
         mixer = getattr(self, self.mixer_name)
         h = h + (mixer(x, ctx) if self.mixer_name == "linear_attn" else mixer(x, cos, sin, ctx))
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-class DecoderStack(nn.Module):
-    def __init__(self, embed_tokens: VocabEmbedding, layers: list[nn.Module], norm: RMSNorm) -> None:
-        super().__init__()
-        self.embed_tokens, self.layers, self.norm = embed_tokens, nn.ModuleList(layers), norm
 
 
 class Qwen3_5ForCausalLM(HybridDecoderLM):
@@ -169,9 +142,7 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
             layers.append(Qwen3_5DecoderLayer(name, mixer, mlp, cfg, dtype, deterministic))
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, deterministic=deterministic, offset=1.0)
-        self.model = DecoderStack(embed, layers, norm)
-        self.lm_head = LMHead(cfg.vocab_size, cfg.hidden_size, dtype,
-                              tied_to=embed if config.tie_word_embeddings else None, deterministic=deterministic)
+        self.build_stack(embed, layers, norm, dtype=dtype, deterministic=deterministic)
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
