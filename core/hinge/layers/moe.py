@@ -8,7 +8,7 @@ with ``deterministic`` the router uses the batch-invariant kernels too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,25 @@ class SparseMoeBlock(nn.Module):
                 f"{prefix}.experts.{e}", deterministic=deterministic,
             )
             for e in range(num_experts)
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Any, quantizer: Quantizer, dtype: torch.dtype, prefix: str, *,
+                    deterministic: bool = False, **extra: Any) -> SparseMoeBlock:
+        """The block a HF MoE config describes (``moe_intermediate_size``, ``num_experts``,
+        ``num_experts_per_tok``, ``norm_topk_prob``, ``hidden_act``); ``extra`` goes to a subclass."""
+        return cls(
+            hidden_size=cfg.hidden_size,
+            moe_intermediate_size=cfg.moe_intermediate_size,
+            num_experts=cfg.num_experts,
+            top_k=cfg.num_experts_per_tok,
+            norm_topk_prob=bool(cfg.norm_topk_prob),
+            hidden_act=cfg.hidden_act,
+            quantizer=quantizer,
+            dtype=dtype,
+            deterministic=deterministic,
+            prefix=prefix,
+            **extra,
         )
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

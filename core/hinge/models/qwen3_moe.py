@@ -29,15 +29,4 @@ class Qwen3MoeForCausalLM(DenseDecoderLM):
                 cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix,
                 deterministic=deterministic,
             )
-        return SparseMoeBlock(
-            hidden_size=cfg.hidden_size,
-            moe_intermediate_size=cfg.moe_intermediate_size,
-            num_experts=cfg.num_experts,
-            top_k=cfg.num_experts_per_tok,
-            norm_topk_prob=bool(cfg.norm_topk_prob),
-            hidden_act=cfg.hidden_act,
-            quantizer=quantizer,
-            dtype=dtype,
-            deterministic=deterministic,
-            prefix=prefix,
-        )
+        return SparseMoeBlock.from_config(cfg, quantizer, dtype, prefix, deterministic=deterministic)

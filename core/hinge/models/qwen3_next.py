@@ -36,16 +36,7 @@ class Qwen3NextForCausalLM(Qwen3_5ForCausalLM):
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         if not is_sparse_layer(cfg, layer_idx):
             return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
-        return SharedExpertMoeBlock(
+        return SharedExpertMoeBlock.from_config(
+            cfg, quantizer, dtype, prefix, deterministic=deterministic,
             shared_intermediate_size=cfg.shared_expert_intermediate_size,
-            hidden_size=cfg.hidden_size,
-            moe_intermediate_size=cfg.moe_intermediate_size,
-            num_experts=cfg.num_experts,
-            top_k=cfg.num_experts_per_tok,
-            norm_topk_prob=bool(cfg.norm_topk_prob),
-            hidden_act=cfg.hidden_act,
-            quantizer=quantizer,
-            dtype=dtype,
-            deterministic=deterministic,
-            prefix=prefix,
         )
