@@ -19,7 +19,8 @@ from torch import nn
 from hinge.layers import Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.layers.short_conv import ShortConv
-from hinge.models.qwen3_5 import HybridAttention, HybridDecoderLM, head_dim_of
+from hinge.models.dense import head_dim_of
+from hinge.models.hybrid import HybridAttention, HybridDecoderLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer

@@ -5,8 +5,7 @@
 
 RMSNorms are the ``(1 + w)`` form (except the DeltaNet's gated norm); full attention has per-head
 q/k norms, partial rotary and a sigmoid output gate (``q_proj`` emits ``[q | gate]`` per head).
-Text-only positions make Qwen3.5's interleaved mRoPE plain rotary. ``HybridDecoderLM`` is what
-every hybrid family adds to ``DecoderStackLM`` (recurrent kernels, per-position states).
+Text-only positions make Qwen3.5's interleaved mRoPE plain rotary.
 ``Qwen3_5ForConditionalGeneration`` loads the text model of the composite vision-language layout
 (``text_config``; weights under ``model.language_model.*``) and ignores the vision tower and the
 MTP head.
@@ -19,77 +18,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hinge.contracts import AttentionLayer
-from hinge.engine.batch import ForwardOutput
-from hinge.engine.state_pool import PositionStates
-from hinge.layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import GatedMLP, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.gated_deltanet import GatedDeltaNet
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
-from hinge.models.base import ModelConfig
 from hinge.models.dense import head_dim_of
-from hinge.models.stack import DecoderStackLM
+from hinge.models.hybrid import HybridAttention, HybridDecoderLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
     from hinge.engine.batch import ForwardContext
-    from hinge.layers.recurrent_kernels import RecurrentKernels
-
-
-class HybridAttention(nn.Module):
-    """Full attention over the KV pool with per-head q/k RMSNorm, (partial) rotary, optional gate."""
-
-    def __init__(self, cfg: Any, kv_layer_id: int, rotary: RotaryEmbedding, quantizer: Quantizer,
-                 dtype: torch.dtype, *, gated: bool, norm_offset: float, eps: float,
-                 deterministic: bool, prefix: str) -> None:
-        super().__init__()
-        self.num_heads, self.head_dim = cfg.num_attention_heads, head_dim_of(cfg)
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.gated = gated
-        bias, hidden = bool(getattr(cfg, "attention_bias", False)), cfg.hidden_size
-        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = Linear(hidden, q_out * (2 if gated else 1), bias, quantizer, dtype, f"{prefix}.q_proj")
-        self.k_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.k_proj")
-        self.v_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.v_proj")
-        self.o_proj = Linear(q_out, hidden, bias, quantizer, dtype, f"{prefix}.o_proj")
-        norm = dict(eps=eps, dtype=dtype, deterministic=deterministic, offset=norm_offset)
-        self.q_norm, self.k_norm = RMSNorm(self.head_dim, **norm), RMSNorm(self.head_dim, **norm)
-        self.rotary = [rotary]  # shared module, not registered per layer
-        self.layer = AttentionLayer(kv_layer_id=kv_layer_id, num_heads=self.num_heads,
-                                    num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                                    scale=self.head_dim**-0.5)
-
-    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        t = h.shape[0]
-        q = self.q_proj(h)
-        if self.gated:
-            q, gate = q.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
-        q = self.q_norm(q.reshape(t, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(h).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(h).view(t, self.num_kv_heads, self.head_dim)
-        rotary = self.rotary[0]
-        q, k = rotary.apply(q, cos, sin), rotary.apply(k, cos, sin)
-        o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch).reshape(t, -1)
-        if self.gated:
-            o = o * torch.sigmoid(gate.reshape(t, -1))
-        return self.o_proj(o)
-
-
-class HybridDecoderLM(DecoderStackLM):
-    """What hybrid families add to ``DecoderStackLM``: recurrent kernels and, with
-    ``track_states``, the per-position states a speculator's verify needs."""
-
-    def recurrent_modules(self) -> list[nn.Module]:
-        return [m for m in self.modules() if hasattr(m, "spec") and hasattr(m, "kernels")]
-
-    def set_recurrent_kernels(self, kernels: RecurrentKernels) -> None:
-        """Swap the recurrent kernels of every layer (e.g. fla vs the torch reference)."""
-        for module in self.recurrent_modules():
-            module.kernels = kernels
-
-    def forward(self, ctx: ForwardContext) -> ForwardOutput:
-        if ctx.batch.track_states:
-            ctx.position_states = PositionStates.empty(ctx.batch.cu_extend_cpu, len(self.recurrent_layers))
-        return super().forward(ctx)
+    from hinge.models.base import ModelConfig
 
 
 class Qwen3_5DecoderLayer(nn.Module):
