@@ -5,6 +5,7 @@ the per-position states a speculator's verify needs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -64,6 +65,35 @@ class HybridAttention(nn.Module):
 class HybridDecoderLM(DecoderStackLM):
     """What hybrid families add to ``DecoderStackLM``: recurrent kernels and, with
     ``track_states``, the per-position states a speculator's verify needs."""
+
+    recurrent_kind: str  #: the ``layer_types`` entry of the recurrent mixer, e.g. "conv"
+    recurrent_name: str  #: its module name in the checkpoint, e.g. "conv" or "linear_attn"
+
+    def build_mixers(
+        self,
+        cfg: Any,
+        make_recurrent: Callable[[int, int, str], nn.Module],
+        make_attention: Callable[[int, str], nn.Module],
+    ) -> list[tuple[str, nn.Module]]:
+        """One ``(checkpoint name, mixer)`` per ``cfg.layer_types`` entry, numbering the mixers:
+        ``make_recurrent(layer_idx, state_id, prefix)`` builds a recurrent one (its ``spec`` goes to
+        ``recurrent_layers``), ``make_attention(kv_layer_id, prefix)`` a full-attention one (its
+        ``layer`` goes to ``attention_layers``)."""
+        mixers: list[tuple[str, nn.Module]] = []
+        for i, kind in enumerate(cfg.layer_types[: cfg.num_hidden_layers]):
+            prefix = f"model.layers.{i}"
+            if kind == self.recurrent_kind:
+                mixer = make_recurrent(i, len(self.recurrent_layers), f"{prefix}.{self.recurrent_name}")
+                self.recurrent_layers.append(mixer.spec)
+                mixers.append((self.recurrent_name, mixer))
+            elif kind == "full_attention":
+                mixer = make_attention(len(self.attention_layers), f"{prefix}.self_attn")
+                self.attention_layers.append(mixer.layer)
+                mixers.append(("self_attn", mixer))
+            else:
+                raise ValueError(f"layer_types[{i}] = {kind!r} is not supported by {type(self).__name__}; "
+                                 f"expected {self.recurrent_kind!r} or 'full_attention'")
+        return mixers
 
     def recurrent_modules(self) -> list[nn.Module]:
         return [m for m in self.modules() if hasattr(m, "spec") and hasattr(m, "kernels")]

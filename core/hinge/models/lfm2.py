@@ -72,6 +72,7 @@ class Lfm2DecoderLayer(nn.Module):
 
 class Lfm2ForCausalLM(HybridDecoderLM):
     final_norm_name = "embedding_norm"
+    recurrent_kind, recurrent_name = "conv", "conv"
 
     def __init__(self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype,
                  deterministic: bool = False) -> None:
@@ -81,23 +82,18 @@ class Lfm2ForCausalLM(HybridDecoderLM):
             str(torch.get_default_device()), deterministic=deterministic
         )
         self.rotary = RotaryEmbedding.from_config(cfg, head_dim_of(cfg))
-        layers = []
-        for i, kind in enumerate(cfg.layer_types[: cfg.num_hidden_layers]):
-            prefix = f"model.layers.{i}"
-            if kind == "conv":
-                mixer = ShortConv(cfg, i, len(self.recurrent_layers), quantizer, dtype, kernels, f"{prefix}.conv")
-                self.recurrent_layers.append(mixer.spec)
-                name = "conv"
-            elif kind == "full_attention":
-                mixer = HybridAttention(cfg, len(self.attention_layers), self.rotary, quantizer, dtype,
-                                        gated=False, norm_offset=0.0, eps=cfg.norm_eps,
-                                        deterministic=deterministic, prefix=f"{prefix}.self_attn")
-                self.attention_layers.append(mixer.layer)
-                name = "self_attn"
-            else:
-                raise ValueError(f"layer_types[{i}] = {kind!r} is not supported by Lfm2ForCausalLM; "
-                                 "expected 'conv' or 'full_attention'")
-            layers.append(Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, prefix))
+
+        def conv(layer_idx: int, state_id: int, prefix: str) -> nn.Module:
+            return ShortConv(cfg, layer_idx, state_id, quantizer, dtype, kernels, prefix)
+
+        def attention(kv_layer_id: int, prefix: str) -> nn.Module:
+            return HybridAttention(cfg, kv_layer_id, self.rotary, quantizer, dtype, gated=False, norm_offset=0.0,
+                                   eps=cfg.norm_eps, deterministic=deterministic, prefix=prefix)
+
+        layers = [
+            Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, f"model.layers.{i}")
+            for i, (name, mixer) in enumerate(self.build_mixers(cfg, conv, attention))
+        ]
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         norm = RMSNorm(cfg.hidden_size, cfg.norm_eps, dtype=dtype, deterministic=deterministic)
         self.build_stack(embed, layers, norm, dtype=dtype, deterministic=deterministic)

@@ -49,6 +49,7 @@ class Qwen3_5DecoderLayer(nn.Module):
 
 class Qwen3_5ForCausalLM(HybridDecoderLM):
     deltanet_layout = "qwen3_5"
+    recurrent_kind, recurrent_name = "linear_attention", "linear_attn"
 
     def __init__(self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype,
                  deterministic: bool = False) -> None:
@@ -58,25 +59,18 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
             str(torch.get_default_device()), deterministic=deterministic
         )
         self.rotary = RotaryEmbedding.from_config(cfg, head_dim_of(cfg))
+
+        def deltanet(layer_idx: int, state_id: int, prefix: str) -> nn.Module:
+            return GatedDeltaNet(cfg, layer_idx, state_id, quantizer, dtype, kernels, layout=self.deltanet_layout,
+                                 deterministic=deterministic, prefix=prefix)
+
+        def attention(kv_layer_id: int, prefix: str) -> nn.Module:
+            return HybridAttention(cfg, kv_layer_id, self.rotary, quantizer, dtype, gated=True, norm_offset=1.0,
+                                   eps=cfg.rms_norm_eps, deterministic=deterministic, prefix=prefix)
+
         layers = []
-        for i, kind in enumerate(cfg.layer_types[: cfg.num_hidden_layers]):
-            prefix = f"model.layers.{i}"
-            if kind == "linear_attention":
-                mixer = GatedDeltaNet(cfg, i, len(self.recurrent_layers), quantizer, dtype, kernels,
-                                      layout=self.deltanet_layout, deterministic=deterministic,
-                                      prefix=f"{prefix}.linear_attn")
-                self.recurrent_layers.append(mixer.spec)
-                name = "linear_attn"
-            elif kind == "full_attention":
-                mixer = HybridAttention(cfg, len(self.attention_layers), self.rotary, quantizer, dtype,
-                                        gated=True, norm_offset=1.0, eps=cfg.rms_norm_eps,
-                                        deterministic=deterministic, prefix=f"{prefix}.self_attn")
-                self.attention_layers.append(mixer.layer)
-                name = "self_attn"
-            else:
-                raise ValueError(f"layer_types[{i}] = {kind!r} is not supported by {type(self).__name__}; "
-                                 "expected 'linear_attention' or 'full_attention'")
-            mlp = self.make_mlp(cfg, i, quantizer, dtype, deterministic, f"{prefix}.mlp")
+        for i, (name, mixer) in enumerate(self.build_mixers(cfg, deltanet, attention)):
+            mlp = self.make_mlp(cfg, i, quantizer, dtype, deterministic, f"model.layers.{i}.mlp")
             layers.append(Qwen3_5DecoderLayer(name, mixer, mlp, cfg, dtype, deterministic))
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype=dtype, deterministic=deterministic, offset=1.0)
