@@ -62,6 +62,19 @@ class HybridAttention(nn.Module):
         return self.o_proj(o)
 
 
+class HybridLayer(nn.Module):
+    """A hybrid decoder layer's mixer, kept under its checkpoint name (``set_mixer``): full
+    attention (``self_attn``) is called ``mixer(x, cos, sin, ctx)``, a recurrent one ``mixer(x, ctx)``."""
+
+    def set_mixer(self, name: str, mixer: nn.Module) -> None:
+        self.mixer_name = name
+        setattr(self, name, mixer)
+
+    def mix(self, x: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
+        mixer = getattr(self, self.mixer_name)
+        return mixer(x, cos, sin, ctx) if self.mixer_name == "self_attn" else mixer(x, ctx)
+
+
 class HybridDecoderLM(DecoderStackLM):
     """What hybrid families add to ``DecoderStackLM``: recurrent kernels and, with
     ``track_states``, the per-position states a speculator's verify needs."""

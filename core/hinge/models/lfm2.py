@@ -20,7 +20,7 @@ from hinge.layers import Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.layers.short_conv import ShortConv
 from hinge.models.dense import head_dim_of
-from hinge.models.hybrid import HybridAttention, HybridDecoderLM
+from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -53,20 +53,17 @@ class Lfm2MLP(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class Lfm2DecoderLayer(nn.Module):
+class Lfm2DecoderLayer(HybridLayer):
     def __init__(self, mixer_name: str, mixer: nn.Module, cfg: Any, quantizer, dtype, deterministic, prefix):
         super().__init__()
         norm = dict(eps=cfg.norm_eps, dtype=dtype, deterministic=deterministic)
         self.operator_norm = RMSNorm(cfg.hidden_size, **norm)
-        self.mixer_name = mixer_name
-        setattr(self, mixer_name, mixer)  # "conv" or "self_attn", as in the checkpoint
+        self.set_mixer(mixer_name, mixer)  # "conv" or "self_attn", as in the checkpoint
         self.ffn_norm = RMSNorm(cfg.hidden_size, **norm)
         self.feed_forward = Lfm2MLP(cfg, quantizer, dtype, f"{prefix}.feed_forward")
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        x = self.operator_norm(h)
-        mixer = getattr(self, self.mixer_name)
-        h = h + (mixer(x, ctx) if self.mixer_name == "conv" else mixer(x, cos, sin, ctx))
+        h = h + self.mix(self.operator_norm(h), cos, sin, ctx)
         return h + self.feed_forward(self.ffn_norm(h))
 
 

@@ -22,7 +22,7 @@ from hinge.layers import GatedMLP, RMSNorm, RotaryEmbedding, VocabEmbedding
 from hinge.layers.gated_deltanet import GatedDeltaNet
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.models.dense import head_dim_of
-from hinge.models.hybrid import HybridAttention, HybridDecoderLM
+from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -30,20 +30,17 @@ if TYPE_CHECKING:
     from hinge.models.base import ModelConfig
 
 
-class Qwen3_5DecoderLayer(nn.Module):
+class Qwen3_5DecoderLayer(HybridLayer):
     def __init__(self, mixer_name: str, mixer: nn.Module, mlp: nn.Module, cfg: Any, dtype, deterministic):
         super().__init__()
         norm = dict(eps=cfg.rms_norm_eps, dtype=dtype, deterministic=deterministic, offset=1.0)
         self.input_layernorm = RMSNorm(cfg.hidden_size, **norm)
-        self.mixer_name = mixer_name
-        setattr(self, mixer_name, mixer)  # "linear_attn" or "self_attn", as in the checkpoint
+        self.set_mixer(mixer_name, mixer)  # "linear_attn" or "self_attn", as in the checkpoint
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm)
         self.mlp = mlp
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        x = self.input_layernorm(h)
-        mixer = getattr(self, self.mixer_name)
-        h = h + (mixer(x, ctx) if self.mixer_name == "linear_attn" else mixer(x, cos, sin, ctx))
+        h = h + self.mix(self.input_layernorm(h), cos, sin, ctx)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
