@@ -35,7 +35,7 @@ class Qwen3NextForCausalLM(Qwen3_5ForCausalLM):
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         if not is_sparse_layer(cfg, layer_idx):
-            return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
+            return super().make_mlp(cfg, layer_idx, quantizer, dtype, deterministic, prefix)
         return SharedExpertMoeBlock.from_config(
             cfg, quantizer, dtype, prefix, deterministic=deterministic,
             shared_intermediate_size=cfg.shared_expert_intermediate_size,
