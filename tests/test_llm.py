@@ -225,3 +225,35 @@ def test_tight_pool_retracts_and_greedy_still_matches_transformers(checkpoints, 
     assert stats.num_retractions > 0 and stats.kv_pages_used == 0
     for prompt, out in zip(prompts, outs, strict=True):
         assert out.token_ids == _hf_greedy(hf_models["qwen3"], prompt, 32), len(prompt)
+
+
+def test_overflowing_penalty_or_temperature_samples_instead_of_crashing(tiny_qwen3_llm):
+    """A tiny repetition penalty or temperature overflows the logits; sampling stays defined."""
+    greedy = tiny_qwen3_llm.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4, temperature=0))
+    tiny = tiny_qwen3_llm.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4, temperature=1e-30))
+    assert tiny[0].token_ids == greedy[0].token_ids
+    out = tiny_qwen3_llm.generate([[5, 6, 7]], SamplingParams(
+        max_new_tokens=4, temperature=1.0, repetition_penalty=6e-192, seed=3, ignore_eos=True))
+    assert len(out[0].token_ids) == 4
+
+
+def test_a_failed_generate_leaves_the_llm_usable(tiny_qwen3_llm, monkeypatch):
+    engine = tiny_qwen3_llm.engine
+    real_step = engine.step
+
+    def failing_step():
+        monkeypatch.setattr(engine, "step", real_step)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    with pytest.raises(RuntimeError, match="boom"):
+        tiny_qwen3_llm.generate([[5, 6, 7]], SamplingParams(max_new_tokens=4))
+    expected = [5, 6, 7]
+    out = tiny_qwen3_llm.generate([expected], SamplingParams(max_new_tokens=4, temperature=0))
+    assert out[0].finish_reason in ("length", "stop") and out[0].prompt_token_ids == expected
+
+
+@pytest.fixture
+def tiny_qwen3_llm(checkpoints):
+    with LLM(str(checkpoints["qwen3"])) as llm:
+        yield llm

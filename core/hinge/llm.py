@@ -88,10 +88,11 @@ class LLM:
                 rid = f"llm-{self._next_id}"
                 self._next_id += 1
                 rids.append(engine.add_request(prompt_ids, p, rid=rid))
+            wanted = set(rids)  # NOTE: a step also reports requests aborted by an earlier call
             results: dict[str, RequestOutput] = {}
             while len(results) < len(rids):
                 for out in engine.step():
-                    if out.finished:
+                    if out.finished and out.rid in wanted:
                         results[out.rid] = out
         except BaseException:
             for rid in rids:
