@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+#: below this a temperature samples as greedy (as in sglang): dividing the logits by it would
+#: overflow float32 and turn the sampling distribution into NaN.
+GREEDY_TEMPERATURE = 1e-5
+
 
 @dataclass
 class SamplingParams:
     max_new_tokens: int = 128
-    temperature: float = 1.0  #: 0 means greedy
+    temperature: float = 1.0  #: 0 (or below ``GREEDY_TEMPERATURE``) means greedy
     top_p: float = 1.0
     top_k: int = -1  #: -1 or 0 means off
     min_p: float = 0.0
@@ -59,7 +63,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
 
 def _check(ok: bool, message: str) -> None:

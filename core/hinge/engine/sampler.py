@@ -108,7 +108,7 @@ class Sampler:
         sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
         if sampled_rows:
             idx = torch.tensor(sampled_rows, device=x.device)
-            probs = filtered_probs(x[idx] / args.temperature[idx], args.top_k[idx],
+            probs = filtered_probs(finite(x[idx] / args.temperature[idx]), args.top_k[idx],
                                    args.top_p[idx], args.min_p[idx])
             for j, i in enumerate(sampled_rows):
                 tokens[i] = torch.multinomial(probs[j], 1, generator=args.generators[i])[0]
@@ -129,7 +129,14 @@ def apply_penalties(logits, seen, counts, repetition, frequency, presence) -> to
     """HF-style repetition penalty over prompt + output, OpenAI frequency/presence over output."""
     penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
     out = torch.where(seen, penalised, logits)
-    return out - frequency * counts - presence * (counts > 0).float()
+    return finite(out - frequency * counts - presence * (counts > 0).float())
+
+
+def finite(logits: torch.Tensor) -> torch.Tensor:
+    """Clamp overflowed logits (a tiny penalty or temperature divides them) to the largest
+    finite float, so the softmax that follows stays a distribution instead of NaN."""
+    big = torch.finfo(logits.dtype).max
+    return logits.clamp(min=-big, max=big)
 
 
 def filtered_probs(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,

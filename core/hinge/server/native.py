@@ -23,7 +23,6 @@ from hinge.server.context import (
 from hinge.server.protocol import (
     GenerateRequest,
     NativeSamplingParams,
-    engine_temperature,
 )
 
 router = APIRouter()
@@ -61,7 +60,6 @@ def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
 def _params(sp: NativeSamplingParams | None, req: GenerateRequest) -> SamplingParams:
     fields = (sp or NativeSamplingParams()).model_dump()
     fields["stop_token_ids"] = fields["stop_token_ids"] or []
-    fields["temperature"] = engine_temperature(fields["temperature"])
     try:
         return SamplingParams(
             **fields, logprobs=req.return_logprob,

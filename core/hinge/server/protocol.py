@@ -18,8 +18,6 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 TopK = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 #: sglang's range, narrowed away from 0: a penalty of 1e-190 overflows the logits to inf.
 RepetitionPenalty = Annotated[float, Field(ge=0.01, le=2.0, allow_inf_nan=False)]
-#: below this a temperature is greedy (as in sglang); dividing by it would overflow the logits.
-GREEDY_BELOW = 1e-5
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 Stop = str | list[str] | None
 
@@ -104,7 +102,7 @@ class _OpenAISampling(BaseModel):
 
     def sampling_params(self, max_new_tokens: int, logprobs: bool, top_logprobs: int) -> SamplingParams:
         return SamplingParams(
-            max_new_tokens=max_new_tokens, temperature=engine_temperature(self.temperature),
+            max_new_tokens=max_new_tokens, temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k, min_p=self.min_p, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
@@ -156,6 +154,3 @@ class ChatCompletionRequest(_OpenAISampling):
             return self.max_completion_tokens
         return self.max_tokens
 
-
-def engine_temperature(temperature: float) -> float:
-    return 0.0 if temperature < GREEDY_BELOW else temperature
