@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from hinge.sampling_params import SamplingParams
 
 __version__ = "0.1.0"
+#: The distribution name on the package index (``hinge`` there is an unrelated project).
+DISTRIBUTION = "hinge-llm"
 __all__ = ["LLM", "SamplingParams", "hookimpl"]
 
 _LAZY = {"LLM": "hinge.llm", "SamplingParams": "hinge.sampling_params"}

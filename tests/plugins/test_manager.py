@@ -34,7 +34,7 @@ def test_good_plugin_is_listed_ok_with_distribution_components_and_capabilities(
 
 def test_builtins_are_listed_first_as_plugin_hinge(make_pm):
     listing = make_pm("good").listing()
-    assert listing[0]["name"] == "hinge" and listing[0]["distribution"] == "hinge"
+    assert listing[0]["name"] == "hinge" and listing[0]["distribution"] == "hinge-llm"
     names = {(c["kind"], c["name"]) for c in listing[0]["components"]}
     assert names == {("attention", "torch"), ("quantizer", "none"), ("cache", "none")}
 

@@ -89,7 +89,7 @@ def plan_for(make_pm, *plugins, model_info=None, capability=H200, **overrides):
 def test_default_plan_selects_the_builtins_with_their_owner(make_pm):
     plan = plan_for(make_pm)
     assert (plan.attention.name, plan.quantizer.name, plan.cache.name) == ("torch", "none", "none")
-    assert plan.attention.plugin == "hinge" and plan.attention.distribution == "hinge"
+    assert plan.attention.plugin == "hinge" and plan.attention.distribution == "hinge-llm"
     assert plan.speculator is None and plan.dtype == "float32"
 
 

@@ -22,7 +22,7 @@ def installed(monkeypatch):
 def test_plugins_text_lists_status_distribution_error_and_components(installed):
     text = cmd_plugins(config=load_config(env={}))
     lines = text.splitlines()
-    assert lines[0] == "hinge  [ok]  hinge 0.1.0  (hinge.builtin.plugin)"
+    assert lines[0] == "hinge  [ok]  hinge-llm 0.1.0  (hinge.builtin.plugin)"
     assert "broken  [failed]  hinge-fixture-broken 0.1.0  (hinge_fixture_broken.plugin)" in lines
     assert any(line.startswith("    error: import failed: ModuleNotFoundError") for line in lines)
     good = next(line for line in lines if "good-attn" in line)

@@ -46,9 +46,10 @@ class PluginManager(pluggy.PluginManager):
     # -- loading ------------------------------------------------------------------------------
 
     def load_builtins(self) -> None:
+        from hinge import DISTRIBUTION
         from hinge.builtin import plugin as builtin_plugin
 
-        self._register_module(builtin_plugin, BUILTIN_PLUGIN, "hinge", _version("hinge"))
+        self._register_module(builtin_plugin, BUILTIN_PLUGIN, DISTRIBUTION, _version(DISTRIBUTION))
 
     def load_entry_points(self, entry_points: Iterable[Any] | None = None) -> None:
         """Load every entry point of ``hinge.plugins`` (or the given ones), one ``try`` each."""

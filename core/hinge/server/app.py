@@ -84,12 +84,9 @@ def build_app(engine: AsyncEngine, *, model_name: str, model_aliases: set[str] |
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    import hinge
 
-        return version("hinge")
-    except Exception:  # noqa: BLE001
-        return "0+unknown"
+    return hinge.__version__
 
 
 def _plugins_report(config: Any) -> Callable[[], Any]:
