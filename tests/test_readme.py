@@ -79,3 +79,50 @@ def test_ci_exit_status(tmp_path: Path, main_rc: int, pytest_rc: int, expected_r
     assert calls[:2] == ["pip install -c constraints.txt -e .", "hinge generate def fibonacci(n):"]
     if main_rc == 0:
         assert calls[2:] == ["pip install -c constraints.txt -e .[test]", "python -m pytest -q"]
+
+
+def _status_rows() -> list[tuple[str, str, str]]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Status", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| `([\w-]+)` \| (\w+)", section, re.MULTILINE)
+    assert rows, "README's Status section has no table rows"
+    return rows
+
+
+def test_readme_status_table_matches_the_installed_components() -> None:
+    """An *available* row is listed by `hinge plugins --json`, and everything listed has one."""
+    run = subprocess.run([sys.executable, "-m", "hinge.cli", "plugins", "--json"],
+                         capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("HINGE_")})
+    assert run.returncode == 0, run.stderr
+    import json
+
+    first_party = {"hinge-llm"}
+    listed = {(c["kind"], c["name"]) for p in json.loads(run.stdout)
+              if p["status"] == "ok" and p["distribution"] in first_party for c in p["components"]}
+    rows = _status_rows()
+    assert {status for _, _, status in rows} <= {"available", "coming"}
+    available = {(slot, name) for slot, name, status in rows if status == "available"}
+    coming = {(slot, name) for slot, name, status in rows if status == "coming"}
+    assert available == listed, f"README says available: {available}; installed: {listed}"
+    assert not coming & listed, f"installed but README says coming: {coming & listed}"
+
+
+def test_readme_layout_lists_only_folders_that_exist() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    folders = re.findall(r"^(\S+/)\s", block, re.MULTILINE)
+    assert folders
+    for folder in folders:
+        assert (ROOT / folder).is_dir(), f"README's layout lists {folder}, which does not exist"
+
+
+def test_docs_link_only_to_files_inside_the_repository() -> None:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)#]+)", text):
+            if re.match(r"https?://", target):
+                continue
+            path = (doc.parent / target).resolve()
+            assert path.is_relative_to(ROOT) and path.exists(), f"{doc.name} links to {target}"
+        assert "../shared" not in text, f"{doc.name} points outside the repository (../shared)"
