@@ -2,7 +2,9 @@
 
 Hooks (``hinge.plugins.hookspecs``) run once at build time and hand the core *specs*; a spec's
 factory builds one of the objects below. Nothing here calls pluggy. Each class has a matching
-contract test class in ``hinge.testing`` that a plugin's own tests subclass.
+contract test class in ``hinge.testing`` that a plugin's own tests subclass. The data a step
+carries (``ForwardBatch``, ``ForwardContext``, ``ForwardOutput``, ``KVCache``, ...) lives in
+``hinge.forward`` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -11,12 +13,28 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# the floor: what a step carries and the pool views (re-exported so plugins import one module)
+from hinge.forward import (
+    ForwardBatch,
+    ForwardContext,
+    ForwardOutput,
+    KVCache,
+    Phase,
+    PositionStates,
+    RecurrentLayerSpec,
+    RecurrentStates,
+)
+
+__all__ = [
+    "AttentionBackend", "AttentionLayer", "CacheHit", "CachePolicy", "ForwardBatch", "ForwardContext",
+    "ForwardOutput", "KVCache", "Phase", "PositionStates", "Quantizer", "RecurrentLayerSpec",
+    "RecurrentStates", "Speculator",
+]
+
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hinge.engine.batch import ForwardBatch
-    from hinge.engine.kv_pool import KVCache
     from hinge.plugins.capabilities import (
         AttentionCapabilities,
         CacheCapabilities,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hinge.contracts import AttentionLayer
-from hinge.engine.kv_pool import KVCache, PageAllocator, kv_budget_bytes, kv_bytes_per_token
+from hinge.engine.kv_pool import KVPool, PageAllocator, kv_budget_bytes, kv_bytes_per_token
 
 
 def _layers(n=2, kv_heads=2, head_dim=8):
@@ -53,7 +53,7 @@ def test_kv_cache_is_sized_from_the_byte_budget_and_logged_in_tokens(caplog):
     assert per_token == 2 * (2 * 2 * 8 * 4)
     budget = per_token * 4 * 10 + 7  # ten pages of four tokens and a few spare bytes
     with caplog.at_level(logging.INFO, logger="hinge.engine.kv_pool"):
-        kv = KVCache.create(layers, budget_bytes=budget, page_size=4, dtype=torch.float32,
+        kv = KVPool.create(layers, budget_bytes=budget, page_size=4, dtype=torch.float32,
                             device="cpu")
     assert kv.num_pages == 10 and kv.num_usable_tokens == 36
     assert kv.k[0].shape == (40, 2, 8) and len(kv.v) == 2
@@ -63,7 +63,7 @@ def test_kv_cache_is_sized_from_the_byte_budget_and_logged_in_tokens(caplog):
 
 def test_budget_too_small_for_two_pages_says_what_to_raise():
     with pytest.raises(ValueError, match="kv_cache_bytes"):
-        KVCache.create(_layers(), budget_bytes=100, page_size=16, dtype=torch.float32,
+        KVPool.create(_layers(), budget_bytes=100, page_size=16, dtype=torch.float32,
                        device="cpu")
 
 
@@ -73,7 +73,7 @@ def test_cpu_budget_is_kv_cache_bytes_with_a_256_mib_default():
 
 
 def test_slot_maps_positions_through_pages():
-    kv = KVCache.create(_layers(1), budget_bytes=1 << 20, page_size=4, dtype=torch.float32,
+    kv = KVPool.create(_layers(1), budget_bytes=1 << 20, page_size=4, dtype=torch.float32,
                         device="cpu")
     assert [kv.slot([7, 2], p) for p in (0, 3, 4, 6)] == [28, 31, 8, 10]
     assert kv.pages_needed(0) == 0 and kv.pages_needed(4) == 1 and kv.pages_needed(5) == 2

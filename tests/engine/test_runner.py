@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from hinge.engine.kv_pool import KVCache
 from hinge.engine.request import Request, ScheduledBatch
 from hinge.engine.runner import ModelRunner
+from hinge.forward import KVCache
 from hinge.sampling_params import SamplingParams
 
 

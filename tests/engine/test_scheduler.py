@@ -6,7 +6,7 @@ import torch
 
 from hinge.builtin.no_cache import NoCachePolicy
 from hinge.contracts import AttentionLayer
-from hinge.engine.kv_pool import KVCache
+from hinge.engine.kv_pool import KVPool
 from hinge.engine.request import Request, RequestStatus
 from hinge.engine.scheduler import Scheduler
 from hinge.sampling_params import SamplingParams
@@ -17,7 +17,7 @@ PAGE = 4
 def _scheduler(num_pages: int, *, chunk: int = 64, max_running: int = 64) -> Scheduler:
     layer = AttentionLayer(0, 1, 1, 2, 1.0)
     per_page = 2 * 2 * 4 * PAGE
-    kv = KVCache.create([layer], budget_bytes=per_page * num_pages, page_size=PAGE,
+    kv = KVPool.create([layer], budget_bytes=per_page * num_pages, page_size=PAGE,
                         dtype=torch.float32, device="cpu")
     return Scheduler(kv, NoCachePolicy(), max_running_requests=max_running,
                      chunked_prefill_size=chunk)

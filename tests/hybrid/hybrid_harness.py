@@ -13,9 +13,9 @@ import torch
 
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.torch_attention import TorchAttentionBackend
-from hinge.engine.batch import ForwardBatch, ForwardContext
-from hinge.engine.kv_pool import KVCache
+from hinge.engine.kv_pool import KVPool
 from hinge.engine.state_pool import StatePool
+from hinge.forward import ForwardBatch, ForwardContext
 from hinge.models.loader import load_model
 
 VOCAB = 96
@@ -100,7 +100,7 @@ class StepHarness:
         layers = model.attention_layers
         itemsize = torch.empty((), dtype=model.dtype).element_size()
         per_page = sum(2 * a.num_kv_heads * a.head_dim * itemsize for a in layers) * page_size
-        self.kv = KVCache.create(layers, budget_bytes=per_page * num_pages, page_size=page_size,
+        self.kv = KVPool.create(layers, budget_bytes=per_page * num_pages, page_size=page_size,
                                  dtype=model.dtype, device=dev)
         self.states = StatePool(model.recurrent_layers, max_requests + 1, conv_dtype=model.dtype,
                                 device=dev)

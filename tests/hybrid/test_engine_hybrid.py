@@ -9,7 +9,7 @@ from hybrid_oracle import hf_greedy
 
 from hinge import LLM, SamplingParams
 from hinge.builtin.no_cache import NoCachePolicy
-from hinge.engine.kv_pool import KVCache, PageAllocator
+from hinge.engine.kv_pool import KVPool
 from hinge.engine.request import Request
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.state_pool import RecurrentLayerSpec, StatePool
@@ -36,8 +36,7 @@ def test_engine_batch_of_mixed_lengths_with_chunked_prefill_matches_transformers
 
 
 def _scheduler(num_state_slots: int) -> Scheduler:
-    kv = KVCache(k=[torch.zeros(64 * 4, 1, 2)], v=[torch.zeros(64 * 4, 1, 2)], page_size=4,
-                 allocator=PageAllocator(64))
+    kv = KVPool(k=[torch.zeros(64 * 4, 1, 2)], v=[torch.zeros(64 * 4, 1, 2)], page_size=4)
     layer = RecurrentLayerSpec(layer_id=0, state_id=0, conv_dim=3, conv_kernel=2, ssm_shape=(1, 2, 2))
     states = StatePool([layer], num_state_slots + 1, conv_dtype=torch.float32)
     return Scheduler(kv, NoCachePolicy(), max_running_requests=8, chunked_prefill_size=64, states=states)

@@ -24,8 +24,7 @@ from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.layers.batch_invariant import fixed_split_attention
 
 if TYPE_CHECKING:
-    from hinge.engine.batch import ForwardBatch
-    from hinge.engine.kv_pool import KVCache
+    from hinge.forward import ForwardBatch, KVCache
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hinge.engine.kv_pool import KVCache, kv_budget_bytes
+from hinge.engine.kv_pool import KVPool, kv_budget_bytes
 from hinge.engine.output import append_token, make_output
 from hinge.engine.request import Request, RequestOutput
 from hinge.engine.runner import ModelRunner
@@ -82,7 +82,7 @@ class Engine:
         self.states = self._create_state_pool(config, budget)
         if self.states is not None:
             budget -= self.states.nbytes
-        self.kv = KVCache.create(self.model.attention_layers, budget_bytes=budget,
+        self.kv = KVPool.create(self.model.attention_layers, budget_bytes=budget,
                                  page_size=config.page_size, dtype=self.dtype, device=self.device)
         # loop parts
         self.scheduler = Scheduler(self.kv, self.cache,

@@ -2,17 +2,19 @@
 
 Slot ``page * page_size + offset`` holds one token's keys/values for every layer. Page 0 is
 reserved (a dummy page padded graph rows may point at), so usable pages are ``1..num_pages-1``.
-``PageAllocator`` owns which of those pages are free; ``KVCache.create`` sizes the storage from a
-byte budget (``kv_budget_bytes``).
+``PageAllocator`` owns which of those pages are free; ``KVPool.create`` sizes the storage from a
+byte budget (``kv_budget_bytes``). Models and attention backends see only the storage
+(``hinge.forward.KVCache``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
+
+from hinge.forward import KVCache
 
 if TYPE_CHECKING:
     from hinge.contracts import AttentionLayer
@@ -100,24 +102,17 @@ def kv_budget_bytes(device: str, *, kv_cache_bytes: int | None, mem_fraction_sta
     return budget
 
 
-@dataclass
-class KVCache:
-    k: list[torch.Tensor]  #: per attention layer: (num_pages * page_size, num_kv_heads, head_dim)
-    v: list[torch.Tensor]
-    page_size: int
-    allocator: PageAllocator | None = field(default=None, repr=False)
+class KVPool(KVCache):
+    """The engine's KV pool: the storage models see (``hinge.forward.KVCache``) plus the page
+    allocator that decides which request owns which page."""
 
-    @property
-    def num_pages(self) -> int:
-        return self.k[0].shape[0] // self.page_size if self.k else 0
-
-    @property
-    def num_usable_tokens(self) -> int:
-        return (self.num_pages - 1) * self.page_size
+    def __init__(self, k: list[torch.Tensor], v: list[torch.Tensor], page_size: int) -> None:
+        super().__init__(k, v, page_size)
+        self.allocator = PageAllocator(self.num_pages)
 
     @classmethod
     def create(cls, layers: list[AttentionLayer], *, budget_bytes: int, page_size: int,
-               dtype: torch.dtype, device: str | torch.device) -> KVCache:
+               dtype: torch.dtype, device: str | torch.device) -> KVPool:
         """Allocate as many pages as ``budget_bytes`` holds and log the size in tokens."""
         per_token = kv_bytes_per_token(layers, dtype)
         per_page = max(per_token, 1) * page_size
@@ -131,16 +126,9 @@ class KVCache:
         k = [torch.zeros(slots, layer.num_kv_heads, layer.head_dim, dtype=dtype, device=device)
              for layer in layers]
         v = [torch.zeros_like(t) for t in k]
-        cache = cls(k=k, v=v, page_size=page_size, allocator=PageAllocator(num_pages))
+        pool = cls(k, v, page_size)
         logger.info(
             "KV cache: %d tokens (%d pages of %d) for %d layers, %d bytes/token, K + V = %.2f MiB "
-            "of a %.2f MiB budget, %s", cache.num_usable_tokens, num_pages - 1, page_size,
+            "of a %.2f MiB budget, %s", pool.num_usable_tokens, num_pages - 1, page_size,
             len(layers), per_token, num_pages * per_page / MiB, budget_bytes / MiB, dtype)
-        return cache
-
-    def slot(self, pages: list[int], position: int) -> int:
-        """Flat slot of token ``position`` of a request holding ``pages``."""
-        return pages[position // self.page_size] * self.page_size + position % self.page_size
-
-    def pages_needed(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page_size)
+        return pool

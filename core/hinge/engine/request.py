@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from hinge.contracts import CacheHit
-    from hinge.engine.batch import Phase
+    from hinge.forward import Phase
     from hinge.sampling_params import SamplingParams
 
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hinge.engine.batch import ForwardBatch, ForwardContext
+from hinge.forward import ForwardBatch, ForwardContext
 
 if TYPE_CHECKING:
     from hinge.contracts import AttentionBackend
-    from hinge.engine.kv_pool import KVCache
     from hinge.engine.request import Request, ScheduledBatch
+    from hinge.forward import KVCache
 
 
 @dataclass

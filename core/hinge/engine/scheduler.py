@@ -22,7 +22,7 @@ from hinge.engine.request import RequestStatus, ScheduledBatch
 
 if TYPE_CHECKING:
     from hinge.contracts import CachePolicy
-    from hinge.engine.kv_pool import KVCache, PageAllocator
+    from hinge.engine.kv_pool import KVPool, PageAllocator
     from hinge.engine.request import Request
     from hinge.engine.state_pool import StatePool
 
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, kv: KVCache, cache: CachePolicy, *, max_running_requests: int,
+    def __init__(self, kv: KVPool, cache: CachePolicy, *, max_running_requests: int,
                  chunked_prefill_size: int, states: StatePool | None = None):
         assert kv.allocator is not None, "the KV cache needs a page allocator"
         self.states = states  #: hybrid models: one recurrent-state slot per running request

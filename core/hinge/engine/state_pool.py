@@ -13,22 +13,14 @@ Slot 0 is reserved (a dummy slot padded graph rows may point at); usable slots a
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import torch
 
+from hinge.forward import PositionStates, RecurrentLayerSpec
+
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class RecurrentLayerSpec:
-    """Static description of one recurrent layer, fixed at model build."""
-
-    layer_id: int  #: decoder layer index (HF numbering)
-    state_id: int  #: index into the pool (recurrent layers only, numbered densely)
-    conv_dim: int  #: channels of the conv window
-    conv_kernel: int  #: K taps; the window keeps K - 1 inputs
-    ssm_shape: tuple[int, ...] = ()  #: delta-rule state (Hv, Dk, Dv); () for a conv-only layer
+__all__ = ["PositionStates", "RecurrentLayerSpec", "StatePool"]
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -135,34 +127,3 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-@dataclass
-class PositionStates:
-    """Recurrent state after every token row of a step (``ForwardBatch.track_states``).
-
-    Row ``cu_extend[i] + j`` holds request ``i``'s state after its ``j + 1``-th new token, for
-    every recurrent layer. ``write(pool, row, slot)`` keeps that state: a verify step that accepted
-    ``a`` drafts of request ``i`` keeps row ``cu_extend[i] + a``.
-    """
-
-    cu_extend: list[int]
-    conv: list[torch.Tensor | None] = field(default_factory=list)  #: per state id: (T, C, K-1)
-    ssm: list[torch.Tensor | None] = field(default_factory=list)  #: per state id: (T, Hv, Dk, Dv)
-
-    @classmethod
-    def empty(cls, cu_extend: list[int], num_layers: int) -> PositionStates:
-        return cls(list(cu_extend), [None] * num_layers, [None] * num_layers)
-
-    def row(self, request: int, num_tokens: int) -> int:
-        """Row of the state after the first ``num_tokens`` new tokens of ``request``."""
-        start, end = self.cu_extend[request], self.cu_extend[request + 1]
-        assert 1 <= num_tokens <= end - start, f"request {request} ran {end - start} tokens, asked {num_tokens}"
-        return start + num_tokens - 1
-
-    def write(self, pool: StatePool, row: int, slot: int) -> None:
-        for state_id, (conv, ssm) in enumerate(zip(self.conv, self.ssm, strict=True)):
-            assert conv is not None, f"recurrent layer {state_id} recorded no per-position state"
-            pool.conv[state_id][slot] = conv[row].to(pool.conv_dtype)
-            if ssm is not None:
-                pool.ssm[state_id][slot] = ssm[row].to(pool.ssm_dtype)

@@ -18,13 +18,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hinge.engine.state_pool import RecurrentLayerSpec
+from hinge.forward import RecurrentLayerSpec
 from hinge.layers import batch_invariant
 from hinge.layers.linear import Linear
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
     from hinge.layers.recurrent_kernels import RecurrentKernels
 
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hinge.engine.state_pool import RecurrentLayerSpec
+from hinge.forward import RecurrentLayerSpec
 from hinge.layers.gated_deltanet import DepthwiseConv, recurrent_inputs
 from hinge.layers.linear import Linear
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
     from hinge.layers.recurrent_kernels import RecurrentKernels
 
 

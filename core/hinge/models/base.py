@@ -18,7 +18,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from hinge.contracts import AttentionLayer
-    from hinge.engine.batch import ForwardContext, ForwardOutput
+    from hinge.forward import ForwardContext, ForwardOutput
 
 
 def read_json(path: Path) -> dict:

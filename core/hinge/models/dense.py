@@ -21,7 +21,7 @@ from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
 
 
 def head_dim_of(cfg: Any) -> int:

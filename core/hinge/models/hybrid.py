@@ -12,14 +12,14 @@ import torch
 from torch import nn
 
 from hinge.contracts import AttentionLayer
-from hinge.engine.state_pool import PositionStates
+from hinge.forward import PositionStates
 from hinge.layers import Linear, RMSNorm, RotaryEmbedding
 from hinge.models.dense import head_dim_of
 from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext, ForwardOutput
+    from hinge.forward import ForwardContext, ForwardOutput
     from hinge.layers.recurrent_kernels import RecurrentKernels
 
 

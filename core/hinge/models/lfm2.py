@@ -24,7 +24,7 @@ from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
     from hinge.models.base import ModelConfig
 
 ATTN_RENAMES = {"self_attn.out_proj.": "self_attn.o_proj.", "self_attn.q_layernorm.": "self_attn.q_norm.",

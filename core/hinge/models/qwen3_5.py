@@ -26,7 +26,7 @@ from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
     from hinge.models.base import ModelConfig
 
 

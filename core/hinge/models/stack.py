@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from hinge.engine.batch import ForwardOutput
+from hinge.forward import ForwardOutput
 from hinge.layers import LMHead, RMSNorm, VocabEmbedding
 from hinge.models.base import CausalLM
 
 if TYPE_CHECKING:
-    from hinge.engine.batch import ForwardContext
+    from hinge.forward import ForwardContext
 
 
 class DecoderStack(nn.Module):

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hinge.contracts import AttentionLayer
-from hinge.engine.batch import ForwardBatch
-from hinge.engine.kv_pool import KVCache
+from hinge.forward import ForwardBatch, KVCache
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

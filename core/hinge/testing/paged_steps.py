@@ -10,8 +10,7 @@ from typing import Any
 
 import torch
 
-from hinge.engine.batch import ForwardBatch, ForwardContext, ForwardOutput
-from hinge.engine.kv_pool import KVCache
+from hinge.forward import ForwardBatch, ForwardContext, ForwardOutput, KVCache
 
 
 class PagedSteps:

@@ -9,8 +9,7 @@ import torch
 
 if TYPE_CHECKING:
     from hinge.contracts import AttentionLayer
-    from hinge.engine.batch import ForwardBatch
-    from hinge.engine.kv_pool import KVCache
+    from hinge.forward import ForwardBatch, KVCache
 
 
 def reference_attention(
