@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 
 from hinge.bench import (
     BenchResult,
+    RequestRecord,
     bench_hf,
     bench_hinge,
     file_prompts,
@@ -83,22 +85,29 @@ class TestRuns:
         assert ours.output_tokens == hf.output_tokens == 18
         assert ours.input_tokens == hf.input_tokens == sum(map(len, prompts))
         assert ours.outputs == hf.outputs
-        assert ours.ttft_ms is not None and ours.ttft_ms > 0 and ours.tpot_ms > 0
-        assert ours.wall_s > 0 and hf.wall_s > 0
-        # one prompt per batch: the third request waits for two full generates first
-        assert 0 < hf.ttft_ms < 1e3 * hf.wall_s and hf.tpot_ms > 0
+        for result in (ours, hf):  # every request measured, whatever the clock said
+            assert result.completed == 3 and result.failed == 0
+            assert all(r.ttft_s is not None and r.tpot_s is not None for r in result.records)
+            summary = result.to_dict()
+            assert all(summary[k][s] is not None for k in ("ttft_ms", "tpot_ms", "e2e_ms")
+                       for s in ("mean", "p50", "p90", "p99"))
 
     def test_table_prints_every_metric_and_na_where_not_measured(self) -> None:
-        a = BenchResult("hinge", 2, 10, 8, 0.5, ttft_ms=12.0, tpot_ms=3.0)
-        b = BenchResult("transformers", 2, 10, 8, 2.0)
+        done = [RequestRecord(input_len=5, output_len=4, ttft_s=0.012, latency_s=0.021)] * 2
+        a = BenchResult("hinge", done, 0.5)
+        b = BenchResult("transformers", [RequestRecord(input_len=5, output_len=4)] * 2, 2.0)
         table = format_table([a, b])
-        assert "16.0" in table and "4.0" in table  # output tok/s of each
-        assert "36.0" in table  # total tok/s of hinge
-        ttft = next(line for line in table.splitlines() if line.startswith("mean TTFT"))
-        assert ttft.split()[-2:] == ["12.0", "n/a"]
+        cells = [re.split(r"\s{2,}", line.strip()) for line in table.splitlines()[1:]]
+        rows = {label: values for label, *values in cells}
+        assert rows["output tok/s"] == ["16.0", "4.0"]
+        assert rows["total tok/s"] == ["36.0", "9.0"]
+        assert rows["p90 TTFT (ms)"] == ["12.00", "n/a"]
+        assert rows["mean TPOT (ms)"] == ["3.00", "n/a"]  # (21 - 12) ms over 3 tokens
+        assert rows["request rate asked (req/s)"] == ["inf", "inf"]
+        assert rows["request rate achieved (req/s)"] == ["n/a", "n/a"]  # all sent at 0
 
 
-def test_bench_cli_compare_hf_prints_table_ratio_and_json(model_dir: Path) -> None:
+def test_bench_cli_compare_hf_prints_json_alone_on_stdout(model_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HINGE_")}
     run = subprocess.run(
         [sys.executable, "-m", "hinge.cli", "bench", "--model", str(model_dir), "--num-prompts", "3",
@@ -106,9 +115,12 @@ def test_bench_cli_compare_hf_prints_table_ratio_and_json(model_dir: Path) -> No
          "--json"],
         capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "output tok/s" in run.stdout and "hinge / transformers output throughput" in run.stdout
-    assert "fastest of 2 alternating runs" in run.stdout
-    data = json.loads(run.stdout.strip().splitlines()[-1])
+    data = json.loads(run.stdout)  # the whole of stdout is one JSON document
+    assert "output tok/s" in run.stderr and "hinge / transformers output throughput" in run.stderr
+    assert "fastest of 2 runs" in run.stderr
+    threads = data["settings"]["torch_threads"]
+    assert f"{threads} torch threads on both sides" in run.stderr
     assert [r["name"] for r in data["results"]] == ["hinge", "transformers"]
-    assert all(r["output_tokens"] == 12 for r in data["results"])
-    assert data["output_throughput_ratio"] > 0
+    assert [r["torch_threads"] for r in data["results"]] == [threads, threads]
+    assert all(r["output_tokens"] == 12 and r["completed"] == 3 for r in data["results"])
+    assert data["identical_outputs"] == 3 and "output_throughput_ratio" in data
