@@ -13,12 +13,16 @@ if TYPE_CHECKING:
 
 
 def plugin_listing(config: EngineConfig | None = None) -> list[dict[str, Any]]:
-    """Every plugin (built-ins first): distribution, version, status, error, components."""
+    """Every plugin (built-ins first): distribution, version, status, error, components.
+
+    Never strict: this listing is how a user finds out why a plugin failed, so a failure is
+    listed here even when ``plugins.strict`` would make it fatal for an engine."""
     from hinge.config import load_config
     from hinge.plugins.manager import get_plugin_manager
 
     config = config or load_config()
-    return get_plugin_manager(config.plugins).listing()
+    settings = config.plugins.model_copy(update={"strict": False})
+    return get_plugin_manager(settings).listing()
 
 
 def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
@@ -30,7 +34,7 @@ def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
         dist = f"{p['distribution']} {p['version'] or ''}".strip() if p["distribution"] else "-"
         lines.append(f"{p['name']}  [{p['status']}]  {dist}  ({p['module']})")
         if p["error"]:
-            lines.append(f"    error: {p['error']}")
+            lines.append("    error: " + p["error"].replace("\n", "\n           "))
         for c in p["components"]:
             caps = c["capabilities"]
             graphs = [ph for ph in ("prefill", "decode", "draft") if caps.get(f"{ph}_graph")]
@@ -40,6 +44,9 @@ def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
                 + (f"; options {', '.join(c['options'])}" if c["options"] else "")
                 + (f" - {c['description']}" if c["description"] else "")
             )
+            if c["conflicts_with"]:
+                lines.append(f"      CONFLICT: also registered by {' and '.join(c['conflicts_with'])}; "
+                             f"selecting {c['name']!r} fails until one of them is blocked or uninstalled")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from hinge import hookimpl
 from hinge.config import PluginSettings, load_config
 from hinge.plugins import AttentionBackendSpec, QuantizerSpec
 from hinge.plugins.manager import PluginError, get_plugin_manager
+from hinge.plugins.plan import PlanError, resolve_plan
 
 
 def _record(pm, name):
@@ -73,35 +74,149 @@ def test_selecting_a_component_a_failed_plugin_may_provide_names_plugin_distribu
     assert "hinge_fixture_missing_kernel" in msg
 
 
-def test_duplicate_names_fail_naming_both_owners(make_pm):
+GOOD = "plugin 'good' (distribution hinge-fixture-good 0.1.0)"
+DUP = "plugin 'dup' (distribution hinge-fixture-dup 0.1.0)"
+MISSPELLED = "plugin 'misspelled' (distribution hinge-fixture-misspelled 0.1.0)"
+
+
+def test_duplicate_names_load_and_both_records_list_the_name_as_a_conflict(make_pm):
+    pm = make_pm("good", "dup")
+    good, dup = _record(pm, "good"), _record(pm, "dup")
+    assert good["status"] == dup["status"] == "ok"
+    good_attn = next(c for c in good["components"] if c["name"] == "good-attn")
+    [dup_attn] = dup["components"]
+    assert dup_attn["name"] == "good-attn"
+    assert good_attn["conflicts_with"] == [DUP]
+    assert dup_attn["conflicts_with"] == [GOOD]
+    good_quant = next(c for c in good["components"] if c["kind"] == "quantizer")
+    assert good_quant["conflicts_with"] == []
+
+
+def test_selecting_a_duplicate_name_fails_naming_both_owners(make_pm):
+    pm = make_pm("good", "dup")
     with pytest.raises(PluginError) as err:
-        make_pm("good", "dup")
+        pm.get_component("attention", "good-attn")
     msg = str(err.value)
-    assert "attention backend 'good-attn' registered twice" in msg
-    assert "plugin 'good' (distribution hinge-fixture-good 0.1.0)" in msg
-    assert "plugin 'dup' (distribution hinge-fixture-dup 0.1.0)" in msg
+    assert msg.startswith(f"attention backend 'good-attn' registered twice: by {DUP} and by {GOOD}; ")
+    assert "block it with plugins.block / HINGE_PLUGINS_BLOCK" in msg
 
 
-def test_duplicate_of_a_builtin_name_names_hinge_and_the_plugin(make_pm):
+def test_selecting_another_name_beside_a_conflict_works(make_pm):
+    pm = make_pm("good", "dup")
+    assert pm.get_component("attention", "torch").plugin == "hinge"
+    good_quant = next(c["name"] for c in _record(pm, "good")["components"] if c["kind"] == "quantizer")
+    assert pm.get_component("quantizer", good_quant).plugin == "good"
+
+
+def test_load_order_never_decides_a_duplicate_name(make_pm):
+    """Swapping which object loads first (entry points load sorted by name) changes nothing."""
+
+    def backend(tag):
+        class Backend:
+            @hookimpl
+            def register_attention_backends(self, register):
+                register(AttentionBackendSpec(name="shared-attn", factory=f"{tag}:Backend"))
+
+        return Backend()
+
+    messages = []
+    for first, second in (("one", "two"), ("two", "one")):
+        pm = make_pm(in_process("aaa", backend(first), "acme-a"),
+                     in_process("zzz", backend(second), "acme-z"))
+        with pytest.raises(PluginError) as err:
+            pm.get_component("attention", "shared-attn")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "by plugin 'aaa' (distribution acme-a 0.1.0) and by plugin 'zzz' (distribution acme-z" in messages[0]
+
+
+def test_three_owners_of_one_name_are_all_named(make_pm):
+    class Dup2:
+        @hookimpl
+        def register_attention_backends(self, register):
+            register(AttentionBackendSpec(name="good-attn", factory="x:y"))
+
+    pm = make_pm("good", "dup", in_process("dup2", Dup2(), "acme-dup2"))
+    with pytest.raises(PluginError, match="'good-attn' registered 3 times: by ") as err:
+        pm.get_component("attention", "good-attn")
+    assert DUP in str(err.value) and GOOD in str(err.value) and "plugin 'dup2'" in str(err.value)
+
+
+def test_duplicate_of_a_builtin_name_fails_when_selected_naming_hinge_and_the_plugin(make_pm):
     class Shadow:
         @hookimpl
         def register_quantizers(self, register):
             register(QuantizerSpec(name="none", factory="x:y"))
 
-    with pytest.raises(PluginError) as err:
-        make_pm(in_process("shadow", Shadow(), "acme-shadow"))
+    pm = make_pm(in_process("shadow", Shadow(), "acme-shadow"))
+    with pytest.raises(PlanError) as err:  # quantizer auto on an unquantized model selects 'none'
+        resolve_plan(load_config(env={}), pm)
     msg = str(err.value)
     assert "quantizer 'none' registered twice" in msg
-    assert "plugin 'hinge' (distribution hinge" in msg and "plugin 'shadow' (distribution acme-shadow 0.1.0)" in msg
+    assert "plugin 'hinge' (distribution hinge-llm" in msg
+    assert "plugin 'shadow' (distribution acme-shadow 0.1.0)" in msg
 
 
-def test_misspelled_hookimpl_fails_naming_plugin_and_hook(make_pm):
+def test_a_conflict_ends_when_one_owner_fails_later(make_pm):
+    class Clash:
+        @hookimpl
+        def register_attention_backends(self, register):
+            register(AttentionBackendSpec(name="good-attn", factory="x:y"))
+            raise RuntimeError("half registered")
+
+    pm = make_pm("good", in_process("clash", Clash(), "acme-clash"))
+    assert _record(pm, "clash")["status"] == "failed"
+    assert pm.get_component("attention", "good-attn").plugin == "good"
+    assert pm.conflicts["attention"] == {}
+    assert next(c for c in _record(pm, "good")["components"]
+                if c["name"] == "good-attn")["conflicts_with"] == []
+
+
+def test_misspelled_hookimpl_fails_only_its_plugin_with_a_did_you_mean(make_pm):
+    pm = make_pm("good", "misspelled")
+    rec = _record(pm, "misspelled")
+    assert rec["status"] == "failed" and rec["components"] == []
+    assert rec["error"] == ("hookimpl 'register_attention_backend' matches no hinge hook; "
+                            "did you mean 'register_attention_backends'?")
+    assert _record(pm, "good")["status"] == "ok"
+    assert "never-registered" not in pm.names("attention")
+    assert pm.get_component("attention", "good-attn").plugin == "good"
+
+
+def test_selecting_a_component_of_a_misspelled_plugin_says_why_it_failed(make_pm):
+    pm = make_pm("misspelled")
     with pytest.raises(PluginError) as err:
-        make_pm("good", "misspelled")
+        pm.get_component("attention", "never-registered")
     msg = str(err.value)
-    assert "plugin 'misspelled' (distribution hinge-fixture-misspelled 0.1.0)" in msg
-    assert "hookimpl 'register_attention_backend' matches no hinge hook" in msg
+    assert "unknown attention backend 'never-registered'" in msg
+    assert (f"not loaded, may provide it: {MISSPELLED}: failed: hookimpl 'register_attention_backend' "
+            "matches no hinge hook; did you mean 'register_attention_backends'?") in msg
+
+
+def test_a_misspelled_hook_withholds_the_plugins_correctly_spelled_components_too(make_pm):
+    class Half:
+        @hookimpl
+        def register_quantizers(self, register):
+            register(QuantizerSpec(name="half-quant", factory="x:y"))
+
+        @hookimpl
+        def register_cache_policy(self, register):
+            pass
+
+    pm = make_pm(in_process("half", Half(), "acme-half"))
+    rec = _record(pm, "half")
+    assert rec["status"] == "failed" and rec["components"] == []
+    assert "did you mean 'register_cache_policies'?" in rec["error"]
+    assert "half-quant" not in pm.names("quantizer")
+
+
+def test_misspelled_hookimpl_is_fatal_with_strict_naming_plugin_and_hook(make_pm):
+    with pytest.raises(PluginError) as err:
+        make_pm("good", "misspelled", strict=True)
+    msg = str(err.value)
+    assert msg.startswith(f"{MISSPELLED}: hookimpl 'register_attention_backend' matches no hinge hook")
     assert "did you mean 'register_attention_backends'?" in msg
+    assert "strict plugins: any plugin failure is fatal" in msg
 
 
 def test_allow_list_loads_only_the_named_plugins(make_pm):

@@ -43,3 +43,31 @@ def test_plan_text_gives_each_selection_and_graph_reason(installed):
                         "options {'block_size': 32, 'use_fast_path': True}")
     assert lines[-3] == "prefill graph: off, because cpu: CUDA graphs need device cuda"
     assert json.loads(cmd_plan(config, json=True))["attention"]["options"]["block_size"] == 32
+
+
+def test_plugins_text_marks_a_duplicate_name_as_a_conflict_under_both_owners(monkeypatch):
+    import hinge.plugins.manager as manager
+
+    eps = [fixture_entry_point("good"), fixture_entry_point("dup")]
+    monkeypatch.setattr(manager.md, "entry_points", lambda group: eps)
+    lines = cmd_plugins(config=load_config(env={})).splitlines()
+    conflicts = [line.strip() for line in lines if "CONFLICT" in line]
+    assert conflicts == [
+        # plugins are listed by name: dup's line, then good's
+        "CONFLICT: also registered by plugin 'good' (distribution hinge-fixture-good 0.1.0); "
+        "selecting 'good-attn' fails until one of them is blocked or uninstalled",
+        "CONFLICT: also registered by plugin 'dup' (distribution hinge-fixture-dup 0.1.0); "
+        "selecting 'good-attn' fails until one of them is blocked or uninstalled",
+    ]
+    assert "dup  [ok]  hinge-fixture-dup 0.1.0  (hinge_fixture_dup.plugin)" in lines
+
+
+def test_plugins_listing_shows_failures_even_with_strict_plugins(monkeypatch):
+    import hinge.plugins.manager as manager
+
+    eps = [fixture_entry_point("misspelled")]
+    monkeypatch.setattr(manager.md, "entry_points", lambda group: eps)
+    config = load_config(env={"HINGE_STRICT_PLUGINS": "1"})
+    listing = {p["name"]: p for p in json.loads(cmd_plugins(json=True, config=config))}
+    assert listing["misspelled"]["status"] == "failed"
+    assert "did you mean 'register_attention_backends'?" in listing["misspelled"]["error"]

@@ -1,16 +1,19 @@
 """Discovery, failure capture and attributed registration of hinge plugins.
 
-Entry points of the group ``hinge.plugins`` are loaded one by one: a plugin that fails to import
-is recorded (status ``failed`` and its error) and only matters when one of its components is
-selected, or with ``plugins.strict``. The built-ins register through the same hooks, as the
-plugin ``hinge``. Registration calls each hookimpl separately with a ``register`` callback bound
-to its plugin, so every component knows its owner and a duplicate name names both.
+Entry points of the group ``hinge.plugins`` are loaded one by one: a plugin that fails to import,
+or whose ``@hookimpl`` matches no hook (a misspelled name), is recorded (status ``failed`` and its
+error, none of its components registered) and only matters when a component it may provide is
+selected, or with ``plugins.strict``. The built-ins register through the same hooks, as the plugin
+``hinge``. Registration calls each hookimpl separately with a ``register`` callback bound to its
+plugin, so every component knows its owner. A name registered by two plugins is a conflict: both
+are listed, and selecting that name is an error naming both (load order never decides).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.metadata as md
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +25,8 @@ from hinge.plugins.specs import KIND_LABELS, SPEC_TYPES
 
 if TYPE_CHECKING:
     from hinge.config import PluginSettings
+
+logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "hinge.plugins"
 BUILTIN_PLUGIN = "hinge"
@@ -41,7 +46,11 @@ class PluginManager(pluggy.PluginManager):
         self.allow = None if settings is None or settings.allow is None else list(settings.allow)
         self.block = list(settings.block) if settings else []
         self.records: dict[str, PluginRecord] = {}
+        #: slot -> name -> a component of that name (when two plugins register it, either one:
+        #: ``get_component`` refuses the name, see ``conflicts``)
         self.components: dict[str, dict[str, ComponentRecord]] = {k: {} for k in SPEC_TYPES}
+        #: slot -> name -> every component registered under that name, when more than one is
+        self.conflicts: dict[str, dict[str, list[ComponentRecord]]] = {k: {} for k in SPEC_TYPES}
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -89,6 +98,9 @@ class PluginManager(pluggy.PluginManager):
             self._register_module(module, ep.name, dist_name, dist_version, record)
         except Exception as exc:  # noqa: BLE001 - e.g. pluggy's PluginValidationError
             self._fail(record, f"registration failed: {type(exc).__name__}: {exc}", exc)
+            return
+        logger.debug("plugin %s loaded from %s: hooks %s", record.owner, ep.value,
+                     ", ".join(record.hooks) or "(none)")
 
     def _register_module(
         self,
@@ -107,8 +119,7 @@ class PluginManager(pluggy.PluginManager):
         record.status = "failed"
         record.error = error
         for component in record.components:
-            if self.components[component.kind].get(component.name) is component:
-                del self.components[component.kind][component.name]
+            self._withdraw(component)
         record.components = []
         existing = self.records.setdefault(record.name, record)
         if existing is record and self.get_plugin(record.name) is not None:
@@ -116,33 +127,38 @@ class PluginManager(pluggy.PluginManager):
         if self.strict:
             raise PluginError(
                 f"{record.owner}: {error}\n(strict plugins: any plugin failure is fatal; fix or "
-                f"uninstall it, or block it with plugins.block / HINGE_PLUGINS)"
+                f"uninstall it, or block it with plugins.block / HINGE_PLUGINS_BLOCK)"
             ) from exc
+        logger.warning("%s failed, its components are not available: %s", record.owner,
+                       error.replace("\n", "; "))
 
     # -- checking -----------------------------------------------------------------------------
 
     def check_hooks(self) -> None:
-        """Fail on hookimpls that match no hookspec (a misspelled name would be silently unused)."""
+        """Fail each plugin with a hookimpl that matches no hookspec (a misspelled name would be
+        silently unused): it is recorded as failed with a did-you-mean hint, so none of its
+        components register, and only selecting one (or ``plugins.strict``) makes it fatal."""
         known = sorted(n for n, c in vars(self.hook).items()
                        if isinstance(c, pluggy.HookCaller) and c.has_spec())
-        problems = []
+        problems: dict[str, list[str]] = {}
         for hook_name, caller in sorted(vars(self.hook).items()):
             if not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
                 continue
             for impl in caller.get_hookimpls():
                 if impl.optionalhook:
                     continue
-                owner = self.records[impl.plugin_name].owner if impl.plugin_name in self.records else impl.plugin_name
                 hint = difflib.get_close_matches(hook_name, known, n=1)
-                problems.append(
-                    f"{owner}: hookimpl {hook_name!r} matches no hinge hook"
+                problems.setdefault(impl.plugin_name, []).append(
+                    f"hookimpl {hook_name!r} matches no hinge hook"
                     + (f"; did you mean {hint[0]!r}?" if hint else f"; hooks: {', '.join(known)}")
                 )
-        if problems:
-            raise PluginError(
-                "\n".join(problems)
-                + "\nfix the plugin, or block it with plugins.block / HINGE_PLUGINS"
-            )
+        for plugin_name, lines in sorted(problems.items()):
+            record = self.records.get(plugin_name)
+            if record is None or plugin_name == BUILTIN_PLUGIN:
+                # NOTE: not an installed plugin (the built-ins, or one registered by hand): no
+                # record to mark as failed, so the mistake is fatal
+                raise PluginError(f"plugin {plugin_name!r}: " + "\n".join(lines))
+            self._fail(record, "\n".join(lines))
         self.check_pending()
 
     # -- registration -------------------------------------------------------------------------
@@ -173,15 +189,28 @@ class PluginManager(pluggy.PluginManager):
                 f"{spec_type.hook} must register {spec_type.__name__} objects, got {spec!r}"
             )
         registry = self.components[slot]
-        if spec.name in registry:
-            first = registry[spec.name]
-            raise PluginError(
-                f"{KIND_LABELS[slot]} {spec.name!r} registered twice: by {first.owner} and by "
-                f"{record.owner}; uninstall or block one of them (plugins.block / HINGE_PLUGINS)"
-            )
         component = ComponentRecord(slot, spec, record.name, record.distribution, record.version)
-        registry[spec.name] = component
         record.components.append(component)
+        if spec.name not in registry:
+            registry[spec.name] = component
+            return
+        clash = self.conflicts[slot].setdefault(spec.name, [registry[spec.name]])
+        clash.append(component)
+        logger.warning("%s; selecting it fails until one is blocked or uninstalled",
+                       _conflict_text(slot, spec.name, clash))
+
+    def _withdraw(self, component: ComponentRecord) -> None:
+        """Take a failed plugin's component out of the registry (and out of any conflict)."""
+        registry = self.components[component.kind]
+        clash = self.conflicts[component.kind].get(component.name)
+        if clash is None:
+            if registry.get(component.name) is component:
+                del registry[component.name]
+            return
+        clash[:] = [c for c in clash if c is not component]
+        registry[component.name] = clash[0]
+        if len(clash) == 1:
+            del self.conflicts[component.kind][component.name]
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -191,9 +220,22 @@ class PluginManager(pluggy.PluginManager):
     def unavailable_plugins(self) -> list[PluginRecord]:
         return [r for r in self.records.values() if r.status != "ok"]
 
+    def conflicts_with(self, component: ComponentRecord) -> list[str]:
+        """The owners of the other components registered under this component's name."""
+        clash = self.conflicts[component.kind].get(component.name, [])
+        return sorted(c.owner for c in clash if c is not component)
+
     def get_component(self, slot: str, name: str) -> ComponentRecord:
-        """The component registered under ``name``, or an error listing what is installed."""
+        """The component registered under ``name``, or an error listing what is installed.
+
+        A name that two plugins register is an error naming both, whatever their load order."""
         registry = self.components[slot]
+        if name in self.conflicts[slot]:
+            raise PluginError(
+                f"{_conflict_text(slot, name, self.conflicts[slot][name])}; hinge does not pick one: "
+                "uninstall one, or block it with plugins.block / HINGE_PLUGINS_BLOCK; "
+                "see `hinge plugins`"
+            )
         if name in registry:
             return registry[name]
         label = KIND_LABELS[slot]
@@ -203,6 +245,7 @@ class PluginManager(pluggy.PluginManager):
             lines[0] += f" (did you mean {close[0]!r}?)"
         for r in self.unavailable_plugins():
             why = r.error if r.status == "failed" else f"{r.status} by plugins config / HINGE_PLUGINS"
+            why = (why or "").replace("\n", "\n    ")
             lines.append(f"  not loaded, may provide it: {r.owner}: {r.status}: {why}")
         lines.append("see `hinge plugins` for every plugin and its components")
         raise PluginError("\n".join(lines))
@@ -210,7 +253,14 @@ class PluginManager(pluggy.PluginManager):
     def listing(self) -> list[dict[str, Any]]:
         """What ``hinge plugins --json`` prints: every plugin, built-ins first."""
         order = sorted(self.records.values(), key=lambda r: (r.name != BUILTIN_PLUGIN, r.name))
-        return [r.to_dict() for r in order]
+        return [r.to_dict(self.conflicts_with) for r in order]
+
+
+def _conflict_text(slot: str, name: str, clash: list[ComponentRecord]) -> str:
+    owners = sorted(c.owner for c in clash)
+    times = "twice" if len(owners) == 2 else f"{len(owners)} times"
+    return (f"{KIND_LABELS[slot]} {name!r} registered {times}: by "
+            + ", ".join(owners[:-1]) + f" and by {owners[-1]}")
 
 
 def _version(dist: str) -> str | None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,7 +46,10 @@ class PluginRecord:
     def owner(self) -> str:
         return _owner(self.name, self.distribution, self.version)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, conflicts_with: Callable[[ComponentRecord], list[str]] | None = None
+                ) -> dict[str, Any]:
+        """JSON-ready; ``conflicts_with(component)`` names the other owners of its name (a
+        conflict: selecting that name fails), listed under each component's ``conflicts_with``."""
         return {
             "name": self.name,
             "module": self.module,
@@ -61,6 +65,7 @@ class PluginRecord:
                     "description": c.spec.description,
                     "options": sorted(c.spec.options_model.model_fields) if c.spec.options_model else [],
                     "capabilities": c.spec.capabilities.to_dict(),
+                    "conflicts_with": conflicts_with(c) if conflicts_with else [],
                 }
                 for c in self.components
             ],
