@@ -1,6 +1,6 @@
 """The floor every part stands on: what one forward step carries, and the pool views it reads.
 
-The engine builds a ``ForwardBatch`` (``hinge.batching.build_forward_batch``), models and their
+The engine builds a ``ForwardBatch`` (``hinge.batching.ForwardBatchBuilder``), models and their
 layers read it through a ``ForwardContext``, and return a ``ForwardOutput``. Attention backends
 see the KV pool as a ``KVCache`` (storage only; who owns which page is the engine's business),
 recurrent layers see the state pool through ``RecurrentStates``. This module imports nothing of
@@ -145,6 +145,8 @@ class ForwardBatch:
     out_loc: torch.Tensor  #: (T,) int64, flat KV slot each new token is written to
     logits_indices: torch.Tensor  #: (N,) int64, rows of T whose logits are computed
     state_slots: torch.Tensor | None = None  #: (B,) int64, recurrent-state slot per request
+    #: (B,) int64, each request's row in the builder's device tables (page table, last tokens)
+    rows: torch.Tensor | None = None
     #: hybrid models: also return the recurrent state after every position of each request
     #: (the shape a speculator's verify needs); see ``ForwardOutput.position_states``.
     track_states: bool = False

@@ -15,9 +15,13 @@ def _kv(page_size=4) -> KVCache:
     return KVCache(k=k, v=[torch.zeros_like(k[0])], page_size=page_size)
 
 
+_rows = iter(range(1, 1000))
+
+
 def _req(rid, prompt, output=(), computed=0, pages=(), **params) -> Request:
     req = Request(rid, list(prompt), SamplingParams(**params))
     req.output_ids, req.num_computed, req.pages = list(output), computed, list(pages)
+    req.row = next(_rows) % 60 + 1
     return req
 
 

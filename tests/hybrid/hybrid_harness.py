@@ -11,11 +11,12 @@ from types import SimpleNamespace
 
 import torch
 
+from hinge.batching import ForwardBatchBuilder, StepSeq
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.engine.kv_pool import KVPool
 from hinge.engine.state_pool import StatePool
-from hinge.forward import ForwardBatch, ForwardContext
+from hinge.forward import ForwardContext
 from hinge.models.loader import load_model
 
 VOCAB = 96
@@ -87,6 +88,7 @@ def hf_model(path: Path):
 class ReqState:
     pages: list[int] = field(default_factory=list)
     slot: int = 0
+    row: int = 0
     num_computed: int = 0
 
 
@@ -108,39 +110,24 @@ class StepHarness:
             build=SimpleNamespace(page_size=page_size, deterministic=deterministic)
         )
         self.reqs: dict[str, ReqState] = {}
+        self.builder = ForwardBatchBuilder(page_size=page_size, max_rows=max_requests + 1,
+                                           max_pages=num_pages, device=dev)
 
     def step(self, chunks: list[tuple[str, list[int]]], *, all_logits: bool = False,
              track_states: bool = False, capture: tuple[int, ...] = ()):
-        ps = self.kv.page_size
-        ids, positions, out_loc, rows, prefix_lens, ext = [], [], [], [], [], []
+        seqs = []
         for rid, tokens in chunks:
             req = self.reqs.get(rid)
             if req is None:
-                req = self.reqs[rid] = ReqState(slot=self.states.allocate())
+                req = self.reqs[rid] = ReqState(slot=self.states.allocate(), row=len(self.reqs) + 1)
             start, n = req.num_computed, len(tokens)
             need = self.kv.pages_needed(start + n) - len(req.pages)
             req.pages += self.kv.allocator.allocate(need)
-            row0 = len(ids)
-            ids += tokens
-            positions += range(start, start + n)
-            out_loc += [req.pages[p // ps] * ps + p % ps for p in range(start, start + n)]
-            rows += list(range(row0, row0 + n)) if all_logits else [row0 + n - 1]
-            prefix_lens.append(start)
-            ext.append(n)
-        page_table = torch.zeros(len(chunks), max(len(self.reqs[r].pages) for r, _ in chunks), dtype=torch.long)
-        for i, (rid, _) in enumerate(chunks):
-            page_table[i, : len(self.reqs[rid].pages)] = torch.tensor(self.reqs[rid].pages)
-        def t(x):
-            return torch.as_tensor(x, dtype=torch.long, device=self.device)
-
-        batch = ForwardBatch(
-            phase="mixed", input_ids=t(ids), positions=t(positions),
-            extend_lens=t(ext), prefix_lens=t(prefix_lens), page_table=t(page_table),
-            out_loc=t(out_loc), logits_indices=t(rows),
-            state_slots=t([self.reqs[r].slot for r, _ in chunks]),
-            track_states=track_states, capture_hidden_layers=capture,
-            extend_lens_cpu=ext, prefix_lens_cpu=prefix_lens,
-        )
+            seqs.append(StepSeq(row=req.row, prefix_len=start, extend_len=n, pages=req.pages,
+                                new_tokens=tokens, state_slot=req.slot,
+                                logits_rows=range(n) if all_logits else (), sample=not all_logits))
+        batch = self.builder.build(seqs, phase="mixed", track_states=track_states,
+                                   capture_hidden_layers=capture)
         batch.attn_metadata = self.attn.prepare_metadata(batch)
         ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)
         with torch.inference_mode():

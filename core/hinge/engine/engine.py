@@ -39,15 +39,18 @@ class Engine:
 
     def __init__(self, config: EngineConfig, *, progress: bool = True):
         from hinge.engine.tokenizer import Tokenizer
+        from hinge.logs import log_startup_banner
         from hinge.models import load_model
         from hinge.plugins.manager import get_plugin_manager
         from hinge.plugins.plan import resolve_plan
+        from hinge.threads import apply_cpu_threads
 
         if config.model is None:
             from hinge.builtin import default_model_path
 
             config = config.model_copy(update={"model": str(default_model_path())})
         self.config = config
+        self.cpu_threads = apply_cpu_threads(config)  # torch intra-op threads (hinge.threads)
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' was asked for, but torch sees no CUDA device "
                              f"(torch {torch.__version__}); use device='cpu' or a CUDA build")
@@ -89,14 +92,15 @@ class Engine:
                                    max_running_requests=config.max_running_requests,
                                    chunked_prefill_size=config.chunked_prefill_size,
                                    states=self.states)
-        self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states)
+        self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states,
+                                  max_rows=config.max_running_requests + 1,
+                                  max_pages=self.kv.pages_needed(self.max_model_len))
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic)
         self._seeds = random.Random(config.seed)
         self._arrivals = itertools.count()
         self._aborted: list[Request] = []
         self._stats = EngineStats(0, 0, config.page_size, 0, 0)
-        for line in self.plan.describe():
-            logger.info("plan: %s", line)
+        log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
 
     def _create_state_pool(self, config: EngineConfig, budget: int):
         """Hybrid models: one recurrent-state slot per running request, taken from the KV budget."""

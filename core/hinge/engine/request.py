@@ -40,6 +40,7 @@ class Request:
         self.output_ids: list[int] = []
         self.num_computed = 0  #: tokens whose KV is in ``pages``
         self.pages: list[int] = []
+        self.row: int | None = None  #: row in the runner's device tables while running
         self.state_slot: int | None = None
         self.cache_hit: CacheHit | None = None  #: locked prefix-cache hit while running
         self.cached_tokens = 0  #: prompt tokens served from the prefix cache (first admission)

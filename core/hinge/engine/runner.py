@@ -1,8 +1,8 @@
 """Input preparation and the forward pass: ScheduledBatch -> ForwardBatch -> logits.
 
-Logit rows asked of the model (``logits_indices``), per request in batch order::
+Logit rows asked of the model (``logits_indices``, laid out by ``hinge.batching``)::
 
-    [ prompt-logprob rows of this chunk ... ][ the last row, if the request samples this step ]
+    [ prompt-logprob rows of every request, in batch order ][ last row of each sampling request ]
 
 A request samples when this step brings all its tokens into the KV pool (its prefill finishes or
 it decodes). Row ``p`` (absolute position ``p``) gives the logprob of prompt token ``p + 1``.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hinge.batching import ForwardBatchBuilder, StepSeq
 from hinge.forward import ForwardBatch, ForwardContext
 
 if TYPE_CHECKING:
@@ -35,61 +36,45 @@ class StepLogits:
 
 
 class ModelRunner:
+    """Runs scheduled batches through the model; owns the ``ForwardBatchBuilder`` (device page
+    table by request row, one staging copy per step)."""
+
     def __init__(self, model: Any, attn: AttentionBackend, kv: KVCache, device: str | torch.device,
-                 states: Any = None):
+                 states: Any = None, *, max_rows: int = 65, max_pages: int | None = None):
         self.model = model
         self.attn = attn
         self.kv = kv
         self.states = states
         self.device = torch.device(device)
+        self.builder = ForwardBatchBuilder(
+            page_size=kv.page_size, max_rows=max_rows,
+            max_pages=max_pages if max_pages is not None else kv.num_pages, device=self.device)
         self.num_forward_steps = 0
         self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays will count apart
 
     def prepare(self, sched: ScheduledBatch) -> tuple[ForwardBatch, list[Request],
                                                       list[tuple[Request, list[int], list[int]]]]:
-        """Flatten ``sched`` into host lists, then one tensor each on the device."""
-        ps = self.kv.page_size
-        input_ids: list[int] = []
-        positions: list[int] = []
-        out_loc: list[int] = []
-        logits_rows: list[int] = []
+        """``sched`` as one ``StepSeq`` per request -> ``ForwardBatch`` (the shared builder)."""
+        seqs: list[StepSeq] = []
         sample_reqs: list[Request] = []
         prompt_rows: list[tuple[Request, list[int], list[int]]] = []
-        prefix_lens = [r.num_computed for r in sched.reqs]
-        max_pages = max(len(r.pages) for r in sched.reqs)
-        page_rows: list[list[int]] = []
+        num_prompt_rows = 0
         for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
             start = req.num_computed
-            row0 = len(input_ids)
-            input_ids.extend(req.token_slice(start, start + n))
-            positions.extend(range(start, start + n))
-            pages = req.pages
-            out_loc.extend(pages[p // ps] * ps + p % ps for p in range(start, start + n))
-            page_rows.append(pages + [0] * (max_pages - len(pages)))
             targets = self._prompt_targets(req, start, n)
             if targets:
-                rows = list(range(len(logits_rows), len(logits_rows) + len(targets)))
-                logits_rows.extend(row0 + (p - 1 - start) for p in targets)
-                prompt_rows.append((req, rows, [req.prompt_ids[p] for p in targets]))
-            if start + n == req.num_tokens:
+                prompt_rows.append((req, list(range(num_prompt_rows, num_prompt_rows + len(targets))),
+                                    [req.prompt_ids[p] for p in targets]))
+                num_prompt_rows += len(targets)
+            samples = start + n == req.num_tokens
+            if samples:
                 sample_reqs.append(req)
-        sample_rows = self._last_rows(sched, sample_reqs)
-        dev = self.device
-        i64 = {"dtype": torch.int64, "device": dev}
-        batch = ForwardBatch(
-            phase=sched.phase,
-            input_ids=torch.tensor(input_ids, **i64),
-            positions=torch.tensor(positions, **i64),
-            extend_lens=torch.tensor(sched.extend_lens, **i64),
-            prefix_lens=torch.tensor(prefix_lens, **i64),
-            page_table=torch.tensor(page_rows, **i64),
-            out_loc=torch.tensor(out_loc, **i64),
-            logits_indices=torch.tensor(logits_rows + sample_rows, **i64),
-            state_slots=None if all(r.state_slot is None for r in sched.reqs) else torch.tensor(
-                [r.state_slot if r.state_slot is not None else 0 for r in sched.reqs], **i64),
-            extend_lens_cpu=list(sched.extend_lens),
-            prefix_lens_cpu=prefix_lens,
-        )
+            assert req.row is not None, f"{req} was scheduled without a table row"
+            seqs.append(StepSeq(
+                row=req.row, prefix_len=start, extend_len=n, pages=req.pages,
+                new_tokens=req.token_slice(start, start + n), state_slot=req.state_slot,
+                logits_rows=[p - 1 - start for p in targets], sample=samples))
+        batch = self.builder.build(seqs, phase=sched.phase)
         return batch, sample_reqs, prompt_rows
 
     @staticmethod
@@ -100,16 +85,6 @@ class ModelRunner:
             return []
         first = max(first + len(req.prompt_logprobs), start + 1)
         return list(range(first, min(start + n + 1, req.num_prompt)))
-
-    @staticmethod
-    def _last_rows(sched: ScheduledBatch, sample_reqs: list[Request]) -> list[int]:
-        rows, end = [], 0
-        sampling = set(map(id, sample_reqs))
-        for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
-            end += n
-            if id(req) in sampling:
-                rows.append(end - 1)
-        return rows
 
     def forward(self, sched: ScheduledBatch) -> StepLogits:
         batch, sample_reqs, prompt_rows = self.prepare(sched)

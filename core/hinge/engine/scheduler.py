@@ -39,6 +39,9 @@ class Scheduler:
         self.cache = cache
         self.max_running_requests = max_running_requests
         self.token_budget = chunked_prefill_size if chunked_prefill_size > 0 else 1 << 62
+        #: rows of the runner's device tables (page table, last token, penalties), one per
+        #: running request; row 0 is reserved for padded graph rows
+        self.free_rows = list(range(max_running_requests, 0, -1))
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_retractions = 0
@@ -171,6 +174,7 @@ class Scheduler:
         if not self._make_room(need):
             return 0
         self.waiting.popleft()
+        req.row = self.free_rows.pop()
         self.cache.lock(hit)
         req.cache_hit = hit
         req.pages = list(hit.pages)
@@ -215,6 +219,9 @@ class Scheduler:
             self.cache.unlock(req.cache_hit)
             req.cache_hit = None
         req.pages = []
+        if req.row is not None:
+            self.free_rows.append(req.row)
+            req.row = None
         if req.state_slot is not None and self.states is not None:
             self.states.free(req.state_slot)
             req.state_slot = None

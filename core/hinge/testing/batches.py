@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hinge.batching import ForwardBatchBuilder, StepSeq
 from hinge.contracts import AttentionLayer
 from hinge.forward import ForwardBatch, KVCache
 
@@ -33,13 +34,6 @@ class BatchCase:
         """Rows of request ``i`` in the step's T rows."""
         cu = self.batch.cu_extend_cpu
         return slice(cu[i], cu[i + 1])
-
-
-def infer_phase(prefix_lens: Sequence[int], extend_lens: Sequence[int]) -> str:
-    decode = [p > 0 and e == 1 for p, e in zip(prefix_lens, extend_lens, strict=True)]
-    if all(decode):
-        return "decode"
-    return "mixed" if any(decode) else "prefill"
 
 
 def build_batch(
@@ -76,14 +70,12 @@ def build_batch(
     # NOTE: unused slots hold NaN so a backend that reads a slot it should not shows it
     k_cache = [torch.full((num_pages * page_size, g, d), float("nan"), dtype=dtype) for _ in range(num_layers)]
     v_cache = [torch.full((num_pages * page_size, g, d), float("nan"), dtype=dtype) for _ in range(num_layers)]
-    max_pages = max(pages_per_req) if pages_per_req else 1
-    page_table = torch.zeros(b, max(max_pages, 1), dtype=torch.int64)
-    qs, ks, vs, positions, out_loc = [], [], [], [], []
+    ids = torch.randint(0, 100, (sum(extend_lens),), generator=torch.Generator().manual_seed(7)).tolist()
+    qs, ks, vs, seqs = [], [], [], []
     used = 0
     for i, (prefix, seq) in enumerate(zip(prefix_lens, seq_lens, strict=True)):
         pages = order[used : used + pages_per_req[i]]
         used += pages_per_req[i]
-        page_table[i, : len(pages)] = pages
         slots = (pages[:, None] * page_size + torch.arange(page_size)[None, :]).reshape(-1)[:seq]
         gen = torch.Generator().manual_seed(1000 + seeds[i])
         q_all = torch.randn(seq, h, d, generator=gen).to(dtype)
@@ -94,25 +86,13 @@ def build_batch(
         qs.append(q_all[prefix:])
         ks.append(k_all[prefix:])
         vs.append(v_all[prefix:])
-        positions.append(torch.arange(prefix, seq))
-        out_loc.append(slots[prefix:])
-    extend = torch.tensor(list(extend_lens), dtype=torch.int64)
-    cu = torch.cumsum(extend, 0)
-    batch = ForwardBatch(
-        phase=phase or infer_phase(prefix_lens, extend_lens),  # type: ignore[arg-type]
-        input_ids=torch.randint(0, 100, (int(extend.sum()),), generator=torch.Generator().manual_seed(7)),
-        positions=torch.cat(positions),
-        extend_lens=extend,
-        prefix_lens=torch.tensor(list(prefix_lens), dtype=torch.int64),
-        page_table=page_table,
-        out_loc=torch.cat(out_loc),
-        logits_indices=cu - 1,
-        extend_lens_cpu=list(extend_lens),
-        prefix_lens_cpu=list(prefix_lens),
-    )
+        start = sum(extend_lens[:i])
+        seqs.append(StepSeq(row=i + 1, prefix_len=prefix, extend_len=seq - prefix,
+                            pages=pages.tolist(), new_tokens=ids[start:start + seq - prefix],
+                            sample=seq > prefix))
+    builder = ForwardBatchBuilder(page_size=page_size, max_rows=b + 1,
+                                  max_pages=max(max(pages_per_req, default=1), 1), device=device)
+    batch = builder.build(seqs, phase=phase)  # type: ignore[arg-type]
     to = torch.device(device)
-    for name in ("input_ids", "positions", "extend_lens", "prefix_lens", "page_table", "out_loc",
-                 "logits_indices"):
-        setattr(batch, name, getattr(batch, name).to(to))
     kv = KVCache([t.to(to) for t in k_cache], [t.to(to) for t in v_cache], page_size)
     return BatchCase(batch, kv, layer, torch.cat(qs).to(to), torch.cat(ks).to(to), torch.cat(vs).to(to))

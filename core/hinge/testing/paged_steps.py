@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from hinge.batching import ForwardBatchBuilder, StepSeq
 from hinge.forward import ForwardBatch, ForwardContext, ForwardOutput, KVCache
 
 
@@ -24,6 +25,7 @@ class PagedSteps:
         dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
         fill: float = float("nan"),
+        max_requests: int = 64,
     ) -> None:
         self.model, self.attn, self.page_size, self.device = model, attn, page_size, torch.device(device)
         dtype = dtype or model.dtype
@@ -35,6 +37,9 @@ class PagedSteps:
         )
         self.num_pages = num_pages
         self.next_page = 1
+        self.builder = ForwardBatchBuilder(page_size=page_size, max_rows=max_requests + 1,
+                                           max_pages=num_pages, device=device)
+        self.rows: dict[Any, int] = {}
         self.pages: dict[Any, list[int]] = {}
         self.lens: dict[Any, int] = {}
 
@@ -50,35 +55,18 @@ class PagedSteps:
         self, steps: list[tuple[Any, list[int]]], *, all_logits: bool = True, capture: tuple[int, ...] = ()
     ) -> ForwardBatch:
         """A batch extending request ``rid`` by ``tokens`` for each ``(rid, tokens)``; commits lengths."""
-        ids, positions, out_loc, prefix, extend, logits_idx = [], [], [], [], [], []
+        seqs = []
         for rid, tokens in steps:
             start = self.lens.get(rid, 0)
             end = start + len(tokens)
-            row0 = len(ids)
-            ids += list(tokens)
-            positions += list(range(start, end))
-            out_loc += self._slots(rid, start, end)
-            prefix.append(start)
-            extend.append(len(tokens))
-            logits_idx += list(range(row0, len(ids))) if all_logits else [len(ids) - 1]
+            self._slots(rid, start, end)
+            row = self.rows.setdefault(rid, len(self.rows) + 1)
+            seqs.append(StepSeq(
+                row=row, prefix_len=start, extend_len=len(tokens), pages=self.pages[rid],
+                new_tokens=list(tokens), logits_rows=range(len(tokens)) if all_logits else (),
+                sample=not all_logits))
             self.lens[rid] = end
-        max_pages = max(len(self.pages[rid]) for rid, _ in steps)
-        table = torch.zeros(len(steps), max_pages, dtype=torch.int64)
-        for i, (rid, _) in enumerate(steps):
-            table[i, : len(self.pages[rid])] = torch.tensor(self.pages[rid])
-        if all(e == 1 for e in extend):
-            phase = "decode"
-        elif all(p == 0 for p in prefix):
-            phase = "prefill"
-        else:
-            phase = "mixed"
-        t = lambda x: torch.tensor(x, dtype=torch.int64, device=self.device)  # noqa: E731
-        return ForwardBatch(
-            phase=phase, input_ids=t(ids), positions=t(positions), extend_lens=t(extend),
-            prefix_lens=t(prefix), page_table=table.to(self.device), out_loc=t(out_loc),
-            logits_indices=t(logits_idx), capture_hidden_layers=tuple(capture),
-            extend_lens_cpu=extend, prefix_lens_cpu=prefix,
-        )
+        return self.builder.build(seqs, capture_hidden_layers=tuple(capture))
 
     @torch.no_grad()
     def step(self, steps: list[tuple[Any, list[int]]], **kwargs: Any) -> ForwardOutput:
