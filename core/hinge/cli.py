@@ -183,7 +183,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     extra = {}
     if args.max_request_bytes is not None:
         extra["max_request_bytes"] = args.max_request_bytes
-    result = serve(config, host=args.host, port=args.port, api_key=args.api_key, **extra)
+    # serve() binds host:port before it loads the model: a busy or bad port is one error line
+    result = serve(config, host=args.host, port=args.port, api_key=args.api_key,
+                   served_model_names=args.served_model_name,
+                   decode_log_interval=args.decode_log_interval, **extra)
     return result if isinstance(result, int) else 0
 
 
@@ -234,12 +237,20 @@ def build_parser() -> argparse.ArgumentParser:
     srv = sub.add_parser("serve", help="HTTP server: sglang-native and OpenAI-compatible API")
     srv.add_argument("model", nargs="?", metavar="MODEL", help="local HF checkpoint dir")
     srv.add_argument("--model", dest="model_flag", help="same as MODEL")
-    srv.add_argument("--host", default="127.0.0.1")
-    srv.add_argument("--port", type=int, default=30000)
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                     "127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    srv.add_argument("--port", type=int, default=30000, help="0-65535, default 30000 (0: any "
+                     "free port); bound before the model loads")
     srv.add_argument("--api-key", default=os.environ.get("HINGE_API_KEY"),
                      help="require `Authorization: Bearer KEY` (default: $HINGE_API_KEY)")
     srv.add_argument("--max-request-bytes", type=parse_bytes, default=None,
                      help="refuse larger request bodies with 413")
+    srv.add_argument("--served-model-name", nargs="+", metavar="NAME", default=None,
+                     help="the model's name(s) in /v1/models and responses; a request's `model` "
+                     "must be one of them or 'default' (default: the model path)")
+    srv.add_argument("--decode-log-interval", type=int, default=40, metavar="N",
+                     help="log a 'Decode batch.' stats line every N decode steps, as sglang "
+                     "(default 40; 0: none)")
     add_engine_flags(srv)
     srv.set_defaults(func=cmd_serve)
 

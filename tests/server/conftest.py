@@ -20,7 +20,9 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def server(model_dir, tmp_path_factory):
-    proc = ServerProcess(model_dir, tmp_path_factory.mktemp("server-logs"))
+    """Serves the model as ``tiny-qwen3`` and ``tiny`` (test_openai_api.SERVED_MODEL_NAMES)."""
+    proc = ServerProcess(model_dir, tmp_path_factory.mktemp("server-logs"),
+                         "--served-model-name", "tiny-qwen3", "tiny")
     yield proc
     code = proc.stop()
     assert code == 0, f"server exited with {code}:\n{proc.log()[-3000:]}"

@@ -2,6 +2,8 @@
 
 Tokens are characters: ``encode`` maps each character to ``ord(c) % 256``; the model emits
 ``(last + 1) % 256`` each step, one token per running request, so outputs are predictable.
+With ``max_running``, at most that many requests run (in arrival order) and the rest wait, listed
+in ``scheduler.waiting`` as the real engine's scheduler lists them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 VOCAB = 256
@@ -54,11 +57,14 @@ class _Req:
     prompt: list[int]
     params: Any
     out: list[int] = field(default_factory=list)
+    started: bool = False
+    cached_tokens: int = 0
 
 
 class FakeEngine:
     def __init__(self, max_model_len: int = 128, page_size: int = 4, fail_steps: int = 0,
-                 step_delay: float = 0.0) -> None:
+                 step_delay: float = 0.0, max_running: int | None = None) -> None:
+        self.max_running = max_running  #: requests beyond this wait (None: all run)
         self.step_delay = step_delay  #: seconds each step sleeps (a model that takes time)
         self.tokenizer = CharTokenizer()
         self.max_model_len = max_model_len
@@ -92,7 +98,8 @@ class FakeEngine:
         self.steps += 1
         time.sleep(self.step_delay)
         outputs = []
-        for req in list(self.reqs.values()):
+        for req in self._batch():
+            req.started = True
             p = req.params
             last = (req.out or req.prompt)[-1]
             tok = (last + 1) % VOCAB
@@ -118,12 +125,27 @@ class FakeEngine:
                 del self.reqs[req.rid]
         return outputs
 
+    def _batch(self) -> list[_Req]:
+        batch = [r for r in self.reqs.values() if r.started]
+        for req in self.reqs.values():
+            if not req.started and (self.max_running is None or len(batch) < self.max_running):
+                batch.append(req)
+        return batch
+
+    @property
+    def scheduler(self) -> SimpleNamespace:
+        """The queues as ``Engine.scheduler`` holds them: requests with ``rid``."""
+        return SimpleNamespace(waiting=[r for r in self.reqs.values() if not r.started],
+                               running=[r for r in self.reqs.values() if r.started])
+
     def flush_cache(self) -> bool:
         return not self.reqs
 
     def stats(self) -> dict[str, Any]:
         used = sum(math.ceil((len(r.prompt) + len(r.out)) / self.page_size) for r in self.reqs.values())
-        return {"num_running": len(self.reqs), "num_waiting": 0, "kv_pages_used": used,
+        running = sum(r.started for r in self.reqs.values())
+        return {"num_running": running, "num_waiting": len(self.reqs) - running,
+                "kv_pages_used": used,
                 "kv_pages_total": 1000, "page_size": self.page_size,
                 "kv_tokens_total": 1000 * self.page_size, "kv_tokens_used": used * self.page_size,
                 "num_steps": self.steps, "graph_replays": {"decode": 0, "prefill": 0}}

@@ -65,7 +65,7 @@ def test_metrics_count_requests_tokens_and_latencies():
         for n in (2, 3, 4):
             c.post("/generate", json={"text": "a", "sampling_params": {"max_new_tokens": n}})
         m = parse(c.get("/metrics").text)
-    assert m['hinge:requests_total{finish_reason="length"}'] == 3
+    assert m['hinge:request_success_total{finished_reason="length"}'] == 3
     assert m["hinge:generation_tokens_total"] == 9
     assert m["hinge:prompt_tokens_total"] == 3
     assert m["hinge:time_to_first_token_seconds_count"] == 3
@@ -82,12 +82,13 @@ def test_openai_n_choices_and_unknown_model():
     assert [ch["index"] for ch in many.json()["choices"]] == [0, 1, 2, 3]
     assert [ch["text"] for ch in many.json()["choices"]] == ["bc", "bc", "lm", "lm"]
     assert many.json()["usage"]["prompt_tokens"] == 2
-    assert unknown.status_code == 400 and "gpt-9" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 404 and "gpt-9" in unknown.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/chat/completions",
-                                  "/v1/models", "/health", "/health_generate", "/server_info",
-                                  "/v1/plugins", "/flush_cache", "/abort_request", "/metrics"])
+                                  "/v1/models", "/v1/models/{model_id}", "/health",
+                                  "/health_generate", "/server_info", "/v1/plugins", "/version",
+                                  "/flush_cache", "/abort_request", "/metrics"])
 def test_openapi_schema_lists_every_route(path):
     schema = build_app(AsyncEngine(FakeEngine()), model_name="fake").openapi()
     assert path in schema["paths"]

@@ -135,19 +135,43 @@ def test_flush_cache_refused_while_a_request_runs_then_allowed(server):
         assert c.post("/flush_cache").status_code == 200
 
 
-def test_abort_request_ends_the_stream_with_reason_abort(server):
+def test_abort_request_ends_the_stream_with_reason_abort_and_is_counted(server):
     body = {"text": "abort me", "rid": "to-abort", "stream": True, "sampling_params": {
         "max_new_tokens": 100, "ignore_eos": True}}
     with server.client() as c:
+        before = parse(c.get("/metrics").text)
         with c.stream("POST", "/generate", json=body) as resp:
             lines = resp.iter_lines()
             next(lines)
             assert c.post("/abort_request", json={"rid": "to-abort"}).json()["aborted"] is True
             rest = "\n".join(lines)
+        wait_until_idle(server)
+        after = parse(c.get("/metrics").text)
     chunks = sse_events(rest)
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "abort"
     assert len(chunks[-1]["output_ids"]) < 100
-    wait_until_idle(server)
+    abort = 'hinge:request_success_total{finished_reason="abort"}'
+    assert after[abort] - before.get(abort, 0) == 1
+
+
+def test_latency_histograms_count_every_request(server):
+    """vLLM's histograms, named after a hinge: prefix; a batch of 3 moves each count by 3."""
+    names = ("time_to_first_token_seconds", "e2e_request_latency_seconds",
+             "request_queue_time_seconds", "time_per_output_token_seconds")
+    with server.client() as c:
+        before = parse(c.get("/metrics").text)
+        resp = c.post("/generate", json={"text": PROMPTS, "sampling_params": {
+            "max_new_tokens": 4, "temperature": 0, "ignore_eos": True}})
+        assert resp.status_code == 200, resp.text
+        after = parse(c.get("/metrics").text)
+    for name in names:
+        key = f"hinge:{name}_count"
+        assert after[key] - before[key] == 3, name
+        assert after[f'hinge:{name}_bucket{{le="+Inf"}}'] == after[key]
+    itl = "hinge:inter_token_latency_seconds_count"
+    assert after[itl] - before[itl] == 3 * 3  # every token after each request's first
+    length = 'hinge:request_success_total{finished_reason="length"}'
+    assert after[length] - before.get(length, 0) == 3
 
 
 def test_service_routes_answer(server):
@@ -162,7 +186,8 @@ def test_service_routes_answer(server):
     assert set(info["plan"]["graphs"]) == {"prefill", "decode", "draft"}
     assert all(info["plan"]["graphs"][p]["reasons"] for p in ("prefill", "decode"))
     assert any(p["name"] == "hinge" for p in plugins) or plugins
-    for series in ("hinge:requests_total", "hinge:num_running_reqs", "hinge:kv_pool_usage",
+    for series in ("hinge:request_success_total", "hinge:num_requests_running",
+                   "hinge:num_requests_waiting", "hinge:kv_cache_usage_perc",
                    "hinge:time_to_first_token_seconds_bucket", "hinge:cache_hit_tokens_total",
                    "hinge:inter_token_latency_seconds_count", "hinge:spec_accept_length",
                    "hinge:cuda_graph_replays_total"):

@@ -7,6 +7,8 @@ import pytest
 
 from hinge import SamplingParams
 
+SERVED_MODEL_NAMES = ("tiny-qwen3", "tiny")  #: the `server` fixture's --served-model-name
+
 MESSAGES = [{"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Name three colours."}]
 
@@ -22,9 +24,25 @@ def model_name(client):
     return client.models.list().data[0].id
 
 
-def test_models_lists_the_served_checkpoint(client, model_dir):
+def test_models_lists_every_served_name_with_the_checkpoint_as_root(client, model_dir):
     models = client.models.list().data
-    assert [m.id for m in models] == [str(model_dir)]
+    assert [m.id for m in models] == list(SERVED_MODEL_NAMES)
+    assert {m.root for m in models} == {str(model_dir)}
+
+
+@pytest.mark.parametrize("name", [*SERVED_MODEL_NAMES, "default"])
+def test_a_request_may_name_any_served_name_or_default_and_is_answered_with_it(client, name):
+    resp = client.completions.create(model=name, prompt="Hi", max_tokens=2, temperature=0)
+    assert resp.model == name
+    assert client.models.retrieve(name).id == name
+
+
+def test_the_checkpoint_path_is_not_a_name_once_served_names_are_given(client, model_dir):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.completions.create(model=str(model_dir), prompt="Hi", max_tokens=2)
+    assert "unknown model" in str(err.value) and SERVED_MODEL_NAMES[0] in str(err.value)
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve(str(model_dir))
 
 
 def test_chat_greedy_equals_llm_chat_with_logprobs_and_usage(client, model_name, llm):
@@ -95,8 +113,14 @@ def test_seeded_sampling_repeats_and_n_gives_distinct_choices(client, model_name
     assert len(many.choices) == 3 and many.choices[0].text == a.choices[0].text
 
 
+def test_an_unknown_model_is_404_naming_the_served_ones(client):
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=4)
+    assert "unknown model 'no-such-model'" in str(err.value)
+    assert err.value.body["code"] == 404 and err.value.body["type"] == "model_not_found"
+
+
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(model="no-such-model"), "unknown model"),
     (dict(temperature=-1), "temperature"),
     (dict(top_p=0), "top_p"),
     (dict(max_tokens=10_000), "max_new_tokens"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,11 +33,20 @@ class ClientDisconnected(Exception):
 @dataclass
 class ServerContext:
     engine: AsyncEngine
-    model_name: str
+    #: the names ``/v1/models`` lists (``--served-model-name``); the first is the primary one
+    model_names: list[str]
+    #: further names a request's ``model`` may carry (the checkpoint's folder name, "default")
     model_aliases: set[str] = field(default_factory=set)
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     plugins_report: Any = None  #: callable returning what `hinge plugins --json` prints
     health_timeout_s: float = 30.0
+    model_root: str | None = None  #: the checkpoint the names stand for (``root`` in model cards)
+    monitor: Any = None  #: the EngineMonitor wrapping the engine: told when requests arrive
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_name(self) -> str:
+        return self.model_names[0]
 
     @property
     def tokenizer(self) -> Any:
@@ -54,11 +65,20 @@ class ServerContext:
                 return size
         return None
 
-    def check_model(self, name: str | None) -> None:
-        if name is None or name == self.model_name or name in self.model_aliases:
-            return
-        raise APIError(400, f"unknown model {name!r}; this server serves {self.model_name!r} "
-                            "(see GET /v1/models)", "model_not_found")
+    def serves(self, name: str) -> bool:
+        """Whether a request may name the model ``name``."""
+        return name in self.model_names or name in self.model_aliases
+
+    def check_model(self, name: str | None) -> str:
+        """The model name a response carries (the request's, as vLLM echoes it, or the primary
+        name); 404 for a name this server does not serve."""
+        if name is None:
+            return self.model_name
+        if self.serves(name):
+            return name
+        raise APIError(404, f"unknown model {name!r}; this server serves "
+                            f"{', '.join(repr(n) for n in self.model_names)} (see GET /v1/models)",
+                       "model_not_found")
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text))
@@ -82,12 +102,21 @@ class ServerContext:
         return self.tokenizer.decode([token_id])
 
     async def submit(self, prompt_ids: list[int], params: Any, rid: str | None) -> RequestHandle:
+        """Add a request; its arrival (now) is what queue time, TTFT and latency count from."""
+        rid = rid or uuid.uuid4().hex
+        arrival = time.perf_counter()
+        if self.monitor is not None:
+            self.monitor.expect(rid, arrival)
         try:
             return await self.engine.submit(prompt_ids, params, rid)
-        except ValueError as exc:
-            raise APIError(400, str(exc)) from exc
-        except EngineError as exc:
-            raise APIError(500, str(exc), "internal_error") from exc
+        except BaseException as exc:
+            if self.monitor is not None:
+                self.monitor.unexpect(rid, arrival)
+            if isinstance(exc, ValueError):
+                raise APIError(400, str(exc)) from exc
+            if isinstance(exc, EngineError):
+                raise APIError(500, str(exc), "internal_error") from exc
+            raise
 
 
 def sse(payload: Any) -> bytes:

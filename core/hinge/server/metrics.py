@@ -14,7 +14,11 @@ LabelKey = tuple[tuple[str, str], ...]
 
 #: seconds; TTFT on a CPU spans milliseconds to tens of seconds.
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: seconds between output tokens (inter-token latency, time per output token)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: seconds a whole request takes, or waits in the queue
+REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+                   300.0, 600.0)
 
 
 def _key(labels: dict[str, str] | None) -> LabelKey:

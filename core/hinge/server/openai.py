@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions."""
+"""OpenAI-compatible routes: /v1/models[/{id}], /v1/completions, /v1/chat/completions."""
 
 from __future__ import annotations
 
@@ -25,12 +25,24 @@ from hinge.server.protocol import ChatCompletionRequest, CompletionRequest, _Ope
 router = APIRouter()
 
 
+def _model_card(ctx: ServerContext, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": ctx.created, "owned_by": "hinge",
+            "root": ctx.model_root or ctx.model_name, "parent": None,
+            "max_model_len": ctx.max_model_len}
+
+
 @router.get("/v1/models")
 async def models(request: Request) -> JSONResponse:
+    """Every served name (``--served-model-name``), as vLLM lists them."""
     ctx = ctx_of(request)
-    return JSONResponse({"object": "list", "data": [{
-        "id": ctx.model_name, "object": "model", "created": 0, "owned_by": "hinge",
-        "max_model_len": ctx.max_model_len}]})
+    return JSONResponse({"object": "list", "data": [_model_card(ctx, n) for n in ctx.model_names]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(model_id: str, request: Request) -> JSONResponse:
+    """One model card: any name a request's ``model`` may carry; 404 for others."""
+    ctx = ctx_of(request)
+    return JSONResponse(_model_card(ctx, ctx.check_model(model_id)))
 
 
 @dataclass
@@ -153,7 +165,7 @@ def _completion_logprobs(ctx: ServerContext, ids: list[int], lps: list[Any], top
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request) -> Response:
     ctx = ctx_of(request)
-    ctx.check_model(body.model)
+    model_name = ctx.check_model(body.model)
     if body.echo:
         raise APIError(400, "echo=true is not supported; send echo=false")
     if body.suffix:
@@ -162,7 +174,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
     choices = await _start(ctx, body, _completion_prompts(ctx, body.prompt), body.max_tokens,
                            logprobs, body.logprobs or 0)
     base = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-            "created": int(time.time()), "model": ctx.model_name}
+            "created": int(time.time()), "model": model_name}
 
     def make_choice(choice: _Choice, out: Any, whole: bool = False) -> dict[str, Any]:
         offset = len(choice.sent_text)
@@ -209,14 +221,14 @@ def _chat_logprobs(ctx: ServerContext, ids: list[int], lps: list[Any], tops: lis
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     ctx = ctx_of(request)
-    ctx.check_model(body.model)
+    model_name = ctx.check_model(body.model)
     if body.top_logprobs and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true")
     prompt = _chat_prompt(ctx, body)
     choices = await _start(ctx, body, [prompt], body.max_new_tokens, body.logprobs,
                            body.top_logprobs or 0)
     base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
-            "created": int(time.time()), "model": ctx.model_name}
+            "created": int(time.time()), "model": model_name}
 
     def make_choice(choice: _Choice, out: Any, key: str = "delta") -> dict[str, Any]:
         delta, ids, lps, tops = _new_part(choice, out, whole=key == "message")

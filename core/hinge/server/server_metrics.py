@@ -1,12 +1,20 @@
 """The server's Prometheus series: request/token counters and latency histograms fed by the
-AsyncEngine (as its observer), plus gauges read from ``Engine.stats()`` at scrape time."""
+``EngineMonitor`` on the engine thread, plus gauges read from ``Engine.stats()`` at scrape time."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from hinge.server.metrics import ITL_BUCKETS, TTFT_BUCKETS, Counter, Gauge, Histogram, render
+from hinge.server.metrics import (
+    ITL_BUCKETS,
+    REQUEST_BUCKETS,
+    TTFT_BUCKETS,
+    Counter,
+    Gauge,
+    Histogram,
+    render,
+)
 
 
 def stats_dict(stats: Any) -> dict[str, Any]:
@@ -32,47 +40,75 @@ def pick(stats: dict[str, Any], *names: str, default: Any = 0) -> Any:
 
 
 class ServerMetrics:
+    """Every series ``/metrics`` exports. Request series are fed by ``EngineMonitor`` on the
+    engine thread; where vLLM has the same series, it has vLLM's name after the ``hinge:`` prefix
+    (``vllm:time_to_first_token_seconds`` -> ``hinge:time_to_first_token_seconds``)."""
+
     def __init__(self) -> None:
-        self.requests = Counter("requests_total", "Finished requests by finish reason.")
+        self.requests = Counter("request_success_total", "Finished requests by finish reason "
+                                "(stop, length, abort), as vLLM counts them.")
         self.failed = Counter("request_errors_total", "Requests failed by an internal engine fault.")
-        self.prompt_tokens = Counter("prompt_tokens_total", "Prompt tokens of finished requests.")
-        self.generation_tokens = Counter("generation_tokens_total", "Output tokens streamed.")
+        self.prompt_tokens = Counter("prompt_tokens_total", "Prompt tokens of prefilled requests.")
+        self.generation_tokens = Counter("generation_tokens_total", "Output tokens generated.")
         self.cached_tokens = Counter("cache_hit_tokens_total", "Prompt tokens served from the prefix cache.")
         self.spec_verify = Counter("spec_verify_total", "Speculative verify steps of finished requests.")
         self.spec_tokens = Counter("spec_tokens_total", "Output tokens of requests that ran speculation.")
         self.spec_accept = Gauge("spec_accept_length", "Mean tokens per verify step (0: no speculation).")
-        self.ttft = Histogram("time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS)
-        self.itl = Histogram("inter_token_latency_seconds", "Time between output tokens.", ITL_BUCKETS)
-        self.running = Gauge("num_running_reqs", "Requests in the running batch.")
-        self.waiting = Gauge("num_queue_reqs", "Requests waiting to be scheduled.")
+        self.ttft = Histogram("time_to_first_token_seconds",
+                              "Arrival to first output token, per request.", TTFT_BUCKETS)
+        self.itl = Histogram("inter_token_latency_seconds",
+                             "Time between output tokens, per token.", ITL_BUCKETS)
+        self.tpot = Histogram("time_per_output_token_seconds",
+                              "(last token - first token) / (output tokens - 1), per request "
+                              "with two or more tokens.", ITL_BUCKETS)
+        self.e2e = Histogram("e2e_request_latency_seconds",
+                             "Arrival to finish, per request not aborted.", REQUEST_BUCKETS)
+        self.queue = Histogram("request_queue_time_seconds",
+                               "Arrival to first scheduled, per request.", REQUEST_BUCKETS)
+        self.running = Gauge("num_requests_running", "Requests in the running batch.")
+        self.waiting = Gauge("num_requests_waiting", "Requests waiting to be scheduled.")
         self.kv_total = Gauge("kv_pool_tokens_total", "KV pool capacity in tokens.")
         self.kv_used = Gauge("kv_pool_tokens_used", "KV pool tokens allocated.")
         self.kv_pages_used = Gauge("kv_pool_pages_used", "KV pool pages allocated.")
-        self.kv_usage = Gauge("kv_pool_usage", "Fraction of the KV pool allocated.")
+        self.kv_usage = Gauge("kv_cache_usage_perc", "Fraction (0-1) of the KV pool allocated.")
         self.wedged = Gauge("engine_wedged", "1 when the last engine step failed.")
 
-    # observer interface (called from the engine thread)
-    def on_first_token(self, ttft_s: float) -> None:
+    # called by EngineMonitor on the engine thread
+    def on_scheduled(self, queue_s: float) -> None:
+        self.queue.observe(queue_s)
+
+    def on_first_token(self, ttft_s: float, prompt_tokens: int, cached_tokens: int) -> None:
         self.ttft.observe(ttft_s)
+        self.prompt_tokens.inc(prompt_tokens)
+        self.cached_tokens.inc(cached_tokens)
 
     def on_tokens(self, num_tokens: int, gap_s: float | None) -> None:
+        """``num_tokens`` new tokens of one request; ``gap_s`` since its previous token (None
+        when they are its first: only the ones after the first get a gap, of 0)."""
         self.generation_tokens.inc(num_tokens)
-        if gap_s is not None and num_tokens > 0:
-            for _ in range(num_tokens):
-                self.itl.observe(gap_s / num_tokens)
+        if gap_s is None:
+            for _ in range(num_tokens - 1):
+                self.itl.observe(0.0)
+            return
+        for _ in range(num_tokens):
+            self.itl.observe(gap_s / num_tokens)
 
-    def on_finish(self, output: Any) -> None:
-        self.requests.inc(labels={"finish_reason": str(output.finish_reason)})
-        self.prompt_tokens.inc(len(output.prompt_token_ids))
-        self.cached_tokens.inc(getattr(output, "cached_tokens", 0) or 0)
+    def on_finish(self, output: Any, e2e_s: float, tpot_s: float | None) -> None:
+        self.requests.inc(labels={"finished_reason": str(output.finish_reason)})
+        self.e2e.observe(e2e_s)
+        if tpot_s is not None:
+            self.tpot.observe(tpot_s)
         verify = getattr(output, "spec_verify_ct", 0) or 0
         if verify:
             self.spec_verify.inc(verify)
             self.spec_tokens.inc(len(output.token_ids))
             self.spec_accept.set(self.spec_tokens.value() / self.spec_verify.value())
 
-    def on_error(self) -> None:
-        self.failed.inc()
+    def on_abort(self) -> None:
+        self.requests.inc(labels={"finished_reason": "abort"})
+
+    def on_error(self, num_requests: int = 1) -> None:
+        self.failed.inc(num_requests)
 
     def render(self, stats: dict[str, Any], wedged: bool) -> str:
         page_size = pick(stats, "page_size", default=1) or 1
@@ -101,5 +137,5 @@ class ServerMetrics:
             self.requests, self.failed, self.prompt_tokens, self.generation_tokens,
             self.cached_tokens, self.spec_verify, self.spec_accept, self.running, self.waiting,
             self.kv_total, self.kv_used, self.kv_pages_used, self.kv_usage, graph, steps, eager,
-            self.wedged, self.ttft, self.itl,
+            self.wedged, self.ttft, self.itl, self.tpot, self.e2e, self.queue,
         ])

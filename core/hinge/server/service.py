@@ -1,4 +1,5 @@
-"""Service routes: health, /server_info, /v1/plugins, /flush_cache, /abort_request, /metrics."""
+"""Service routes: health, /version, /server_info, /v1/plugins, /flush_cache, /abort_request,
+/metrics."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hinge.server.protocol import AbortRequest
 from hinge.server.server_metrics import stats_dict
 
 router = APIRouter()
+
 
 @router.get("/health")
 async def health() -> Response:
@@ -59,7 +61,8 @@ async def server_info(request: Request) -> JSONResponse:
         info = {"unavailable": str(exc) or "engine busy"}
     info = dict(info or {})
     info["stats"] = await engine_stats(ctx)
-    info["server"] = {"model_name": ctx.model_name, "active_requests": ctx.engine.num_active,
+    info["server"] = {"model_name": ctx.model_name, "served_model_names": ctx.model_names,
+                      "active_requests": ctx.engine.num_active,
                       "wedged": ctx.engine.is_wedged(ctx.health_timeout_s),
                       "last_error": ctx.engine.last_error}
     return JSONResponse(jsonable(info))
@@ -73,8 +76,18 @@ async def plugins(request: Request) -> JSONResponse:
     return JSONResponse(jsonable(ctx.plugins_report()))
 
 
+@router.get("/version")
+async def version() -> JSONResponse:
+    """``{"version": ...}``, as sglang answers it."""
+    import hinge
+
+    return JSONResponse({"version": hinge.__version__})
+
+
+@router.get("/flush_cache")
 @router.post("/flush_cache")
 async def flush_cache(request: Request) -> JSONResponse:
+    """Empty the prefix cache (GET or POST, as sglang); 400 while requests run or wait."""
     ctx = ctx_of(request)
     ok = await ctx.engine.call(ctx.engine.engine.flush_cache, timeout=30.0)
     if not ok:
