@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,64 @@ class TestUserErrorsExitTwo:
         run = hinge("generate", "hi", "--model", str(tmp_path))
         assert run.returncode == 2, run.stderr
         assert "config.json" in run.stderr and "Traceback" not in run.stderr
+
+
+class TestLogsVersionAndThreads:
+    BANNER = re.compile(r"^\d\d-\d\d \d\d:\d\d:\d\d INFO hinge\.startup: (.*)$", re.MULTILINE)
+
+    def banner(self, stderr: str) -> list[str]:
+        return self.BANNER.findall(stderr)
+
+    def test_version_prints_hinge_and_the_installed_version(self) -> None:
+        import importlib.metadata
+
+        run = hinge("--version")
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == f"hinge {importlib.metadata.version('hinge-llm')}\n"
+
+    def test_generate_logs_the_banner_on_stderr_and_keeps_stdout_for_the_text(self, model_dir: Path
+                                                                             ) -> None:
+        from hinge.threads import choose_cpu_threads, usable_cores
+
+        args = ("generate", "--model", str(model_dir), "import os", "--max-new-tokens", "6",
+                "--ignore-eos")
+        run = hinge(*args)
+        assert run.returncode == 0, run.stderr
+        lines = self.banner(run.stderr)
+        assert lines[1].startswith(f"model: {model_dir} (Qwen3ForCausalLM, weights ")
+        assert "plan: attention: torch (plugin hinge, distribution hinge-llm 0.1.0)" in lines
+        assert any(line.startswith("KV cache: ") for line in lines)
+        assert any(line.startswith("concurrency: max_running_requests 64, ") for line in lines)
+        expected = choose_cpu_threads(None, os.environ, usable_cores())
+        assert lines[-1] == f"torch threads: {expected.count} (auto: {expected.reason})"
+        quiet = hinge(*args, env={"HINGE_LOG_LEVEL": "warning"})
+        assert quiet.returncode == 0 and self.banner(quiet.stderr) == []
+        assert run.stdout == quiet.stdout and "hinge.startup" not in run.stdout
+
+    def test_log_level_flag_beats_env_and_cpu_threads_flag_beats_omp(self, model_dir: Path) -> None:
+        run = hinge("generate", "--model", str(model_dir), "hi", "--max-new-tokens", "2",
+                    "--log-level", "info", "--cpu-threads", "1",
+                    env={"HINGE_LOG_LEVEL": "error", "OMP_NUM_THREADS": "2"})
+        assert run.returncode == 0, run.stderr
+        assert self.banner(run.stderr)[-1] == \
+            "torch threads: 1 (cpu_threads: set in the config / --cpu-threads)"
+
+    def test_log_level_debug_shows_debug_records(self) -> None:
+        run = hinge("plan", "--log-level", "debug")
+        assert run.returncode == 0, run.stderr
+        assert re.search(r"^\d\d-\d\d \d\d:\d\d:\d\d DEBUG hinge\.plugins\.manager: plugin 'hinge' "
+                         r"\(distribution hinge-llm [^)]*\): ok, components: attention torch",
+                         run.stderr, re.MULTILINE), run.stderr
+        assert "DEBUG" not in hinge("plan").stderr
+
+    @pytest.mark.parametrize("args, env, message", [
+        (["plan"], {"HINGE_LOG_LEVEL": "loud"},
+         "hinge: error: HINGE_LOG_LEVEL must be one of debug, info, warning, error; got 'loud'"),
+        (["plan", "--log-level", "loud"], {}, "argument --log-level: invalid choice: 'loud'"),
+        (["plan", "--cpu-threads", "0"], {}, "expected a positive integer or auto, got '0'"),
+    ])
+    def test_bad_log_level_or_thread_count_exits_2(self, args: list[str], env: dict[str, str],
+                                                   message: str) -> None:
+        run = hinge(*args, env=env)
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr

@@ -84,11 +84,18 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=1)
     state_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = Field(0, ge=0)
+    #: torch intra-op threads on CPU; None (or "auto") = chosen at start (hinge.threads)
+    cpu_threads: int | None = Field(None, ge=1)
 
     @field_validator("model", mode="before")
     @classmethod
     def _model_path(cls, value: Any) -> Any:
         return str(value) if isinstance(value, Path) else value
+
+    @field_validator("cpu_threads", mode="before")
+    @classmethod
+    def _auto_threads(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() == "auto" else value
 
     @field_validator("speculator", mode="before")
     @classmethod
@@ -139,7 +146,7 @@ _ENV_SPECIAL = {
     "HINGE_GRAPHS_DECODE": ("graphs", "decode"),
     "HINGE_GRAPHS_DRAFT": ("graphs", "draft"),
 }
-_NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len"}
+_NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len", "cpu_threads"}
 
 
 def env_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

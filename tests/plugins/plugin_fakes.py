@@ -53,3 +53,21 @@ def fixture_entry_point(name: str) -> FakeEntryPoint:
 def in_process(name: str, obj: Any, dist: str | None = None) -> FakeEntryPoint:
     """An in-process plugin object (a class or instance with @hookimpl methods)."""
     return FakeEntryPoint(name, f"<in-process {name}>", FakeDist(dist) if dist else None, obj=obj)
+
+
+def installed_env(site: Path, *names: str) -> dict[str, str]:
+    """Environment for a ``hinge`` subprocess that sees the fixture plugins ``names`` as installed
+    distributions: a ``.dist-info`` with the entry point in ``site``, and the sources on PYTHONPATH.
+    """
+    import os
+
+    paths = [str(site)]
+    for name in names:
+        directory, dist, module = FIXTURE_PLUGINS[name]
+        info = site / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+        (info / "entry_points.txt").write_text(f"[hinge.plugins]\n{name} = {module}\n")
+        paths.append(str(FIXTURES / directory))
+    old = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join(paths + ([old] if old else []))}

@@ -98,9 +98,6 @@ class PluginManager(pluggy.PluginManager):
             self._register_module(module, ep.name, dist_name, dist_version, record)
         except Exception as exc:  # noqa: BLE001 - e.g. pluggy's PluginValidationError
             self._fail(record, f"registration failed: {type(exc).__name__}: {exc}", exc)
-            return
-        logger.debug("plugin %s loaded from %s: hooks %s", record.owner, ep.value,
-                     ", ".join(record.hooks) or "(none)")
 
     def _register_module(
         self,
@@ -288,4 +285,7 @@ def get_plugin_manager(
     pm.load_entry_points(entry_points)
     pm.check_hooks()
     pm.collect_components()
+    for record in pm.records.values():
+        logger.debug("%s: %s, components: %s", record.owner, record.status,
+                     ", ".join(f"{c.kind} {c.name}" for c in record.components) or "(none)")
     return pm
