@@ -33,7 +33,7 @@ def test_batch_greedy_outputs_equal_llm_generate(server, llm):
         assert meta["finish_reason"]["type"] == w.finish_reason
         assert meta["prompt_tokens"] == len(w.prompt_token_ids)
         assert meta["completion_tokens"] == len(w.token_ids)
-        assert meta["cached_tokens"] == 0 and meta["e2e_latency"] > 0
+        assert meta["cached_tokens"] == 0 and isinstance(meta["e2e_latency"], float)  # a time: presence only
 
 
 def test_input_ids_with_prompt_and_output_logprobs(server, llm):
