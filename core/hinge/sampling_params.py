@@ -65,6 +65,11 @@ class SamplingParams:
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
+    @property
+    def has_penalties(self) -> bool:
+        return (self.repetition_penalty != 1 or self.frequency_penalty != 0
+                or self.presence_penalty != 0)
+
 
 def _check(ok: bool, message: str) -> None:
     if not ok:

@@ -14,9 +14,13 @@ from hinge.sampling_params import SamplingParams
 V = 12
 
 
+_rows = iter(range(10**9))
+
+
 def _req(params: SamplingParams, prompt=(1, 2, 3), output=(), rid="r", seed=None) -> Request:
     req = Request(rid, list(prompt), params)
     req.output_ids = list(output)
+    req.row = next(_rows) % 64 + 1
     if not params.is_greedy:
         req.generator = torch.Generator().manual_seed(params.seed if params.seed is not None
                                                       else (seed or 0))
@@ -101,7 +105,7 @@ def test_greedy_takes_argmax_of_penalised_logits():
     sampler = Sampler(V, "cpu")
     plain = _req(SamplingParams(temperature=0))
     penalised = _req(SamplingParams(temperature=0, repetition_penalty=2.0), prompt=[4])
-    out = sampler.sample(torch.stack([row, row]), sampler.prepare([plain, penalised]))
+    out = sampler.sample(torch.stack([row, row]), sampler.prepare([plain, penalised])).tolist()
     assert out.token_ids == [4, 6]
 
 
@@ -111,7 +115,7 @@ def test_logprobs_are_log_softmax_of_raw_logits_with_top_k():
     reqs = [_req(SamplingParams(temperature=0, logprobs=True, top_logprobs=3)),
             _req(SamplingParams(temperature=0.7, repetition_penalty=1.5, logprobs=True,
                                 top_logprobs=3, seed=1))]
-    out = sampler.sample(rows, sampler.prepare(reqs))
+    out = sampler.sample(rows, sampler.prepare(reqs)).tolist()
     ref = torch.log_softmax(rows.double(), dim=-1)
     for i in range(2):
         assert out.logprobs[i] == pytest.approx(ref[i, out.token_ids[i]].item(), abs=1e-5)
@@ -132,7 +136,7 @@ def test_seeded_sampling_is_reproducible_and_independent_of_batch():
         tokens = []
         for step in range(20):
             logits = torch.stack([_row(100 + step)] * len(reqs))
-            tokens.append(sampler.sample(logits, sampler.prepare(reqs)).token_ids[position])
+            tokens.append(sampler.sample(logits, sampler.prepare(reqs)).tolist().token_ids[position])
         return tokens
 
     alone = draws(1, 0)

@@ -9,6 +9,7 @@ from hybrid_oracle import hf_greedy
 
 from hinge import LLM, SamplingParams
 from hinge.builtin.no_cache import NoCachePolicy
+from hinge.contracts import CacheHit
 from hinge.engine.kv_pool import KVPool
 from hinge.engine.request import Request
 from hinge.engine.scheduler import Scheduler
@@ -56,7 +57,7 @@ def test_requests_wait_for_a_free_state_slot_and_finishing_frees_it():
     assert [r.rid for r in batch.reqs] == ["b"] and b.state_slot == 1
 
 
-def test_retracted_request_gives_back_its_slot_and_gets_a_zeroed_one_on_readmission():
+def test_retracted_request_gives_back_its_slot_and_readmission_plans_its_zeroing():
     sched = _scheduler(num_state_slots=2)
     a = Request("a", [1, 2, 3], SamplingParams(max_new_tokens=4))
     sched.add(a)
@@ -64,8 +65,35 @@ def test_retracted_request_gives_back_its_slot_and_gets_a_zeroed_one_on_readmiss
     sched.states.conv[0][a.state_slot].fill_(7.0)
     sched._retract(a)
     assert a.state_slot is None and sched.states.num_used == 0
-    sched.schedule()
-    assert a.state_slot is not None and sched.states.conv[0][a.state_slot].abs().sum() == 0
+    batch = sched.schedule()
+    slot = a.state_slot
+    assert slot is not None and batch.state_moves.zero == [slot] and not batch.state_moves.copy
+    assert sched.states.conv[0][slot].abs().sum() > 0, "the scheduler plans; it moves no state"
+    sched.states.apply(batch.state_moves)  # what the runner does before the step
+    assert sched.states.conv[0][slot].abs().sum() == 0
+
+
+def test_a_hit_with_a_state_checkpoint_plans_a_copy_into_the_new_slot():
+    class OneHit(NoCachePolicy):
+        def match(self, tokens):
+            return CacheHit(length=4, pages=(self.page,), state_slot=3)
+
+    sched = _scheduler(num_state_slots=4)
+    cache = sched.cache = OneHit()
+    cache.page = sched.allocator.allocate(1)[0]
+    sched.states.allocate(zero=False)  # slots 1, 2 taken: 3 is the checkpoint, 4 gets the copy
+    sched.states.allocate(zero=False)
+    checkpoint = sched.states.allocate(zero=False)
+    sched.states.conv[0][checkpoint].fill_(5.0)
+    sched.states.ssm[0][checkpoint].fill_(6.0)
+    a = Request("a", [1, 2, 3, 4, 5, 6], SamplingParams(max_new_tokens=4))
+    sched.add(a)
+    batch = sched.schedule()
+    assert a.num_computed == 4 and batch.extend_lens == [2]
+    assert batch.state_moves.copy == [(checkpoint, a.state_slot)] and not batch.state_moves.zero
+    sched.states.apply(batch.state_moves)
+    assert (sched.states.conv[0][a.state_slot] == 5.0).all()
+    assert (sched.states.ssm[0][a.state_slot] == 6.0).all()
 
 
 def test_engine_deterministic_logprobs_of_a_hybrid_do_not_depend_on_batch_or_chunking(hybrid_checkpoints):

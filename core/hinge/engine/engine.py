@@ -17,6 +17,7 @@ import torch
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
 from hinge.engine.output import append_token, make_output
 from hinge.engine.request import Request, RequestOutput
+from hinge.engine.results import HostResults, LaunchedStep, PinnedRing
 from hinge.engine.runner import ModelRunner
 from hinge.engine.sampler import Sampler
 from hinge.engine.scheduler import Scheduler
@@ -95,7 +96,12 @@ class Engine:
         self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states,
                                   max_rows=config.max_running_requests + 1,
                                   max_pages=self.kv.pages_needed(self.max_model_len))
-        self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic)
+        self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic,
+                               max_rows=config.max_running_requests + 1)
+        #: overlap scheduling: collect step n's results after launching step n + 1 (CUDA)
+        self.overlap = self.device == "cuda"
+        self._inflight: LaunchedStep | None = None
+        self._ring = PinnedRing(torch.device(self.device))
         self._seeds = random.Random(config.seed)
         self._arrivals = itertools.count()
         self._aborted: list[Request] = []
@@ -147,58 +153,100 @@ class Engine:
         return True
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._aborted)
+        return self.scheduler.has_unfinished() or bool(self._aborted) or self._inflight is not None
 
     # one step -------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        """Schedule and launch the next batch, then finish the previous one on the host.
+
+        With ``overlap`` the results of the step just launched are collected by the next call,
+        so detokenization and stop checks of step n run while step n + 1 runs on the device.
+        """
         outputs = [make_output(r, [], True) for r in self._aborted]
         self._aborted = []
         sched = self.scheduler.schedule()
-        if sched is None:
-            if self.scheduler.has_unfinished():
-                raise RuntimeError(
-                    f"scheduler made no progress: {len(self.scheduler.running)} running, "
-                    f"{len(self.scheduler.waiting)} waiting, {self.kv.allocator.num_free} free "
-                    "KV pages (this is a bug)")
-            return outputs
+        launched = self._launch(sched) if sched is not None else None
+        previous, self._inflight = self._inflight, None
+        if previous is not None:
+            outputs += self._collect(previous)
+        if launched is not None:
+            if self.overlap:
+                self._inflight = launched
+            else:
+                outputs += self._collect(launched)
+        elif previous is None and self.scheduler.has_unfinished():
+            raise RuntimeError(
+                f"scheduler made no progress: {len(self.scheduler.running)} running, "
+                f"{len(self.scheduler.waiting)} waiting, {self.kv.allocator.num_free} free "
+                "KV pages (this is a bug)")
+        return outputs
+
+    def _launch(self, sched) -> LaunchedStep:
+        """Run the model and the sampler on ``sched``; results stay on the device (no sync)."""
         logits = self.runner.forward(sched)
         self._stats.forward_steps += 1
         for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
             req.num_computed += n
+        prompt_lp = None
         if logits.prompt_logits is not None:
             lp = self.sampler.log_softmax(logits.prompt_logits)
-            for req, rows, targets in logits.prompt_rows:
-                req.prompt_logprobs.extend(lp[rows, targets].tolist())
-        finished: list[Request] = []
+            targets = [t for _, _, ts in logits.prompt_rows for t in ts]
+            prompt_lp = lp.gather(1, torch.tensor(targets, device=lp.device)[:, None])[:, 0]
         live = [i for i, r in enumerate(logits.sample_reqs) if r.params.max_new_tokens > 0]
-        for req in logits.sample_reqs:
-            if req.params.max_new_tokens == 0:
-                req.finish_reason = "length"
-                finished.append(req)
-        if live:
-            reqs = [logits.sample_reqs[i] for i in live]
+        reqs = [logits.sample_reqs[i] for i in live]
+        sampled = None
+        if reqs:
             rows = logits.sample_logits
             if len(live) < len(logits.sample_reqs):
-                rows = rows[torch.tensor(live, device=rows.device)]
-            sampled = self.sampler.sample(rows, self.sampler.prepare(reqs))
-            for j, req in enumerate(reqs):
-                token = sampled.token_ids[j]
-                if sampled.logprobs is not None:
-                    req.logprobs.append(sampled.logprobs[j])
-                if sampled.top_logprobs is not None and req.params.top_logprobs:
-                    req.top_logprobs.append(sampled.top_logprobs[j][:req.params.top_logprobs])
-                append_token(req, token, self.tokenizer, self.eos_ids)
-                self._stats.generation_tokens += 1
-                if req.finish_reason is not None:
-                    finished.append(req)
-                else:
-                    outputs.append(make_output(req, [token], False))
+                rows = rows.index_select(0, torch.tensor(live, device=rows.device))
+            args = self.sampler.prepare(reqs)
+            sampled = self.sampler.sample(rows, args)
+            self.runner.builder.last_tokens.index_copy_(0, args.rows, sampled.token_ids)
+            for req in reqs:
+                req.num_pending += 1
+        return LaunchedStep(
+            sched=sched,
+            finish_now=[r for r in logits.sample_reqs if r.params.max_new_tokens == 0],
+            sample_reqs=reqs,
+            prompt_reqs=[(req, len(ts)) for req, _, ts in logits.prompt_rows],
+            results=HostResults.send(sampled, prompt_lp, self._ring),
+        )
+
+    def _collect(self, step: LaunchedStep) -> list[RequestOutput]:
+        """Host side of a launched step: logprobs, detokenization, stops, finished requests."""
+        tokens, logprobs, top, prompt_lp = ([], None, None, []) if step.results is None else \
+            step.results.unpack()
+        at = 0
+        for req, n in step.prompt_reqs:
+            req.prompt_logprobs.extend(prompt_lp[at:at + n])
+            at += n
+        outputs: list[RequestOutput] = []
+        finished: list[Request] = []
+        for req in step.finish_now:
+            if not req.is_finished:
+                req.finish_reason = "length"
+                finished.append(req)
+        for j, req in enumerate(step.sample_reqs):
+            req.num_pending -= 1
+            if req.is_finished:  # aborted, or stopped while this step ran: its token is dropped
+                continue
+            token = tokens[j]
+            if logprobs is not None:
+                req.logprobs.append(logprobs[j])
+            if top is not None and req.params.top_logprobs:
+                req.top_logprobs.append(top[j][:req.params.top_logprobs])
+            append_token(req, token, self.tokenizer, self.eos_ids)
+            self._stats.generation_tokens += 1
+            if req.finish_reason is not None:
+                finished.append(req)
+            else:
+                outputs.append(make_output(req, [token], False))
         for req in finished:
             self.scheduler.finish(req)
             self._stats.num_finished += 1
             self._stats.prompt_tokens += req.num_prompt
             self._stats.cached_tokens += req.cached_tokens
-            new = req.output_ids[-1:] if req in logits.sample_reqs and req.num_output else []
+            new = req.output_ids[-1:] if req in step.sample_reqs and req.num_output else []
             outputs.append(make_output(req, new, True))
         return outputs
 

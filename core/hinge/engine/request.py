@@ -2,8 +2,12 @@
 
 Token layout of one request (``|`` marks the KV boundary)::
 
-    all_ids   [ prompt (num_prompt) ][ output (num_output) ]        = num_tokens
+    tokens    [ prompt (num_prompt) ][ output (num_output) ][ pending ]   = num_tokens
+    all_ids   [ prompt              ][ output              ]             (host-known ids)
     KV        [ num_computed tokens | extend_len tokens not yet in KV ]
+
+``pending`` tokens were sampled by a step still running on the device (overlap scheduling):
+their ids reach the host one step later, and a decode of such a token reads it on the device.
 
 ``cached_tokens`` of those ``num_computed`` came from the prefix cache. A decoding request has
 ``extend_len == 1`` (the last sampled token); a retracted one is requeued with ``num_computed = 0``
@@ -38,7 +42,10 @@ class Request:
         self.arrival = arrival
         self.status = RequestStatus.WAITING
         self.output_ids: list[int] = []
-        self.num_computed = 0  #: tokens whose KV is in ``pages``
+        #: tokens sampled on the device whose ids the host does not know yet (overlap: the step
+        #: that sampled them is still running); they count in ``num_tokens``, not in ``all_ids``
+        self.num_pending = 0
+        self.num_computed = 0  #: tokens whose KV is in ``pages`` (or is being written)
         self.pages: list[int] = []
         self.row: int | None = None  #: row in the runner's device tables while running
         self.state_slot: int | None = None
@@ -68,8 +75,13 @@ class Request:
         return len(self.output_ids)
 
     @property
+    def num_generated(self) -> int:
+        """Output tokens drawn so far, known on the host or not."""
+        return self.num_output + self.num_pending
+
+    @property
     def num_tokens(self) -> int:
-        return self.num_prompt + self.num_output
+        return self.num_prompt + self.num_output + self.num_pending
 
     @property
     def extend_len(self) -> int:
@@ -78,7 +90,12 @@ class Request:
 
     @property
     def is_decoding(self) -> bool:
-        return self.num_output > 0 and self.extend_len == 1
+        return self.num_generated > 0 and self.extend_len == 1
+
+    @property
+    def can_decode(self) -> bool:
+        """Decoding and still allowed another token (a token still pending may be its last)."""
+        return self.is_decoding and self.num_generated < self.params.max_new_tokens
 
     @property
     def is_finished(self) -> bool:
@@ -117,6 +134,8 @@ class ScheduledBatch:
     phase: Phase
     reqs: list[Request]
     extend_lens: list[int]
+    #: state-slot zeroing and copies to run before the step (``hinge.engine.state_pool``)
+    state_moves: Any = None
 
     @property
     def num_tokens(self) -> int:

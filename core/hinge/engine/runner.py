@@ -72,7 +72,8 @@ class ModelRunner:
             assert req.row is not None, f"{req} was scheduled without a table row"
             seqs.append(StepSeq(
                 row=req.row, prefix_len=start, extend_len=n, pages=req.pages,
-                new_tokens=req.token_slice(start, start + n), state_slot=req.state_slot,
+                new_tokens=None if n == 1 and req.num_pending else req.token_slice(start, start + n),
+                state_slot=req.state_slot,
                 logits_rows=[p - 1 - start for p in targets], sample=samples))
         batch = self.builder.build(seqs, phase=sched.phase)
         return batch, sample_reqs, prompt_rows
@@ -87,6 +88,8 @@ class ModelRunner:
         return list(range(first, min(start + n + 1, req.num_prompt)))
 
     def forward(self, sched: ScheduledBatch) -> StepLogits:
+        if sched.state_moves:
+            self.states.apply(sched.state_moves)
         batch, sample_reqs, prompt_rows = self.prepare(sched)
         batch.attn_metadata = self.attn.prepare_metadata(batch)
         ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)

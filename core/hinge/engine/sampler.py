@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class SamplingArgs:
-    """Host-side arguments of one step, built once by ``prepare``."""
+    """Arguments of one step, built once by ``prepare`` (small host lists -> device tensors)."""
 
     #: (B, 1) float32, 1 for greedy rows; these four are None when every row is greedy
     temperature: torch.Tensor | None
@@ -32,9 +32,32 @@ class SamplingArgs:
     min_p: torch.Tensor | None  #: (B,) float32
     greedy: list[bool]
     generators: list[torch.Generator | None]
+    #: (seen, counts, repetition, frequency, presence) of the batch rows, or None without penalties
     penalties: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
     num_top_logprobs: int
     need_logprobs: bool
+    #: (B,) int64 device-table rows (``Request.row``) and which batch rows keep penalty counts
+    rows: torch.Tensor | None = None
+    penalty_rows: torch.Tensor | None = None
+
+
+@dataclass
+class SampledTokens:
+    """One step's draws, still on the device (the engine copies them to the host in one go)."""
+
+    token_ids: torch.Tensor  #: (B,) int64
+    logprobs: torch.Tensor | None  #: (B,) float32, of the sampled token, raw logits
+    top_ids: torch.Tensor | None  #: (B, K) int64
+    top_logprobs: torch.Tensor | None  #: (B, K) float32
+
+    def tolist(self) -> SampleOutput:
+        """Host lists (one device sync): tests and callers outside the engine loop."""
+        top = None
+        if self.top_ids is not None:
+            top = [list(zip(i, v, strict=True)) for i, v in zip(self.top_ids.tolist(),
+                                                                  self.top_logprobs.tolist(), strict=True)]
+        return SampleOutput(self.token_ids.tolist(),
+                            self.logprobs.tolist() if self.logprobs is not None else None, top)
 
 
 @dataclass
@@ -44,55 +67,85 @@ class SampleOutput:
     top_logprobs: list[list[tuple[int, float]]] | None
 
 
+class PenaltyCounts:
+    """Per device-table row: which tokens the request has seen (prompt + output, for the
+    repetition penalty) and how often it produced each (frequency and presence penalties). Rows
+    are filled from the host once when a request takes the row, then counted on the device."""
+
+    def __init__(self, num_rows: int, vocab_size: int, device: torch.device) -> None:
+        self.seen = torch.zeros(num_rows, vocab_size, dtype=torch.bool, device=device)
+        self.counts = torch.zeros(num_rows, vocab_size, dtype=torch.float32, device=device)
+        self.owner: list[Request | None] = [None] * num_rows
+
+    def ensure(self, req: Request) -> None:
+        row = req.row
+        if self.owner[row] is req:
+            return
+        self.owner[row] = req
+        device = self.seen.device
+        self.seen[row] = False
+        self.counts[row] = 0
+        ids = req.all_ids
+        if ids:
+            self.seen[row, torch.tensor(ids, dtype=torch.int64, device=device)] = True
+        if req.output_ids:
+            out = torch.tensor(req.output_ids, dtype=torch.int64, device=device)
+            self.counts[row].index_add_(0, out, torch.ones(len(req.output_ids), device=device))
+
+    def add(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
+        self.seen[rows, tokens] = True
+        self.counts.index_put_((rows, tokens), torch.ones_like(tokens, dtype=torch.float32),
+                               accumulate=True)
+
+
 class Sampler:
-    def __init__(self, vocab_size: int, device: str | torch.device, deterministic: bool = False):
+    def __init__(self, vocab_size: int, device: str | torch.device, deterministic: bool = False,
+                 max_rows: int = 65):
         self.vocab_size = vocab_size
         self.device = torch.device(device)
         self.deterministic = deterministic
+        self.max_rows = max_rows
+        self.counts: PenaltyCounts | None = None  #: allocated when a request first uses penalties
 
     def prepare(self, reqs: list[Request]) -> SamplingArgs:
         ps = [r.params for r in reqs]
         greedy = [p.is_greedy for p in ps]
+        i64 = {"dtype": torch.int64, "device": self.device}
+        rows = torch.tensor([r.row for r in reqs], **i64) if reqs[0].row is not None else None
+        penalties, penalty_rows = self._prepare_penalties(reqs, rows)
+        common = dict(greedy=greedy, penalties=penalties, rows=rows, penalty_rows=penalty_rows,
+                      num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
+                      need_logprobs=any(p.logprobs or p.top_logprobs for p in ps))
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
-            return SamplingArgs(
-                temperature=None, top_k=None, top_p=None, min_p=None, greedy=greedy,
-                generators=[None] * len(reqs), penalties=self._prepare_penalties(reqs),
-                num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
-                need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
-            )
+            return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
+                                generators=[None] * len(reqs), **common)
         f32 = {"dtype": torch.float32, "device": self.device}
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
             temperature=torch.tensor(temps, **f32).unsqueeze(1),
-            top_k=torch.tensor(top_k, dtype=torch.int64, device=self.device),
+            top_k=torch.tensor(top_k, **i64),
             top_p=torch.tensor([p.top_p for p in ps], **f32),
             min_p=torch.tensor([p.min_p for p in ps], **f32),
-            greedy=greedy,
             generators=[r.generator for r in reqs],
-            penalties=self._prepare_penalties(reqs),
-            num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
-            need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
+            **common,
         )
 
-    def _prepare_penalties(self, reqs: list[Request]):
+    def _prepare_penalties(self, reqs: list[Request], rows: torch.Tensor | None):
+        users = [i for i, r in enumerate(reqs) if r.params.has_penalties]
+        if not users:
+            return None, None
+        assert rows is not None, "penalties need each request's device-table row (Request.row)"
+        if self.counts is None:
+            self.counts = PenaltyCounts(self.max_rows, self.vocab_size, self.device)
+        for i in users:
+            self.counts.ensure(reqs[i])
         ps = [r.params for r in reqs]
-        if all(p.repetition_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0
-               for p in ps):
-            return None
-        b, v = len(reqs), self.vocab_size
-        seen = torch.zeros(b, v, dtype=torch.bool)  # prompt + output (repetition)
-        counts = torch.zeros(b, v, dtype=torch.float32)  # output only (frequency, presence)
-        for i, req in enumerate(reqs):
-            if req.prompt_ids or req.output_ids:
-                seen[i, torch.tensor(req.all_ids, dtype=torch.int64)] = True
-            if req.output_ids:
-                counts[i].index_add_(0, torch.tensor(req.output_ids, dtype=torch.int64),
-                                     torch.ones(req.num_output))
-        col = lambda xs: torch.tensor(xs, dtype=torch.float32).unsqueeze(1)  # noqa: E731
-        return tuple(t.to(self.device) for t in (
-            seen, counts, col([p.repetition_penalty for p in ps]),
-            col([p.frequency_penalty for p in ps]), col([p.presence_penalty for p in ps])))
+        col = lambda xs: torch.tensor(xs, dtype=torch.float32, device=self.device).unsqueeze(1)  # noqa: E731
+        penalties = (self.counts.seen.index_select(0, rows), self.counts.counts.index_select(0, rows),
+                     col([p.repetition_penalty for p in ps]), col([p.frequency_penalty for p in ps]),
+                     col([p.presence_penalty for p in ps]))
+        return penalties, torch.tensor(users, dtype=torch.int64, device=self.device)
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
@@ -100,8 +153,11 @@ class Sampler:
             return torch.cat([torch.log_softmax(row, dim=-1).unsqueeze(0) for row in logits])
         return torch.log_softmax(logits, dim=-1)
 
-    def sample(self, logits: torch.Tensor, args: SamplingArgs) -> SampleOutput:
-        """``logits`` (B, vocab) raw model logits -> one token per row."""
+    def sample(self, logits: torch.Tensor, args: SamplingArgs) -> SampledTokens:
+        """``logits`` (B, vocab) raw model logits -> one token per row, on the device.
+
+        Also counts the drawn tokens for the requests with penalties (so the next step sees them
+        without the host) and writes nothing else; no device sync."""
         raw = logits.float()
         x = apply_penalties(raw, *args.penalties) if args.penalties is not None else raw
         tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
@@ -112,17 +168,17 @@ class Sampler:
                                    args.top_p[idx], args.min_p[idx])
             for j, i in enumerate(sampled_rows):
                 tokens[i] = torch.multinomial(probs[j], 1, generator=args.generators[i])[0]
-        token_list = tokens.tolist()
+        if args.penalty_rows is not None:
+            self.counts.add(args.rows.index_select(0, args.penalty_rows),
+                            tokens.index_select(0, args.penalty_rows))
         if not args.need_logprobs:
-            return SampleOutput(token_list, None, None)
+            return SampledTokens(tokens, None, None, None)
         logprobs = self.log_softmax(raw)
-        chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()
-        top = None
+        chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
         if args.num_top_logprobs > 0:
             vals, ids = logprobs.topk(args.num_top_logprobs, dim=-1)
-            top = [list(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), vals.tolist(),
-                                                                  strict=True)]
-        return SampleOutput(token_list, chosen, top)
+            return SampledTokens(tokens, chosen, ids, vals)
+        return SampledTokens(tokens, chosen, None, None)
 
 
 def apply_penalties(logits, seen, counts, repetition, frequency, presence) -> torch.Tensor:

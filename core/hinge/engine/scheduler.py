@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from hinge.contracts import CacheHit
 from hinge.engine.request import RequestStatus, ScheduledBatch
+from hinge.engine.state_pool import StateMoves
 
 if TYPE_CHECKING:
     from hinge.contracts import CachePolicy
@@ -43,6 +44,8 @@ class Scheduler:
         #: running request; row 0 is reserved for padded graph rows
         self.free_rows = list(range(max_running_requests, 0, -1))
         self.waiting: deque[Request] = deque()
+        #: state-slot work planned while scheduling; handed to the runner with the batch
+        self.moves = StateMoves()
         self.running: list[Request] = []
         self.num_retractions = 0
 
@@ -77,8 +80,9 @@ class Scheduler:
             if batch is not None:
                 return batch
             if not retracted:
-                if len(self.running) <= 1:
-                    return None
+                if len(self.running) <= 1 or not any(r.can_decode or not r.is_decoding
+                                                     for r in self.running):
+                    return None  # nothing can run, or only results still in flight
                 # running prefills hold the pool and none can take a token: make room
                 self._retract(self.running[-1])
         return None
@@ -90,7 +94,7 @@ class Scheduler:
         retracted = False
         # decode
         for req in list(self.running):
-            if req not in self.running or not req.is_decoding:
+            if req not in self.running or not req.can_decode:
                 continue
             while not self._reserve(req, req.num_tokens):
                 victim = self.running[-1]
@@ -125,7 +129,8 @@ class Scheduler:
             return None, retracted
         decoding = [r.is_decoding for r in reqs]
         phase = "decode" if all(decoding) else "prefill" if not any(decoding) else "mixed"
-        return ScheduledBatch(phase=phase, reqs=reqs, extend_lens=lens), retracted
+        moves, self.moves = self.moves, StateMoves()
+        return ScheduledBatch(phase=phase, reqs=reqs, extend_lens=lens, state_moves=moves), retracted
 
     # pages ----------------------------------------------------------------------------------
     def _pages_short(self, req: Request, num_tokens: int) -> int:
@@ -162,6 +167,8 @@ class Scheduler:
 
     def _admit(self, req: Request, budget: int) -> int:
         """Move the head of ``waiting`` to ``running`` with its first chunk; 0 if it must wait."""
+        if req.num_pending:
+            return 0  # retracted while its last token was in flight: wait for its id
         if self.states is not None and not self.states.can_allocate():
             return 0  # hybrid: no free recurrent-state slot, wait for a request to finish
         hit = self.cache.match(self._matchable(req))
@@ -180,9 +187,11 @@ class Scheduler:
         req.pages = list(hit.pages)
         req.num_computed = hit.length
         if self.states is not None:
-            req.state_slot = self.states.allocate()  # zeroed: a fresh recurrent state
+            req.state_slot = self.states.allocate(zero=False)
             if hit.state_slot is not None:
-                self.states.copy_slot(hit.state_slot, req.state_slot)
+                self.moves.copy.append((hit.state_slot, req.state_slot))  # resume the checkpoint
+            else:
+                self.moves.zero.append(req.state_slot)  # a fresh recurrent state
         if req.num_retractions == 0:
             req.cached_tokens = hit.length
         assert self._reserve(req, hit.length + n)

@@ -13,6 +13,7 @@ Slot 0 is reserved (a dummy slot padded graph rows may point at); usable slots a
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,7 +21,7 @@ from hinge.forward import PositionStates, RecurrentLayerSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PositionStates", "RecurrentLayerSpec", "StatePool"]
+__all__ = ["PositionStates", "RecurrentLayerSpec", "StateMoves", "StatePool"]
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -77,12 +78,14 @@ class StatePool:
     def can_allocate(self, n: int = 1) -> bool:
         return n <= len(self._free)
 
-    def allocate(self) -> int:
-        """A zeroed slot for a fresh request."""
+    def allocate(self, *, zero: bool = True) -> int:
+        """A slot for a fresh request, zeroed now; ``zero=False`` leaves the zeroing to a
+        ``StateMoves`` plan that the runner executes with the step (the scheduler's way)."""
         assert self._free, f"no free state slot ({self.num_used} of {self.num_slots - 1} used)"
         slot = self._free.pop()
         self._used.add(slot)
-        self.clear(slot)
+        if zero:
+            self.clear(slot)
         return slot
 
     def free(self, slot: int) -> None:
@@ -103,6 +106,21 @@ class StatePool:
             if ssm is not None:
                 ssm[dst].copy_(ssm[src])
 
+    def apply(self, moves: StateMoves) -> None:
+        """Execute a step's planned moves: zero slots, then copy slots (one op per tensor each)."""
+        device = self.conv[0].device if self.conv else None
+        if moves.zero:
+            idx = torch.tensor(moves.zero, dtype=torch.int64, device=device)
+            for t in (*self.conv, *self.ssm):
+                if t is not None:
+                    t.index_fill_(0, idx, 0)
+        if moves.copy:
+            src = torch.tensor([s for s, _ in moves.copy], dtype=torch.int64, device=device)
+            dst = torch.tensor([d for _, d in moves.copy], dtype=torch.int64, device=device)
+            for t in (*self.conv, *self.ssm):
+                if t is not None:
+                    t.index_copy_(0, dst, t.index_select(0, src))
+
     # per-step access (layers)
     def read(self, state_id: int, slots: torch.Tensor, fresh: torch.Tensor | None = None):
         """Initial (conv, ssm) of the step's requests; rows with ``fresh`` start from zeros."""
@@ -120,6 +138,18 @@ class StatePool:
         self.conv[state_id].index_copy_(0, slots, conv.to(self.conv_dtype))
         if ssm is not None:
             self.ssm[state_id].index_copy_(0, slots, ssm.to(self.ssm_dtype))
+
+
+@dataclass
+class StateMoves:
+    """State-slot work the scheduler plans for a step and the runner executes before it runs:
+    zero the slots of fresh requests, copy checkpoints into the slots of requests that resume."""
+
+    zero: list[int] = field(default_factory=list)
+    copy: list[tuple[int, int]] = field(default_factory=list)  #: (source slot, destination slot)
+
+    def __bool__(self) -> bool:
+        return bool(self.zero or self.copy)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
