@@ -127,7 +127,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        # NOTE: Starlette re-raises after this answer, so uvicorn logs the traceback once
         message = f"internal server error: {type(exc).__name__}: {exc}; see the server log"
         return JSONResponse(error_body(500, message, "internal_error"), status_code=500)
 
