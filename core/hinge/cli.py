@@ -4,7 +4,8 @@ Each subcommand imports what it needs only when it runs, so ``hinge --help`` and
 stay fast. Engine flags map onto ``EngineConfig`` fields; precedence is command line > ``HINGE_*``
 environment > ``--config`` YAML > defaults (``hinge.config.load_config``). User errors (bad config,
 unknown plugin, missing model files) print one ``hinge: error: ...`` message and exit 2;
-``HINGE_DEBUG=1`` shows the traceback instead.
+``HINGE_DEBUG=1`` shows the traceback instead. Logs go to stderr (``--log-level``,
+``HINGE_LOG_LEVEL``; ``hinge.logs``), so stdout holds only a command's output.
 """
 
 from __future__ import annotations
@@ -61,11 +62,36 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-model-len", type=int, metavar="N", help="context limit in tokens")
     group.add_argument("--strict-plugins", action="store_true", default=None,
                        help="any plugin that fails to load is fatal")
+    group.add_argument("--cpu-threads", type=cpu_threads_arg, metavar="N",
+                       help="torch intra-op threads on CPU, or auto (default: auto, "
+                       "OMP_NUM_THREADS when set; see docs/internals.md)")
+
+
+def cpu_threads_arg(text: str) -> int | str:
+    """``--cpu-threads``: a positive integer or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}")
+    return value
+
+
+def add_log_flags(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` (every subcommand): hinge's log records on stderr from this level up."""
+    from hinge.logs import LEVELS
+
+    parser.add_argument("--log-level", type=str.lower, choices=LEVELS, default=None,
+                        help="debug, info, warning or error (default: $HINGE_LOG_LEVEL, else info); "
+                        "logs go to stderr")
 
 
 _ENGINE_FIELDS = ("device", "dtype", "attention", "quantizer", "speculator", "cache", "deterministic",
                   "page_size", "kv_cache_bytes", "max_running_requests", "chunked_prefill_size",
-                  "max_model_len")
+                  "max_model_len", "cpu_threads")
 
 
 def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:
@@ -220,8 +246,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from hinge import __version__
+
     parser = argparse.ArgumentParser(prog="hinge", description="hinge: a plugin-architected LLM "
                                      "inference engine. With no model, the embedded default runs.")
+    parser.add_argument("--version", action="version", version=f"hinge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     gen = sub.add_parser("generate", help="complete one prompt")
@@ -274,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bch)
     add_engine_flags(bch)
     bch.set_defaults(func=cmd_bench)
+    for command in sub.choices.values():
+        add_log_flags(command)
     return parser
 
 
@@ -289,8 +320,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hinge.logs import configure_logging, resolve_level
+
     args = build_parser().parse_args(argv)
     try:
+        args.log_level = resolve_level(args.log_level)  # resolved, e.g. for uvicorn's own level
+        configure_logging(args.log_level)
         return args.func(args)
     except KeyboardInterrupt:
         print("hinge: interrupted", file=sys.stderr)
