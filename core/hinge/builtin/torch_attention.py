@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from hinge.builtin.plugin import TORCH_ATTENTION
 from hinge.contracts import AttentionBackend, AttentionLayer
+from hinge.devices import to_device
 from hinge.layers.batch_invariant import fixed_split_attention
 
 if TYPE_CHECKING:
@@ -91,14 +92,14 @@ class TorchAttentionBackend(AttentionBackend):
         if len(decode_ids) > 1 and not self.deterministic:
             reqs = [requests[i] for i in decode_ids]
             max_len = max(r.seq_len for r in reqs)
-            lens = torch.tensor([r.seq_len for r in reqs], device=device)
+            lens = to_device([r.seq_len for r in reqs], torch.int64, device)
             valid = torch.arange(max_len, device=device)[None, :] < lens[:, None]
-            slots = all_slots.index_select(0, torch.tensor(decode_ids, device=device))[:, :max_len]
+            slots = all_slots.index_select(0, to_device(decode_ids, torch.int64, device))[:, :max_len]
             # NOTE: padding repeats the request's own first slot (written, finite) and is masked;
             # page 0 could hold NaN, and 0 * NaN = NaN even under a zero attention weight
             meta.decode_slots = torch.where(valid, slots, slots[:, :1])
             meta.decode_ids = decode_ids
-            meta.decode_rows = torch.tensor([r.q_start for r in reqs], device=device)
+            meta.decode_rows = to_device([r.q_start for r in reqs], torch.int64, device)
             meta.decode_valid = valid
             meta.decode_qpos = lens - 1
         return meta

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hinge.devices import to_device
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
 from hinge.engine.output import append_token, make_output
 from hinge.engine.request import Request, RequestOutput
@@ -191,14 +192,14 @@ class Engine:
         if logits.prompt_logits is not None:
             lp = self.sampler.log_softmax(logits.prompt_logits)
             targets = [t for _, _, ts in logits.prompt_rows for t in ts]
-            prompt_lp = lp.gather(1, torch.tensor(targets, device=lp.device)[:, None])[:, 0]
+            prompt_lp = lp.gather(1, to_device(targets, torch.int64, lp.device)[:, None])[:, 0]
         live = [i for i, r in enumerate(logits.sample_reqs) if r.params.max_new_tokens > 0]
         reqs = [logits.sample_reqs[i] for i in live]
         sampled = None
         if reqs:
             rows = logits.sample_logits
             if len(live) < len(logits.sample_reqs):
-                rows = rows.index_select(0, torch.tensor(live, device=rows.device))
+                rows = rows.index_select(0, to_device(live, torch.int64, rows.device))
             args = self.sampler.prepare(reqs)
             sampled = self.sampler.sample(rows, args)
             self.runner.builder.last_tokens.index_copy_(0, args.rows, sampled.token_ids)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from hinge.devices import to_device
+
 if TYPE_CHECKING:
     from hinge.engine.request import Request
 
@@ -87,9 +89,9 @@ class PenaltyCounts:
         self.counts[row] = 0
         ids = req.all_ids
         if ids:
-            self.seen[row, torch.tensor(ids, dtype=torch.int64, device=device)] = True
+            self.seen[row, to_device(ids, torch.int64, device)] = True
         if req.output_ids:
-            out = torch.tensor(req.output_ids, dtype=torch.int64, device=device)
+            out = to_device(req.output_ids, torch.int64, device)
             self.counts[row].index_add_(0, out, torch.ones(len(req.output_ids), device=device))
 
     def add(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -110,8 +112,7 @@ class Sampler:
     def prepare(self, reqs: list[Request]) -> SamplingArgs:
         ps = [r.params for r in reqs]
         greedy = [p.is_greedy for p in ps]
-        i64 = {"dtype": torch.int64, "device": self.device}
-        rows = torch.tensor([r.row for r in reqs], **i64) if reqs[0].row is not None else None
+        rows = to_device([r.row for r in reqs], torch.int64, self.device) if reqs[0].row is not None else None
         penalties, penalty_rows = self._prepare_penalties(reqs, rows)
         common = dict(greedy=greedy, penalties=penalties, rows=rows, penalty_rows=penalty_rows,
                       num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
@@ -119,14 +120,13 @@ class Sampler:
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
             return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
                                 generators=[None] * len(reqs), **common)
-        f32 = {"dtype": torch.float32, "device": self.device}
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
-            temperature=torch.tensor(temps, **f32).unsqueeze(1),
-            top_k=torch.tensor(top_k, **i64),
-            top_p=torch.tensor([p.top_p for p in ps], **f32),
-            min_p=torch.tensor([p.min_p for p in ps], **f32),
+            temperature=to_device(temps, torch.float32, self.device).unsqueeze(1),
+            top_k=to_device(top_k, torch.int64, self.device),
+            top_p=to_device([p.top_p for p in ps], torch.float32, self.device),
+            min_p=to_device([p.min_p for p in ps], torch.float32, self.device),
             generators=[r.generator for r in reqs],
             **common,
         )
@@ -141,11 +141,11 @@ class Sampler:
         for i in users:
             self.counts.ensure(reqs[i])
         ps = [r.params for r in reqs]
-        col = lambda xs: torch.tensor(xs, dtype=torch.float32, device=self.device).unsqueeze(1)  # noqa: E731
+        col = lambda xs: to_device(xs, torch.float32, self.device).unsqueeze(1)  # noqa: E731
         penalties = (self.counts.seen.index_select(0, rows), self.counts.counts.index_select(0, rows),
                      col([p.repetition_penalty for p in ps]), col([p.frequency_penalty for p in ps]),
                      col([p.presence_penalty for p in ps]))
-        return penalties, torch.tensor(users, dtype=torch.int64, device=self.device)
+        return penalties, to_device(users, torch.int64, self.device)
 
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
@@ -163,7 +163,7 @@ class Sampler:
         tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
         sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
         if sampled_rows:
-            idx = torch.tensor(sampled_rows, device=x.device)
+            idx = to_device(sampled_rows, torch.int64, x.device)
             probs = filtered_probs(finite(x[idx] / args.temperature[idx]), args.top_k[idx],
                                    args.top_p[idx], args.min_p[idx])
             for j, i in enumerate(sampled_rows):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hinge.devices import to_device
 from hinge.forward import PositionStates, RecurrentLayerSpec
 
 logger = logging.getLogger(__name__)
@@ -110,13 +111,13 @@ class StatePool:
         """Execute a step's planned moves: zero slots, then copy slots (one op per tensor each)."""
         device = self.conv[0].device if self.conv else None
         if moves.zero:
-            idx = torch.tensor(moves.zero, dtype=torch.int64, device=device)
+            idx = to_device(moves.zero, torch.int64, device)
             for t in (*self.conv, *self.ssm):
                 if t is not None:
                     t.index_fill_(0, idx, 0)
         if moves.copy:
-            src = torch.tensor([s for s, _ in moves.copy], dtype=torch.int64, device=device)
-            dst = torch.tensor([d for _, d in moves.copy], dtype=torch.int64, device=device)
+            src = to_device([s for s, _ in moves.copy], torch.int64, device)
+            dst = to_device([d for _, d in moves.copy], torch.int64, device)
             for t in (*self.conv, *self.ssm):
                 if t is not None:
                     t.index_copy_(0, dst, t.index_select(0, src))
