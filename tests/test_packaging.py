@@ -39,3 +39,19 @@ def test_the_builtin_plugin_is_attributed_to_the_hinge_llm_distribution():
 
     listing = get_plugin_manager(entry_points=[]).listing()
     assert (listing[0]["name"], listing[0]["distribution"]) == ("hinge", "hinge-llm")
+
+
+def test_builtins_come_in_through_hinges_own_entry_point_and_a_missing_one_says_how_to_fix(monkeypatch):
+    import pytest
+
+    from hinge.plugins import manager
+
+    ep = manager.builtin_entry_point()
+    assert (ep.group, ep.name, ep.value) == ("hinge.plugins", "hinge", "hinge.builtin.plugin")
+
+    def not_installed(name):
+        raise manager.md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(manager.md, "distribution", not_installed)
+    with pytest.raises(manager.PluginError, match=r"pip install -e \."):
+        manager.get_plugin_manager(entry_points=[])

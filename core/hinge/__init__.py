@@ -6,6 +6,7 @@ so importing hinge (for example from a plugin module) does not import torch or t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hinge.plugins.hookspecs import hookimpl
@@ -17,7 +18,18 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 #: The distribution name on the package index (``hinge`` there is an unrelated project).
 DISTRIBUTION = "hinge-llm"
-__all__ = ["LLM", "SamplingParams", "hookimpl"]
+
+
+def default_model_path() -> Path:
+    """Directory of the checkpoint shipped inside the package (config.json, weights, tokenizer)."""
+    path = Path(__file__).parent / "builtin" / "default_model"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"the embedded default model is missing: no config.json in {path}; reinstall hinge "
+            "or pass a model directory (--model PATH / LLM(model=PATH))"
+        )
+    return path
+__all__ = ["LLM", "SamplingParams", "default_model_path", "hookimpl"]
 
 _LAZY = {"LLM": "hinge.llm", "SamplingParams": "hinge.sampling_params"}
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
-from hinge.builtin.models import default_model_path, random_model_path
+from hinge import default_model_path
+from hinge.builtin.models import random_model_path
 
 __all__ = ["default_model_path", "random_model_path"]

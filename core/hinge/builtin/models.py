@@ -11,9 +11,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from hinge import default_model_path
 
 SEED = 1234
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -21,17 +22,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 0, 1, 2
 
 _random_model_dir: Path | None = None
-
-
-def default_model_path() -> Path:
-    """Directory of the checkpoint shipped inside the package (config.json, weights, tokenizer)."""
-    path = Path(str(resources.files("hinge.builtin").joinpath("default_model")))
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"the embedded default model is missing: no config.json in {path}; reinstall hinge "
-            "or pass a model directory (--model PATH / LLM(model=PATH))"
-        )
-    return path
 
 
 def seeded_float32(build: Callable[[], Any], seed: int) -> Any:
@@ -96,7 +86,7 @@ def random_model_path(directory: Path | None = None) -> Path:
     a temporary directory that is reused by later calls.
     """
     global _random_model_dir
-    tokenizer_dir = Path(str(resources.files("hinge.builtin").joinpath("default_model")))
+    tokenizer_dir = default_model_path()
     if directory is not None:
         return write_seeded_model(Path(directory), tokenizer_dir)
     if _random_model_dir is None or not (_random_model_dir / "config.json").is_file():

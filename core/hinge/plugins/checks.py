@@ -30,7 +30,7 @@ def model_dict(config: EngineConfig, model_info: Any) -> dict[str, Any]:
         if config.model is not None:
             path = Path(config.model)
         else:
-            from hinge.builtin import default_model_path
+            from hinge import default_model_path
 
             try:
                 path = Path(default_model_path())
@@ -62,25 +62,40 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def checkpoint_quant_methods(info: dict[str, Any]) -> set[str]:
-    """``quant_method`` / ``quant_algo`` values of a checkpoint, lowercase; empty = unquantized."""
+def quant_config_methods(quant_config: dict[str, Any] | None) -> set[str]:
+    """``quant_method`` / ``quant_algo`` values of one quantization dict, lowercase: config.json's
+    ``quantization_config`` or modelopt's ``hf_quant_config.json`` (which adds ``modelopt``)."""
     methods: set[str] = set()
-    qc = info.get("quantization_config")
-    if isinstance(qc, dict):
-        for key in ("quant_method", "quant_algo"):
-            if isinstance(qc.get(key), str):
-                methods.add(qc[key].lower())
-    modelopt = info.get("hf_quant_config")
+    if not isinstance(quant_config, dict):
+        return methods
+    for key in ("quant_method", "quant_algo"):
+        if isinstance(quant_config.get(key), str):
+            methods.add(quant_config[key].lower())
+    modelopt = quant_config.get("quantization")
     if isinstance(modelopt, dict):
         methods.add("modelopt")
-        algo = (modelopt.get("quantization") or {}).get("quant_algo")
-        if isinstance(algo, str):
-            methods.add(algo.lower())
+        if isinstance(modelopt.get("quant_algo"), str):
+            methods.add(modelopt["quant_algo"].lower())
     return methods
 
 
+def checkpoint_quant_methods(info: dict[str, Any]) -> set[str]:
+    """``quant_method`` / ``quant_algo`` values of a checkpoint, lowercase; empty = unquantized."""
+    return (quant_config_methods(info.get("quantization_config"))
+            | quant_config_methods(info.get("hf_quant_config")))
+
+
+def quantizer_claims(capabilities: Any, methods: set[str]) -> bool:
+    """THE rule for which quantizer loads a checkpoint (``quantizer = auto``, the model loader and
+    ``Quantizer.claims`` all ask it): an unquantized checkpoint (no methods) if the quantizer
+    declares ``claims_unquantized``, a quantized one if it declares one of its methods."""
+    if not methods:
+        return bool(capabilities.claims_unquantized)
+    return bool(methods & set(capabilities.checkpoint_methods))
+
+
 def resolve_quantizer_name(config: EngineConfig, pm: PluginManager, model_info: Any) -> str:
-    """``quantizer = auto``: the one quantizer whose ``checkpoint_methods`` claim the checkpoint,
+    """``quantizer = auto``: the one quantizer that claims the checkpoint (``quantizer_claims``),
     else ``none`` for an unquantized checkpoint."""
     from hinge.plugins.plan import PlanError
 
@@ -91,7 +106,7 @@ def resolve_quantizer_name(config: EngineConfig, pm: PluginManager, model_info: 
         return "none"
     claimants = sorted(
         name for name, rec in pm.components["quantizer"].items()
-        if methods & set(rec.spec.capabilities.checkpoint_methods)
+        if quantizer_claims(rec.spec.capabilities, methods)
     )
     if len(claimants) == 1:
         return claimants[0]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from hinge import DISTRIBUTION
 from hinge.plugins import hookspecs
 from hinge.plugins.records import ComponentRecord, PluginRecord, normalize_name
 from hinge.plugins.specs import KIND_LABELS, SPEC_TYPES
@@ -55,16 +56,18 @@ class PluginManager(pluggy.PluginManager):
     # -- loading ------------------------------------------------------------------------------
 
     def load_builtins(self) -> None:
-        from hinge import DISTRIBUTION
-        from hinge.builtin import plugin as builtin_plugin
-
-        self._register_module(builtin_plugin, BUILTIN_PLUGIN, DISTRIBUTION, _version(DISTRIBUTION))
+        """Register hinge's own components: the entry point ``hinge`` of hinge's distribution in
+        the group ``hinge.plugins`` (the plugin system itself imports no component)."""
+        ep = builtin_entry_point()
+        self._register_module(ep.load(), BUILTIN_PLUGIN, DISTRIBUTION, _version(DISTRIBUTION))
 
     def load_entry_points(self, entry_points: Iterable[Any] | None = None) -> None:
         """Load every entry point of ``hinge.plugins`` (or the given ones), one ``try`` each."""
         if entry_points is None:
             entry_points = md.entry_points(group=ENTRY_POINT_GROUP)
         for ep in sorted(entry_points, key=lambda e: e.name):
+            if _is_builtin(ep):
+                continue  # loaded by load_builtins, whatever the allow and block lists say
             self._load_entry_point(ep)
 
     def _load_entry_point(self, ep: Any) -> None:
@@ -258,6 +261,26 @@ def _conflict_text(slot: str, name: str, clash: list[ComponentRecord]) -> str:
     times = "twice" if len(owners) == 2 else f"{len(owners)} times"
     return (f"{KIND_LABELS[slot]} {name!r} registered {times}: by "
             + ", ".join(owners[:-1]) + f" and by {owners[-1]}")
+
+
+def _is_builtin(ep: Any) -> bool:
+    dist = getattr(ep, "dist", None)
+    return ep.name == BUILTIN_PLUGIN and dist is not None and dist.name == DISTRIBUTION
+
+
+def builtin_entry_point() -> Any:
+    """The installed entry point of hinge's built-in components, or an error saying how to fix."""
+    try:
+        eps = md.distribution(DISTRIBUTION).entry_points
+    except md.PackageNotFoundError:
+        eps = []
+    for ep in eps:
+        if ep.group == ENTRY_POINT_GROUP and ep.name == BUILTIN_PLUGIN:
+            return ep
+    raise PluginError(
+        f"hinge's built-in components are not registered: no entry point {BUILTIN_PLUGIN!r} of "
+        f"the distribution {DISTRIBUTION!r} in the group {ENTRY_POINT_GROUP!r}; install hinge "
+        "with pip (`pip install -e .` in a checkout) so its entry points exist")
 
 
 def _version(dist: str) -> str | None:
