@@ -109,32 +109,204 @@ class AttentionBackend(ABC):
 # ---------------------------------------------------------------------------------------------
 
 
-class Quantizer(ABC):
-    """Owns how linear layers store and apply their weights.
+__all__ += ["LinearSpec", "MoESpec"]
 
-    The model builds every linear layer through ``create_weights``; the loader copies checkpoint
-    tensors into the parameters it created (by name), then calls ``process_weights_after_loading``.
+PARALLEL_STYLES = ("replicated", "column", "row")  #: how a linear layer is split over ranks
+
+
+@dataclass(frozen=True)
+class LinearSpec:
+    """One linear layer as the model builds it: what ``Quantizer.create_weights`` is told.
+
+    A fused layer (``qkv_proj``, ``gate_up_proj``) is several checkpoint linears stacked along the
+    output, computed as one GEMM: partition ``i`` has ``output_sizes[i]`` rows and is read from the
+    checkpoint tensors named ``shard_names[i]`` (+ ``.weight``, ``.bias``, ``.weight_scale``, ...),
+    loaded with ``shard_id = i``. Sizes are the full, unsharded ones. Under tensor parallelism a
+    ``column`` layer keeps ``1 / world_size`` of every partition's rows, a ``row`` layer
+    ``1 / world_size`` of the input columns (and its bias on rank 0 only, so the sum over ranks
+    adds it once); ``replicated`` layers are whole on every rank.
+    """
+
+    prefix: str  #: the layer's module name: its parameters are ``{prefix}.{name}``
+    input_size: int
+    output_sizes: tuple[int, ...]
+    shard_names: tuple[str, ...]  #: the checkpoint name of each partition (model namespace)
+    bias: bool
+    dtype: torch.dtype  #: the model dtype (activations, and plain weights)
+    parallel: str = "replicated"  #: one of ``PARALLEL_STYLES``
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        if len(self.output_sizes) != len(self.shard_names) or not self.output_sizes:
+            raise ValueError(f"linear {self.prefix!r}: {len(self.output_sizes)} output sizes for "
+                             f"{len(self.shard_names)} checkpoint names; give one size per name")
+        if self.parallel not in PARALLEL_STYLES:
+            raise ValueError(f"linear {self.prefix!r}: parallel={self.parallel!r}; use one of "
+                             f"{', '.join(PARALLEL_STYLES)}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"linear {self.prefix!r}: rank {self.rank} is not in 0..{self.world_size - 1}")
+        split = {"column": self.output_sizes, "row": (self.input_size,)}.get(self.parallel, ())
+        bad = [s for s in split if s % self.world_size]
+        if bad:
+            raise ValueError(f"linear {self.prefix!r}: size {bad[0]} does not split into world_size="
+                             f"{self.world_size} equal parts ({self.parallel}-parallel)")
+
+    @property
+    def output_size(self) -> int:
+        return sum(self.output_sizes)
+
+    @property
+    def input_size_per_partition(self) -> int:
+        """This rank's input features (what ``apply`` receives)."""
+        return self.input_size // self.world_size if self.parallel == "row" else self.input_size
+
+    @property
+    def output_sizes_per_partition(self) -> tuple[int, ...]:
+        """This rank's rows of each partition, in order."""
+        if self.parallel == "column":
+            return tuple(s // self.world_size for s in self.output_sizes)
+        return self.output_sizes
+
+    @property
+    def output_size_per_partition(self) -> int:
+        """This rank's output features (what ``apply`` returns)."""
+        return sum(self.output_sizes_per_partition)
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """The experts of one sparse MoE block, created, loaded and applied as one set.
+
+    Parameters are stacked over experts and named ``w13_*`` (gate and up, stacked along the
+    output: ``w13_weight`` is (E, 2 I, H), gate rows first) and ``w2_*`` (down: ``w2_weight`` is
+    (E, H, I)). Checkpoint tensor ``{checkpoint_prefix}.{e}.{gate_name}.{x}`` loads into
+    ``w13_{x}`` with ``shard_id="w1"``, ``{up_name}`` into ``w13_{x}`` with ``"w3"``, and
+    ``{down_name}`` into ``w2_{x}`` with ``"w2"``, each with ``expert_id=e``. Under tensor
+    parallelism every expert keeps ``1 / world_size`` of its intermediate size (w13 by rows, w2
+    by columns).
+    """
+
+    prefix: str  #: module name of the expert set: its parameters are ``{prefix}.w13_weight``, ...
+    num_experts: int
+    hidden_size: int
+    intermediate_size: int  #: per expert, full (unsharded)
+    top_k: int
+    dtype: torch.dtype
+    activation: str = "silu"  #: applied to the gate half: ``act(x W1^T) * (x W3^T)``
+    checkpoint_prefix: str = ""  #: ``""`` = ``prefix``
+    gate_name: str = "gate_proj"
+    up_name: str = "up_proj"
+    down_name: str = "down_proj"
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.num_experts:
+            raise ValueError(f"experts {self.prefix!r}: top_k={self.top_k} must be in 1..{self.num_experts}")
+        if not 0 <= self.rank < self.world_size or self.intermediate_size % self.world_size:
+            raise ValueError(f"experts {self.prefix!r}: intermediate size {self.intermediate_size} does not "
+                             f"split into world_size={self.world_size} parts (rank {self.rank})")
+
+    @property
+    def intermediate_size_per_partition(self) -> int:
+        return self.intermediate_size // self.world_size
+
+    def checkpoint_name(self, expert_id: int, shard_id: str) -> str:
+        """The checkpoint prefix of one expert's projection: shard ``w1`` (gate), ``w3`` (up), ``w2`` (down)."""
+        proj = {"w1": self.gate_name, "w3": self.up_name, "w2": self.down_name}[shard_id]
+        return f"{self.checkpoint_prefix or self.prefix}.{expert_id}.{proj}"
+
+
+class Quantizer(ABC):
+    """Owns how linear layers and MoE experts store and apply their weights.
+
+    - **Build.** The model creates every linear layer through ``create_weights(layer, spec)`` and
+      every expert set through ``create_moe_weights(layer, spec)``. Each parameter (or persistent
+      buffer) it registers carries a ``weight_loader`` attribute: ``(param, tensor, shard_id)`` for
+      linears, ``(param, tensor, shard_id, expert_id)`` for experts. ``hinge.layers.weights`` has the
+      generic ones (``linear_parameter``, ``linear_bias``, ``moe_parameter``): they place a
+      partition's rows and cut this rank's shard, given the tensor's ``output_dim`` / ``input_dim``.
+      A parameter without ``weight_loader`` is copied whole (unfused, unsharded layers only).
+    - **Load.** For each checkpoint tensor the loader maps its name (the model's
+      ``checkpoint_param_name``, then ``map_checkpoint_name`` below), finds the parameter and calls
+      its ``weight_loader``. Every parameter and persistent buffer must receive its tensors: the
+      loader names missing, unexpected and mis-shaped tensors.
+    - **After loading**, ``process_weights_after_loading(layer)`` once per linear (a fused layer
+      is one call that sees all its partitions) and ``process_moe_weights_after_loading(layer)``
+      once per expert set: repack, transpose, fold scales.
+    - **Run.** ``apply`` / ``apply_moe`` every step; graph-safe (no host syncs, static shapes).
+
+    Which checkpoints a quantizer loads is declared, not coded: ``capabilities.checkpoint_methods``
+    and ``claims_unquantized``, read by one rule (``hinge.plugins.checks.quantizer_claims``) that
+    both ``quantizer = auto`` and the model loader use.
     """
 
     capabilities: QuantizerCapabilities
+    #: batch-invariant results requested (``BuildContext.deterministic``); the default MoE path reads it
+    deterministic: bool = False
 
     def claims(self, quant_config: dict | None) -> bool:
-        """Whether this quantizer can load a checkpoint with this ``quantization_config``."""
-        return quant_config is None
+        """Whether this quantizer loads a checkpoint with this ``quantization_config`` (or modelopt
+        ``hf_quant_config.json`` dict; None = unquantized). Decided by the declared capabilities;
+        hinge does not call an override of this method."""
+        from hinge.plugins.checks import quant_config_methods, quantizer_claims
+
+        return quantizer_claims(self.capabilities, quant_config_methods(quant_config))
 
     @abstractmethod
-    def create_weights(
-        self, layer: nn.Module, in_features: int, out_features: int, bias: bool, dtype: torch.dtype
-    ) -> None:
-        """Register the parameters (at least ``weight``, plus ``bias`` when asked) on ``layer``."""
+    def create_weights(self, layer: nn.Module, spec: LinearSpec) -> None:
+        """Register on ``layer`` the parameters of ``spec`` for this rank: at least what ``apply``
+        reads, ``bias`` (``spec.output_size_per_partition``) when ``spec.bias``, else ``bias = None``.
+        Each carries its ``weight_loader``; nothing is filled yet (the loader does that)."""
+
+    def map_checkpoint_name(self, name: str) -> str | None:
+        """Rename a checkpoint tensor (after the model's own mapping), or None to ignore it.
+
+        For tensors the format stores but this quantizer does not use, e.g. KV-cache scales
+        (``*.k_proj.k_scale``) or, renamed, tensors whose names differ from the parameter names.
+        Default: every name as is."""
+        return name
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
-        """Repack or convert loaded weights. Called once per layer after all weights load."""
+        """Repack or convert a linear layer's loaded weights (all partitions). Called once per layer."""
         return None  # optional: plain weights need nothing
 
     @abstractmethod
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., in_features) -> (..., out_features), bias included. Graph-safe."""
+        """``x`` (..., spec.input_size_per_partition) -> (..., spec.output_size_per_partition), bias
+        included (partitions side by side in ``spec.output_sizes`` order). Graph-safe."""
+
+    # -- mixture of experts: all experts of a block at once --------------------------------------
+
+    def create_moe_weights(self, layer: nn.Module, spec: MoESpec) -> None:
+        """Register the stacked expert parameters (``w13_*``, ``w2_*``; see ``MoESpec``) on ``layer``.
+
+        Default: unquantized ``w13_weight`` (E, 2 I, H) and ``w2_weight`` (E, H, I) in ``spec.dtype``.
+        """
+        from hinge.layers.fused_moe import create_unquantized_moe_weights
+
+        create_unquantized_moe_weights(layer, spec)
+
+    def process_moe_weights_after_loading(self, layer: nn.Module) -> None:
+        """Repack the loaded expert weights. Called once per expert set."""
+        return None
+
+    def apply_moe(self, layer: nn.Module, x: torch.Tensor, topk_ids: torch.Tensor,
+                  topk_weights: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum: ``out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t])``.
+
+        :param x: (T, H) in the model dtype.
+        :param topk_ids: (T, k) int64 expert ids, distinct per row.
+        :param topk_weights: (T, k) routing weights in ``x``'s dtype.
+        :returns: (T, H). With ``deterministic``, each row's terms are summed in ascending expert
+            order and a row's result does not depend on the other rows. Graph-safe on CUDA (no
+            host syncs). Default: the unquantized grouped GEMM of ``hinge.layers.fused_moe``.
+        """
+        from hinge.layers.fused_moe import fused_experts
+
+        return fused_experts(x, layer.w13_weight, layer.w2_weight, topk_ids, topk_weights,
+                             activation=layer.spec.activation, deterministic=self.deterministic)
 
 
 # ---------------------------------------------------------------------------------------------

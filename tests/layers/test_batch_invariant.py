@@ -67,9 +67,8 @@ def test_leading_dims_and_empty_input_keep_their_shape():
 @pytest.mark.parametrize("n,offset", SIZES_AND_OFFSETS)
 def test_gated_activation_row_bit_identical_alone_and_in_any_batch(n, offset):
     gate, up = rows(1, 40, 16), rows(1, 40, 17)
-    alone = batch_invariant.gated_activation(gate, up, F.silu)
-    inside = batch_invariant.gated_activation(
-        embed(gate[0], n, offset, 18 + n), embed(up[0], n, offset, 19 + n), F.silu
-    )[offset : offset + 1]
+    alone = batch_invariant.gated_activation(torch.cat([gate, up], dim=-1), F.silu)
+    fused = torch.cat([embed(gate[0], n, offset, 18 + n), embed(up[0], n, offset, 19 + n)], dim=-1)
+    inside = batch_invariant.gated_activation(fused, F.silu)[offset : offset + 1]
     assert torch.equal(alone, inside)
     torch.testing.assert_close(alone, F.silu(gate) * up)

@@ -110,6 +110,44 @@ def test_shape_mismatch_names_tensor_and_both_shapes(ckpt):
         load_hinge(ckpt)
 
 
+def test_a_mis_shaped_partition_of_a_fused_layer_names_the_checkpoint_tensor(ckpt):
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.layers.0.self_attn.k_proj.weight"] = torch.zeros(31, 64)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"tensor model.layers.0.self_attn.k_proj.weight has shape \(31, 64\), "
+                       r"the model expects \(32, 64\) for model.layers.0.self_attn.qkv_proj.weight \(partition 1\)"):
+        load_hinge(ckpt)
+
+
+@pytest.fixture
+def moe_ckpt(tiny_checkpoint, tmp_path):
+    dst = tmp_path / "moe"
+    shutil.copytree(tiny_checkpoint("qwen3_moe"), dst)
+    return dst
+
+
+def test_missing_and_mis_shaped_expert_tensors_are_named_per_expert(moe_ckpt):
+    tensors = load_file(moe_ckpt / "model.safetensors")
+    del tensors["model.layers.2.mlp.experts.3.up_proj.weight"]
+    save_file(tensors, moe_ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="missing from the checkpoint.*model.layers.2.mlp.experts.3.up_proj.weight"):
+        load_hinge(moe_ckpt)
+    tensors["model.layers.2.mlp.experts.3.up_proj.weight"] = torch.zeros(32, 64)
+    tensors["model.layers.0.mlp.experts.5.down_proj.weight"] = torch.zeros(64, 31)
+    save_file(tensors, moe_ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"tensor model.layers.0.mlp.experts.5.down_proj.weight has shape \(64, 31\), "
+                       r"the model expects \(64, 32\) for model.layers.0.mlp.experts.w2_weight \(partition w2, expert 5\)"):
+        load_hinge(moe_ckpt)
+
+
+def test_an_expert_beyond_num_experts_is_unexpected(moe_ckpt):
+    tensors = load_file(moe_ckpt / "model.safetensors")
+    tensors["model.layers.0.mlp.experts.8.gate_proj.weight"] = torch.zeros(32, 64)
+    save_file(tensors, moe_ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="unexpected in the checkpoint.*experts.8.gate_proj.weight"):
+        load_hinge(moe_ckpt)
+
+
 def test_tied_embeddings_share_one_parameter(tiny_checkpoint):
     model = load_hinge(tiny_checkpoint("qwen3"))
     assert model.config.tie_word_embeddings
@@ -129,26 +167,36 @@ def test_progress_bar_is_shown_only_when_asked(tiny_checkpoint, capsys):
 class RecordingQuantizer(NoQuantizer):
     def __init__(self):
         super().__init__(None, build_context())
-        self.created, self.processed = [], []
+        self.created, self.processed, self.experts = [], [], []
 
-    def create_weights(self, layer, in_features, out_features, bias, dtype):
-        self.created.append(layer.prefix)
-        super().create_weights(layer, in_features, out_features, bias, dtype)
+    def create_weights(self, layer, spec):
+        self.created.append(spec)
+        super().create_weights(layer, spec)
 
     def process_weights_after_loading(self, layer):
         assert not torch.isnan(layer.weight).any(), f"{layer.prefix} processed before loading"
         self.processed.append(layer.prefix)
 
+    def process_moe_weights_after_loading(self, layer):
+        assert not torch.isnan(layer.w13_weight).any(), f"{layer.spec.prefix} processed before loading"
+        self.experts.append(layer.spec.prefix)
 
-def test_quantizer_creates_and_post_processes_every_linear_after_loading(tiny_checkpoint):
+
+def test_quantizer_creates_and_post_processes_every_linear_and_expert_set_after_loading(tiny_checkpoint):
     quantizer = RecordingQuantizer()
     model = load_model(
         tiny_checkpoint("qwen3_moe"), device="cpu", dtype=torch.float32, quantizer=quantizer, progress=False
     )
     linears = [m.prefix for m in model.modules() if isinstance(m, Linear)]
-    assert sorted(quantizer.created) == sorted(linears) == sorted(quantizer.processed)
-    assert "model.layers.0.mlp.experts.7.down_proj" in linears  # prefixes are checkpoint names
-    assert "model.layers.1.mlp.gate_proj" in linears  # mlp_only_layers=[1] keeps a dense MLP
+    assert sorted(s.prefix for s in quantizer.created) == sorted(linears) == sorted(quantizer.processed)
+    assert quantizer.experts == ["model.layers.0.mlp.experts", "model.layers.2.mlp.experts"]
+    specs = {s.prefix: s for s in quantizer.created}
+    qkv = specs["model.layers.0.self_attn.qkv_proj"]  # q | k | v: one GEMM, checkpoint names kept
+    assert qkv.output_sizes == (64, 32, 32) and qkv.parallel == "column"
+    assert qkv.shard_names == tuple(f"model.layers.0.self_attn.{n}_proj" for n in "qkv")
+    gate_up = specs["model.layers.1.mlp.gate_up_proj"]  # mlp_only_layers=[1] keeps a dense MLP
+    assert gate_up.shard_names == ("model.layers.1.mlp.gate_proj", "model.layers.1.mlp.up_proj")
+    assert specs["model.layers.1.mlp.down_proj"].parallel == "row"
 
 
 def test_loads_in_bfloat16_when_asked(tiny_checkpoint):
@@ -170,27 +218,51 @@ def test_config_reads_eos_from_generation_config(ckpt):
 
 
 class ScaleBufferQuantizer(NoQuantizer):
-    """Registers a persistent buffer per linear and ignores checkpoint tensors named ``*.k_scale``."""
+    """A persistent buffer per linear with one scale per partition (its own weight loader), and
+    KV-cache scales (``*.k_scale``) ignored through the declared ``map_checkpoint_name``."""
 
-    def create_weights(self, layer, in_features, out_features, bias, dtype):
-        super().create_weights(layer, in_features, out_features, bias, dtype)
-        layer.register_buffer("weight_scale", torch.full((1,), float("nan")))
+    def create_weights(self, layer, spec):
+        super().create_weights(layer, spec)
+        layer.register_buffer("weight_scale", torch.full((len(spec.output_sizes),), float("nan")))
 
-    def checkpoint_param_name(self, name):
+        def load(param, tensor, shard_id):
+            param.data[shard_id] = tensor[0]
+
+        layer.weight_scale.weight_loader = load
+
+    def map_checkpoint_name(self, name):
         return None if name.endswith(".k_scale") else name
 
 
-def test_quantizer_buffers_load_and_quantizer_may_ignore_tensors(ckpt):
+def test_quantizer_buffers_load_per_partition_and_quantizer_may_ignore_tensors(ckpt):
     tensors = load_file(ckpt / "model.safetensors")
-    linears = {k.removesuffix(".weight") for k in tensors if "proj.weight" in k}
-    for i, name in enumerate(sorted(linears)):
+    linears = sorted(k.removesuffix(".weight") for k in tensors if "proj.weight" in k)
+    for i, name in enumerate(linears):
         tensors[f"{name}.weight_scale"] = torch.tensor([float(i)])
     tensors["model.layers.0.self_attn.k_proj.k_scale"] = torch.tensor(1.0)
     save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
     model = load_model(ckpt, device="cpu", dtype=torch.float32,
                        quantizer=ScaleBufferQuantizer(None, build_context()), progress=False)
-    scales = {m.prefix: float(m.weight_scale) for m in model.modules() if isinstance(m, Linear)}
-    assert scales == {name: float(i) for i, name in enumerate(sorted(linears))}
+    scales = {}
+    for m in model.modules():
+        if isinstance(m, Linear):
+            scales.update(zip(m.spec.shard_names, m.weight_scale.tolist(), strict=True))
+    assert scales == {name: float(i) for i, name in enumerate(linears)}
+
+
+def test_a_quantizer_without_the_declared_hook_cannot_ignore_tensors(ckpt):
+    """The loader calls only declared hooks: an undeclared ``checkpoint_param_name`` is not asked."""
+
+    class Undeclared(NoQuantizer):
+        def checkpoint_param_name(self, name):
+            return None
+
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.layers.0.self_attn.k_proj.k_scale"] = torch.tensor(1.0)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="unexpected.*k_proj.k_scale"):
+        load_model(ckpt, device="cpu", dtype=torch.float32, quantizer=Undeclared(None, build_context()),
+                   progress=False)
 
 
 def test_quantized_checkpoint_is_refused_by_the_none_quantizer(ckpt):

@@ -74,16 +74,15 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def gated_activation(
-    gate: torch.Tensor, up: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]
+    gate_up: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
-    """``act(gate) * up`` in 16-row blocks.
+    """``act(gate) * up`` of a fused ``[gate | up]`` (..., 2 I) -> (..., I), in 16-row blocks.
 
     NOTE: element-wise transcendental ops are not position-free on CPU: torch runs the vectorized
     body and a scalar tail with different rounding, and where the tail falls depends on the size.
     """
-    width = gate.shape[-1]
-    both = torch.cat([gate, up], dim=-1)
-    return _blockwise(both, lambda blk: act(blk[:, :width]) * blk[:, width:])
+    width = gate_up.shape[-1] // 2
+    return _blockwise(gate_up, lambda blk: act(blk[:, :width]) * blk[:, width:])
 
 
 def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:

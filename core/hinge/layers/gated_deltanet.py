@@ -5,7 +5,7 @@
 
 The two checkpoint layouts differ only in the projections: Qwen3.5 has ``in_proj_qkv``,
 ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fuses them per key-head group into
-``in_proj_qkvz`` and ``in_proj_ba``. Each request reads its state slot (``ctx.batch.state_slots``)
+``in_proj_qkvz`` and ``in_proj_ba``. Either way they load into one ``in_proj`` (one GEMM). Each request reads its state slot (``ctx.batch.state_slots``)
 from ``ctx.states``; a request with no prefix starts from zeros; the final state is written back,
 and with ``track_states`` the state after every row goes to ``ctx.position_states``.
 """
@@ -82,16 +82,17 @@ class GatedDeltaNet(nn.Module):
         hidden = cfg.hidden_size
         lin = dict(quantizer=quantizer, dtype=dtype)
         if layout == "qwen3_5":
-            self.in_proj_qkv = Linear(hidden, self.conv_dim, False, prefix=f"{prefix}.in_proj_qkv", **lin)
-            self.in_proj_z = Linear(hidden, self.value_dim, False, prefix=f"{prefix}.in_proj_z", **lin)
-            self.in_proj_b = Linear(hidden, self.num_v_heads, False, prefix=f"{prefix}.in_proj_b", **lin)
-            self.in_proj_a = Linear(hidden, self.num_v_heads, False, prefix=f"{prefix}.in_proj_a", **lin)
+            names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+            sizes: tuple[int, ...] = (self.conv_dim, self.value_dim, self.num_v_heads, self.num_v_heads)
         elif layout == "qwen3_next":
-            qkvz = 2 * self.key_dim + 2 * self.value_dim
-            self.in_proj_qkvz = Linear(hidden, qkvz, False, prefix=f"{prefix}.in_proj_qkvz", **lin)
-            self.in_proj_ba = Linear(hidden, 2 * self.num_v_heads, False, prefix=f"{prefix}.in_proj_ba", **lin)
+            names = ("in_proj_qkvz", "in_proj_ba")
+            sizes = (2 * self.key_dim + 2 * self.value_dim, 2 * self.num_v_heads)
         else:
             raise ValueError(f"gated DeltaNet layout {layout!r} is unknown; use 'qwen3_5' or 'qwen3_next'")
+        # NOTE: replicated under tensor parallelism (heads are not split yet)
+        self.in_proj = Linear(hidden, sizes, False, prefix=f"{prefix}.in_proj",
+                              shard_names=tuple(f"{prefix}.{n}" for n in names), **lin)
+        self.in_sizes = list(sizes)
         kernel = cfg.linear_conv_kernel_dim
         self.conv1d = DepthwiseConv(self.conv_dim, kernel, False, dtype)
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads, dtype=dtype), requires_grad=False)
@@ -106,15 +107,16 @@ class GatedDeltaNet(nn.Module):
     def project(self, h: torch.Tensor):
         """(T, hidden) -> mixed qkv (T, conv_dim), z (T, Hv, Dv), b (T, Hv), a (T, Hv)."""
         t = h.shape[0]
+        parts = self.in_proj(h).split(self.in_sizes, dim=-1)
         if self.layout == "qwen3_5":
-            z = self.in_proj_z(h).view(t, self.num_v_heads, self.head_v_dim)
-            return self.in_proj_qkv(h), z, self.in_proj_b(h), self.in_proj_a(h)
+            mixed, z, b, a = parts
+            return mixed, z.reshape(t, self.num_v_heads, self.head_v_dim), b, a
         # qwen3_next: per key head [q | k | v (r heads) | z (r heads)], then [b (r) | a (r)]
         r = self.num_v_heads // self.num_k_heads
-        qkvz = self.in_proj_qkvz(h).view(t, self.num_k_heads, -1)
+        qkvz = parts[0].reshape(t, self.num_k_heads, -1)
         dk, dvr = self.head_k_dim, r * self.head_v_dim
         q, k, v, z = torch.split(qkvz, [dk, dk, dvr, dvr], dim=-1)
-        b, a = torch.split(self.in_proj_ba(h).view(t, self.num_k_heads, 2 * r), [r, r], dim=-1)
+        b, a = torch.split(parts[1].reshape(t, self.num_k_heads, 2 * r), [r, r], dim=-1)
         mixed = torch.cat([q.reshape(t, -1), k.reshape(t, -1), v.reshape(t, -1)], dim=-1)
         z = z.reshape(t, self.num_v_heads, self.head_v_dim)
         return mixed, z, b.reshape(t, self.num_v_heads), a.reshape(t, self.num_v_heads)

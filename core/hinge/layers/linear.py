@@ -1,71 +1,123 @@
-"""Linear layers whose weights and matmul belong to the quantizer (``hinge.contracts.Quantizer``)."""
+"""Linear layers whose weights and matmul belong to the quantizer (``hinge.contracts.Quantizer``).
+
+A ``Linear`` is described by a ``LinearSpec``: one GEMM over one or more checkpoint linears
+stacked along the output (``qkv_proj`` = q_proj | k_proj | v_proj, ``gate_up_proj`` = gate_proj |
+up_proj), split over tensor-parallel ranks by column or row. The model loader reads its
+``checkpoint_routes``: which checkpoint tensor loads into which parameter, as which partition.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from hinge.layers import batch_invariant
-from hinge.layers.activation import get_activation
+from hinge.contracts import LinearSpec
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
 
 
-class Linear(nn.Module):
-    """``y = x W^T (+ b)`` with parameters created by ``quantizer.create_weights``.
+@dataclass(frozen=True)
+class TensorParallel:
+    """This process's place in a tensor-parallel group (``BuildContext.rank`` / ``world_size``)."""
 
-    ``prefix`` is the layer's checkpoint name (``model.layers.0.self_attn.q_proj``), set before
-    ``create_weights`` runs so a quantizer can tell layers apart (e.g. excluded modules).
+    rank: int = 0
+    world_size: int = 1
+
+    def split(self, size: int, what: str) -> int:
+        """``size // world_size``; a clear error when ``what`` (e.g. a config field) does not split."""
+        if size % self.world_size:
+            raise ValueError(f"{what} = {size} does not split over tensor-parallel world_size "
+                             f"{self.world_size}; choose a world size that divides it")
+        return size // self.world_size
+
+
+SINGLE = TensorParallel()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one checkpoint tensor goes: a parameter (full name), a partition, an expert."""
+
+    param: str
+    shard_id: int | str | None = None
+    expert_id: int | None = None
+
+
+def join(module_name: str, name: str) -> str:
+    """A tensor's full name under ``module_name`` (the root module has the empty name)."""
+    return f"{module_name}.{name}" if module_name else name
+
+
+def loadable(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A module's own parameters and persistent buffers (not its children's)."""
+    out = dict(module.named_parameters(recurse=False))
+    out.update((name, buf) for name, buf in module.named_buffers(recurse=False)
+               if name not in module._non_persistent_buffers_set)
+    return out
+
+
+class Linear(nn.Module):
+    """``y = x W^T (+ b)`` over a ``LinearSpec``; ``quantizer.create_weights`` makes the parameters.
+
+    ``Linear(in, out, bias, quantizer, dtype, prefix)`` is one replicated checkpoint linear;
+    ``output_sizes`` (a sequence) with ``shard_names`` fuses several, ``parallel`` and ``tp``
+    split it over ranks. ``prefix`` is the module name; partitions default to it as their
+    checkpoint name.
     """
 
     def __init__(
         self,
         in_features: int,
-        out_features: int,
+        out_features: int | Sequence[int],
         bias: bool,
         quantizer: Quantizer,
         dtype: torch.dtype,
         prefix: str = "",
+        *,
+        shard_names: Sequence[str] | None = None,
+        parallel: str = "replicated",
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
-        self.in_features = in_features
-        self.out_features = out_features
+        sizes = (out_features,) if isinstance(out_features, int) else tuple(out_features)
+        spec = LinearSpec(
+            prefix=prefix, input_size=in_features, output_sizes=sizes,
+            shard_names=tuple(shard_names) if shard_names is not None else (prefix,) * len(sizes),
+            bias=bias, dtype=dtype, parallel=parallel, rank=tp.rank, world_size=tp.world_size,
+        )
+        self.spec = spec
         self.prefix = prefix
+        self.in_features = spec.input_size_per_partition
+        self.out_features = spec.output_size_per_partition
         self.quantizer = quantizer
-        quantizer.create_weights(self, in_features, out_features, bias, dtype)
+        quantizer.create_weights(self, spec)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.quantizer.apply(self, x)
 
+    def checkpoint_routes(self, module_name: str) -> dict[str, Route]:
+        """``{checkpoint tensor name: Route}`` for every tensor the quantizer registered: tensor
+        ``{shard_names[i]}.{name}`` loads into ``{module_name}.{name}`` as partition ``i``."""
+        spec, routes = self.spec, {}
+        for name, tensor in loadable(self).items():
+            if getattr(tensor, "weight_loader", None) is None and (
+                len(spec.output_sizes) > 1 or spec.world_size > 1
+            ):
+                raise ValueError(
+                    f"{module_name}.{name} has no weight_loader, but {module_name} is fused or sharded: "
+                    f"{type(self.quantizer).__name__}.create_weights must attach one "
+                    "(hinge.layers.weights.linear_parameter)"
+                )
+            for shard_id, shard_name in enumerate(spec.shard_names):
+                routes[f"{shard_name}.{name}"] = Route(join(module_name, name), shard_id)
+        return routes
+
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, prefix={self.prefix!r}"
-
-
-class GatedMLP(nn.Module):
-    """``down(act(gate(x)) * up(x))``, the SwiGLU MLP of Llama and Qwen (HF names kept)."""
-
-    def __init__(
-        self,
-        hidden_size: int,
-        intermediate_size: int,
-        hidden_act: str,
-        quantizer: Quantizer,
-        dtype: torch.dtype,
-        prefix: str = "",
-        bias: bool = False,
-        deterministic: bool = False,
-    ) -> None:
-        super().__init__()
-        self.deterministic = deterministic
-        self.gate_proj = Linear(hidden_size, intermediate_size, bias, quantizer, dtype, f"{prefix}.gate_proj")
-        self.up_proj = Linear(hidden_size, intermediate_size, bias, quantizer, dtype, f"{prefix}.up_proj")
-        self.down_proj = Linear(intermediate_size, hidden_size, bias, quantizer, dtype, f"{prefix}.down_proj")
-        self.act = get_activation(hidden_act)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.deterministic:
-            return self.down_proj(batch_invariant.gated_activation(self.gate_proj(x), self.up_proj(x), self.act))
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        parts = f", partitions={self.spec.output_sizes}" if len(self.spec.output_sizes) > 1 else ""
+        tp = f", {self.spec.parallel} {self.spec.rank}/{self.spec.world_size}" if self.spec.world_size > 1 else ""
+        return f"in={self.in_features}, out={self.out_features}{parts}{tp}, prefix={self.prefix!r}"

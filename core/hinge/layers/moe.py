@@ -1,9 +1,12 @@
-"""Sparse mixture-of-experts block (Qwen3-MoE): top-k softmax routing over SwiGLU experts.
+"""Sparse mixture-of-experts block (Qwen3-MoE, Qwen3-Next): top-k softmax routing over SwiGLU
+experts that the quantizer owns as one set (``FusedMoE``: stacked ``w13`` / ``w2``).
 
-Experts are ordinary ``GatedMLP`` modules named as in HF checkpoints
-(``mlp.experts.{e}.gate_proj``), so their linears go through the quantizer like any other.
-The expert loop runs in ascending expert order, so a token's sum is accumulated in a fixed order;
-with ``deterministic`` the router uses the batch-invariant kernels too.
+    x -> gate (router, never quantized) -> softmax -> top-k (sorted by expert id)
+      -> experts(x, topk_ids, topk_weights) = Quantizer.apply_moe
+
+Routing stays on the device (no host sync). The top-k slots of a token are ordered by expert
+id, so ``apply_moe`` sums a token's terms in ascending expert order whatever else is in the
+batch; with ``deterministic`` the router uses the batch-invariant kernels too.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hinge.contracts import MoESpec
 from hinge.layers import batch_invariant
-from hinge.layers.linear import GatedMLP
+from hinge.layers.linear import SINGLE, Route, TensorParallel, join, loadable
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
+
+STACKED = {"w13_": ("w1", "w3"), "w2_": ("w2",)}  #: parameter-name prefix -> checkpoint shards
 
 
 class Router(nn.Module):
@@ -27,6 +33,44 @@ class Router(nn.Module):
     def __init__(self, num_experts: int, hidden_size: int, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(num_experts, hidden_size, dtype=dtype), requires_grad=False)
+
+
+class FusedMoE(nn.Module):
+    """All experts of a block; ``quantizer.create_moe_weights`` makes their stacked parameters."""
+
+    def __init__(self, spec: MoESpec, quantizer: Quantizer) -> None:
+        super().__init__()
+        self.spec = spec
+        self.quantizer = quantizer
+        quantizer.create_moe_weights(self, spec)
+
+    def forward(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        return self.quantizer.apply_moe(self, x, topk_ids, topk_weights)
+
+    def checkpoint_routes(self, module_name: str) -> dict[str, Route]:
+        """``{checkpoint tensor name: Route}``: ``experts.{e}.gate_proj.{x}`` -> ``w13_{x}`` shard
+        ``w1`` of expert ``e``, ``up_proj`` -> ``w3``, ``down_proj.{x}`` -> ``w2_{x}``. Parameters
+        named otherwise are loaded by their own name."""
+        routes: dict[str, Route] = {}
+        for name, tensor in loadable(self).items():
+            stacked = next((p for p in STACKED if name.startswith(p)), None)
+            if stacked is None:
+                continue
+            if getattr(tensor, "weight_loader", None) is None:
+                raise ValueError(
+                    f"{module_name}.{name} has no weight_loader: {type(self.quantizer).__name__}."
+                    "create_moe_weights must attach one (hinge.layers.weights.moe_parameter)"
+                )
+            suffix = name[len(stacked):]
+            for expert in range(self.spec.num_experts):
+                for shard in STACKED[stacked]:
+                    routes[f"{self.spec.checkpoint_name(expert, shard)}.{suffix}"] = Route(
+                        join(module_name, name), shard, expert)
+        return routes
+
+    def extra_repr(self) -> str:
+        s = self.spec
+        return f"experts={s.num_experts}, hidden={s.hidden_size}, intermediate={s.intermediate_size}, top_k={s.top_k}"
 
 
 class SparseMoeBlock(nn.Module):
@@ -43,6 +87,7 @@ class SparseMoeBlock(nn.Module):
         dtype: torch.dtype,
         deterministic: bool = False,
         prefix: str = "",
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
         if not 0 < top_k <= num_experts:
@@ -52,17 +97,16 @@ class SparseMoeBlock(nn.Module):
         self.norm_topk_prob = norm_topk_prob
         self.deterministic = deterministic
         self.gate = Router(num_experts, hidden_size, dtype)
-        self.experts = nn.ModuleList(
-            GatedMLP(
-                hidden_size, moe_intermediate_size, hidden_act, quantizer, dtype,
-                f"{prefix}.experts.{e}", deterministic=deterministic,
-            )
-            for e in range(num_experts)
+        spec = MoESpec(
+            prefix=f"{prefix}.experts", num_experts=num_experts, hidden_size=hidden_size,
+            intermediate_size=moe_intermediate_size, top_k=top_k, dtype=dtype, activation=hidden_act,
+            rank=tp.rank, world_size=tp.world_size,
         )
+        self.experts = FusedMoE(spec, quantizer)
 
     @classmethod
     def from_config(cls, cfg: Any, quantizer: Quantizer, dtype: torch.dtype, prefix: str, *,
-                    deterministic: bool = False, **extra: Any) -> SparseMoeBlock:
+                    deterministic: bool = False, tp: TensorParallel = SINGLE, **extra: Any) -> SparseMoeBlock:
         """The block a HF MoE config describes (``moe_intermediate_size``, ``num_experts``,
         ``num_experts_per_tok``, ``norm_topk_prob``, ``hidden_act``); ``extra`` goes to a subclass."""
         return cls(
@@ -76,11 +120,13 @@ class SparseMoeBlock(nn.Module):
             dtype=dtype,
             deterministic=deterministic,
             prefix=prefix,
+            tp=tp,
             **extra,
         )
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(T, hidden) -> top-k weights (T, k) in x's dtype and expert ids (T, k)."""
+        """(T, hidden) -> top-k weights (T, k) in x's dtype and expert ids (T, k), each row's
+        slots in ascending expert id."""
         if self.deterministic:
             logits = batch_invariant.linear(x, self.gate.weight)
             probs = batch_invariant.softmax(logits)
@@ -90,18 +136,9 @@ class SparseMoeBlock(nn.Module):
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights.to(logits.dtype), experts
+        experts, slot = torch.sort(experts, dim=-1)
+        return weights.gather(1, slot).to(logits.dtype), experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights, experts = self.route(x)
-        out = torch.zeros_like(x)
-        hit = torch.bincount(experts.flatten(), minlength=self.num_experts).tolist()
-        for e, count in enumerate(hit):
-            if count == 0:
-                continue
-            token_idx, k_pos = torch.where(experts == e)
-            # NOTE: index_select, not x[idx]: CPU advanced indexing is slow under load
-            w = weights.reshape(-1).index_select(0, token_idx * self.top_k + k_pos)
-            y = self.experts[e](x.index_select(0, token_idx)) * w[:, None]
-            out.index_add_(0, token_idx, y.to(out.dtype))
-        return out
+        return self.experts(x, experts, weights)

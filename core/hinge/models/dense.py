@@ -1,9 +1,13 @@
-"""The pre-norm decoder shared by Llama, Qwen3 and Qwen3-MoE (module names as in HF checkpoints).
+"""The pre-norm decoder shared by Llama, Qwen3 and Qwen3-MoE (module names as in HF checkpoints,
+except the fused linears: ``self_attn.qkv_proj`` loads q_proj | k_proj | v_proj and
+``mlp.gate_up_proj`` gate_proj | up_proj).
 
     embed_tokens -> [input_layernorm -> self_attn -> +residual
                      -> post_attention_layernorm -> mlp -> +residual] x L -> norm -> lm_head
 
-Families differ only in class attributes (``qk_norm``) and ``make_mlp``.
+Families differ only in class attributes (``qk_norm``) and ``make_mlp``. Under tensor
+parallelism (``tp``) attention heads and MLP rows are split over ranks; embeddings, norms and
+the LM head are replicated.
 """
 
 from __future__ import annotations
@@ -14,7 +18,15 @@ import torch
 from torch import nn
 
 from hinge.contracts import AttentionLayer
-from hinge.layers import GatedMLP, Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import (
+    SINGLE,
+    GatedMLP,
+    Linear,
+    RMSNorm,
+    RotaryEmbedding,
+    TensorParallel,
+    VocabEmbedding,
+)
 from hinge.layers.rotary import CHUNK
 from hinge.models.base import ModelConfig
 from hinge.models.stack import DecoderStackLM
@@ -39,6 +51,13 @@ def sliding_window_of(cfg: Any, layer_idx: int) -> int | None:
     return window
 
 
+def qkv_linear(hidden: int, sizes: tuple[int, int, int], bias: bool, quantizer: Quantizer,
+               dtype: torch.dtype, prefix: str, tp: TensorParallel) -> Linear:
+    """``{prefix}.qkv_proj``: the checkpoint's q_proj | k_proj | v_proj as one column-parallel GEMM."""
+    return Linear(hidden, sizes, bias, quantizer, dtype, f"{prefix}.qkv_proj",
+                  shard_names=tuple(f"{prefix}.{n}_proj" for n in "qkv"), parallel="column", tp=tp)
+
+
 class DecoderAttention(nn.Module):
     def __init__(
         self,
@@ -51,17 +70,19 @@ class DecoderAttention(nn.Module):
         qk_norm: bool,
         deterministic: bool,
         prefix: str,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = getattr(cfg, "num_key_value_heads", None) or self.num_heads
+        heads = cfg.num_attention_heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        self.num_heads = tp.split(heads, "num_attention_heads")
+        self.num_kv_heads = tp.split(kv_heads, "num_key_value_heads")
         self.head_dim = head_dim_of(cfg)
         bias = bool(getattr(cfg, "attention_bias", False))
-        hidden, q_out, kv_out = cfg.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = Linear(hidden, q_out, bias, quantizer, dtype, f"{prefix}.q_proj")
-        self.k_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.k_proj")
-        self.v_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.v_proj")
-        self.o_proj = Linear(q_out, hidden, bias, quantizer, dtype, f"{prefix}.o_proj")
+        hidden, q_out, kv_out = cfg.hidden_size, heads * self.head_dim, kv_heads * self.head_dim
+        self.qkv_proj = qkv_linear(hidden, (q_out, kv_out, kv_out), bias, quantizer, dtype, prefix, tp)
+        self.o_proj = Linear(q_out, hidden, bias, quantizer, dtype, f"{prefix}.o_proj", parallel="row", tp=tp)
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qk_norm = qk_norm
         if qk_norm:
             norm_args = dict(eps=cfg.rms_norm_eps, dtype=dtype, deterministic=deterministic)
@@ -79,9 +100,10 @@ class DecoderAttention(nn.Module):
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: ForwardContext):
         t = h.shape[0]
-        q = self.q_proj(h).view(t, self.num_heads, self.head_dim)
-        k = self.k_proj(h).view(t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(h).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(h).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         rotary = self.rotary[0]
@@ -108,11 +130,13 @@ class DenseDecoderLM(DecoderStackLM):
     qk_norm: bool = False
 
     def __init__(
-        self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype, deterministic: bool = False
+        self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype, deterministic: bool = False,
+        tp: TensorParallel = SINGLE,
     ) -> None:
         super().__init__(config)
         cfg = config.hf_config
         self.deterministic = deterministic
+        self.tp = tp
         self.rotary = RotaryEmbedding.from_config(cfg, head_dim_of(cfg))
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)
         layers = []
@@ -120,7 +144,7 @@ class DenseDecoderLM(DecoderStackLM):
             prefix = f"model.layers.{i}"
             attn = DecoderAttention(
                 cfg, i, self.rotary, quantizer, dtype,
-                qk_norm=self.qk_norm, deterministic=deterministic, prefix=f"{prefix}.self_attn",
+                qk_norm=self.qk_norm, deterministic=deterministic, prefix=f"{prefix}.self_attn", tp=tp,
             )
             mlp = self.make_mlp(cfg, i, quantizer, dtype, deterministic, f"{prefix}.mlp")
             layers.append(DecoderLayer(cfg, attn, mlp, dtype, deterministic))
@@ -138,5 +162,5 @@ class DenseDecoderLM(DecoderStackLM):
         bias = bool(getattr(cfg, "mlp_bias", False))
         return GatedMLP(
             cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix, bias,
-            deterministic=deterministic,
+            deterministic=deterministic, tp=self.tp,
         )

@@ -1,5 +1,5 @@
 """What hybrid families (Qwen3.5, Qwen3-Next, LFM2) share: ``HybridAttention`` (full attention with
-per-head q/k RMSNorm, partial rotary, optional sigmoid output gate) and ``HybridDecoderLM``, the
+one ``qkv_proj`` GEMM, per-head q/k RMSNorm, partial rotary, optional sigmoid output gate) and ``HybridDecoderLM``, the
 ``DecoderStackLM`` with recurrent layers: swappable recurrent kernels and, with ``track_states``,
 the per-position states a speculator's verify needs."""
 
@@ -13,8 +13,8 @@ from torch import nn
 
 from hinge.contracts import AttentionLayer
 from hinge.forward import PositionStates
-from hinge.layers import Linear, RMSNorm, RotaryEmbedding
-from hinge.models.dense import head_dim_of
+from hinge.layers import SINGLE, Linear, RMSNorm, RotaryEmbedding, TensorParallel
+from hinge.models.dense import head_dim_of, qkv_linear
 from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
@@ -28,17 +28,19 @@ class HybridAttention(nn.Module):
 
     def __init__(self, cfg: Any, kv_layer_id: int, rotary: RotaryEmbedding, quantizer: Quantizer,
                  dtype: torch.dtype, *, gated: bool, norm_offset: float, eps: float,
-                 deterministic: bool, prefix: str) -> None:
+                 deterministic: bool, prefix: str, tp: TensorParallel = SINGLE) -> None:
         super().__init__()
-        self.num_heads, self.head_dim = cfg.num_attention_heads, head_dim_of(cfg)
-        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = head_dim_of(cfg)
+        self.num_heads = tp.split(cfg.num_attention_heads, "num_attention_heads")
+        self.num_kv_heads = tp.split(cfg.num_key_value_heads, "num_key_value_heads")
         self.gated = gated
         bias, hidden = bool(getattr(cfg, "attention_bias", False)), cfg.hidden_size
-        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = Linear(hidden, q_out * (2 if gated else 1), bias, quantizer, dtype, f"{prefix}.q_proj")
-        self.k_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.k_proj")
-        self.v_proj = Linear(hidden, kv_out, bias, quantizer, dtype, f"{prefix}.v_proj")
-        self.o_proj = Linear(q_out, hidden, bias, quantizer, dtype, f"{prefix}.o_proj")
+        q_out, kv_out = cfg.num_attention_heads * self.head_dim, cfg.num_key_value_heads * self.head_dim
+        # a gated q_proj emits [q | gate] per head: whole heads stay together when split by rows
+        q_rows = q_out * (2 if gated else 1)
+        self.qkv_proj = qkv_linear(hidden, (q_rows, kv_out, kv_out), bias, quantizer, dtype, prefix, tp)
+        self.o_proj = Linear(q_out, hidden, bias, quantizer, dtype, f"{prefix}.o_proj", parallel="row", tp=tp)
+        self.sizes = [size // tp.world_size for size in (q_rows, kv_out, kv_out)]
         norm = dict(eps=eps, dtype=dtype, deterministic=deterministic, offset=norm_offset)
         self.q_norm, self.k_norm = RMSNorm(self.head_dim, **norm), RMSNorm(self.head_dim, **norm)
         self.rotary = [rotary]  # shared module, not registered per layer
@@ -48,12 +50,12 @@ class HybridAttention(nn.Module):
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
         t = h.shape[0]
-        q = self.q_proj(h)
+        q, k, v = self.qkv_proj(h).split(self.sizes, dim=-1)
         if self.gated:
-            q, gate = q.view(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+            q, gate = q.reshape(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
         q = self.q_norm(q.reshape(t, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(h).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(h).view(t, self.num_kv_heads, self.head_dim)
+        k = self.k_norm(k.reshape(t, self.num_kv_heads, self.head_dim))
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
         rotary = self.rotary[0]
         q, k = rotary.apply(q, cos, sin), rotary.apply(k, cos, sin)
         o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch).reshape(t, -1)

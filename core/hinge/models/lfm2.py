@@ -5,7 +5,9 @@
     -> embedding_norm (the final norm, despite its name) -> lm_head (tied)
 
 Attention tensors are named ``out_proj`` / ``q_layernorm`` / ``k_layernorm`` in the checkpoint
-and map onto ``HybridAttention``'s ``o_proj`` / ``q_norm`` / ``k_norm``.
+and map onto ``HybridAttention``'s ``o_proj`` / ``q_norm`` / ``k_norm``; q/k/v load into its
+``qkv_proj``. The feed-forward's ``w1`` | ``w3`` load into ``feed_forward.gate_up_proj`` and
+``w2`` into ``feed_forward.down_proj``. The conv's ``in_proj`` is already one GEMM.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from hinge.layers import Linear, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import SINGLE, GatedMLP, RMSNorm, RotaryEmbedding, TensorParallel, VocabEmbedding
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.layers.short_conv import ShortConv
 from hinge.models.dense import head_dim_of
@@ -41,26 +42,18 @@ def ffn_size(cfg: Any) -> int:
     return size
 
 
-class Lfm2MLP(nn.Module):
-    def __init__(self, cfg: Any, quantizer: Quantizer, dtype: torch.dtype, prefix: str) -> None:
-        super().__init__()
-        hidden, inner = cfg.hidden_size, ffn_size(cfg)
-        self.w1 = Linear(hidden, inner, False, quantizer, dtype, f"{prefix}.w1")
-        self.w3 = Linear(hidden, inner, False, quantizer, dtype, f"{prefix}.w3")
-        self.w2 = Linear(inner, hidden, False, quantizer, dtype, f"{prefix}.w2")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 class Lfm2DecoderLayer(HybridLayer):
-    def __init__(self, mixer_name: str, mixer: nn.Module, cfg: Any, quantizer, dtype, deterministic, prefix):
+    def __init__(self, mixer_name: str, mixer: nn.Module, cfg: Any, quantizer, dtype, deterministic, prefix,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         norm = dict(eps=cfg.norm_eps, dtype=dtype, deterministic=deterministic)
         self.operator_norm = RMSNorm(cfg.hidden_size, **norm)
         self.set_mixer(mixer_name, mixer)  # "conv" or "self_attn", as in the checkpoint
         self.ffn_norm = RMSNorm(cfg.hidden_size, **norm)
-        self.feed_forward = Lfm2MLP(cfg, quantizer, dtype, f"{prefix}.feed_forward")
+        # w2(silu(w1 x) * w3 x): w1 | w3 in one GEMM (gate_up_proj), w2 as down_proj
+        self.feed_forward = GatedMLP(cfg.hidden_size, ffn_size(cfg), "silu", quantizer, dtype,
+                                     f"{prefix}.feed_forward", deterministic=deterministic,
+                                     names=("w1", "w3", "w2"), tp=tp)
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
         h = h + self.mix(self.operator_norm(h), cos, sin, ctx)
@@ -72,9 +65,10 @@ class Lfm2ForCausalLM(HybridDecoderLM):
     recurrent_kind, recurrent_name = "conv", "conv"
 
     def __init__(self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, tp: TensorParallel = SINGLE) -> None:
         super().__init__(config)
         cfg = config.hf_config
+        self.tp = tp
         kernels = get_recurrent_kernels(
             str(torch.get_default_device()), deterministic=deterministic
         )
@@ -85,10 +79,10 @@ class Lfm2ForCausalLM(HybridDecoderLM):
 
         def attention(kv_layer_id: int, prefix: str) -> nn.Module:
             return HybridAttention(cfg, kv_layer_id, self.rotary, quantizer, dtype, gated=False, norm_offset=0.0,
-                                   eps=cfg.norm_eps, deterministic=deterministic, prefix=prefix)
+                                   eps=cfg.norm_eps, deterministic=deterministic, prefix=prefix, tp=tp)
 
         layers = [
-            Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, f"model.layers.{i}")
+            Lfm2DecoderLayer(name, mixer, cfg, quantizer, dtype, deterministic, f"model.layers.{i}", tp)
             for i, (name, mixer) in enumerate(self.build_mixers(cfg, conv, attention))
         ]
         embed = VocabEmbedding(cfg.vocab_size, cfg.hidden_size, dtype)

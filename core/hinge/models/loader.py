@@ -1,8 +1,10 @@
 """Build a model from a local Hugging Face directory and fill it from safetensors (never pickle).
 
-    config.json -> registry class -> build on ``device`` in ``dtype`` (linears via the quantizer)
-    -> copy every checkpoint tensor into the parameter of the same name
-    -> quantizer.process_weights_after_loading(layer) for every Linear
+    config.json -> registry class -> build on ``device`` in ``dtype`` (linears and experts via the
+    quantizer) -> every checkpoint tensor into its parameter: a fused linear's partition or an
+    expert's slice through the parameter's ``weight_loader``, anything else by name
+    -> quantizer.process_weights_after_loading(layer) for every Linear (fused: once),
+       process_moe_weights_after_loading(layer) for every expert set
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 from tqdm.auto import tqdm
 
-from hinge.layers.linear import Linear
+from hinge.layers.linear import Linear, Route, TensorParallel
+from hinge.layers.moe import FusedMoE
+from hinge.layers.weights import default_weight_loader, load_into
 from hinge.models.base import CausalLM, ModelConfig, read_json
 from hinge.models.registry import resolve_architecture
 
@@ -74,17 +78,30 @@ def loadable_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def checkpoint_routes(model: nn.Module) -> dict[str, Route]:
+    """Checkpoint tensor name (model namespace) -> the parameter, partition and expert it loads
+    into, for every fused or stacked layer (``Linear``, ``FusedMoE``)."""
+    routes: dict[str, Route] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (Linear, FusedMoE)):
+            routes.update(module.checkpoint_routes(name))
+    return routes
+
+
 def load_weights(
     model: CausalLM, files: list[Path], *, progress: bool = True, quantizer: Quantizer | None = None
 ) -> None:
-    """Copy checkpoint tensors into ``model``'s tensors; error on missing/unexpected names.
+    """Fill ``model``'s tensors from the checkpoint; error on missing/unexpected/mis-shaped ones.
 
-    Names go through ``model.checkpoint_param_name`` and then, if the quantizer defines it, its
-    own ``checkpoint_param_name(name) -> str | None`` (None = ignore, e.g. KV-cache scales it
-    does not use).
+    A name goes through ``model.checkpoint_param_name`` and ``quantizer.map_checkpoint_name``
+    (None = ignore). A tensor of a linear or expert set is loaded by its parameter's
+    ``weight_loader`` with its partition (and expert); any other tensor is copied into the
+    parameter or persistent buffer of the same name. Errors name the checkpoint tensor.
     """
     params = loadable_tensors(model)
-    quant_map = getattr(quantizer, "checkpoint_param_name", None)
+    routes = checkpoint_routes(model)
+    routed = {route.param for route in routes.values()}
+    expected = set(routes) | (set(params) - routed)
     loaded: set[str] = set()
     unexpected: list[str] = []
     keys = {file: _read_keys(file) for file in files}
@@ -96,26 +113,17 @@ def load_weights(
             for ckpt_name in keys[file]:
                 bar.update(1)
                 name = model.checkpoint_param_name(ckpt_name)
-                if name is not None and quant_map is not None:
-                    name = quant_map(name)
+                if name is not None and quantizer is not None:
+                    name = quantizer.map_checkpoint_name(name)
                 if name is None:
                     continue
-                param = params.get(name)
-                if param is None:
+                if name not in expected:
                     unexpected.append(ckpt_name)
                     continue
-                tensor = _get_tensor(f, file, ckpt_name)
-                if tuple(tensor.shape) != tuple(param.shape):
-                    raise ValueError(
-                        f"{file}: tensor {ckpt_name} has shape {tuple(tensor.shape)}, "
-                        f"the model expects {tuple(param.shape)} for {name}; config.json and "
-                        "weights disagree"
-                    )
-                with torch.no_grad():
-                    param.copy_(tensor)
+                _load_one(params, routes.get(name), name, _get_tensor(f, file, ckpt_name), file, ckpt_name)
                 loaded.add(name)
     bar.close()
-    missing = sorted(set(params) - loaded)
+    missing = sorted(expected - loaded)
     if missing or unexpected:
         lines = []
         if missing:
@@ -126,6 +134,25 @@ def load_weights(
             f"checkpoint {files[0].parent} does not match {type(model).__name__}:\n  "
             + "\n  ".join(lines)
         )
+
+
+def _load_one(params: dict[str, torch.Tensor], route: Route | None, name: str, tensor: torch.Tensor,
+              file: Path, ckpt_name: str) -> None:
+    """One checkpoint tensor into its parameter; errors name the tensor, the file and the target."""
+    target = name if route is None else route.param
+    param = params[target]
+    try:
+        if route is None:
+            default_weight_loader(param, tensor)
+        else:
+            load_into(param, tensor, route.shard_id, route.expert_id)
+    except ValueError as exc:
+        where = "" if route is None else (
+            f" (partition {route.shard_id}" + ("" if route.expert_id is None else f", expert {route.expert_id}")
+            + ")")
+        raise ValueError(
+            f"{file}: tensor {ckpt_name} {exc} for {target}{where}; config.json and weights disagree"
+        ) from None
 
 
 def _unreadable(file: Path, exc: Exception) -> ValueError:
@@ -159,25 +186,45 @@ def load_model(
     quantizer: Quantizer,
     deterministic: bool = False,
     progress: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> CausalLM:
-    """Load the causal LM of a local HF directory onto ``device`` in ``dtype``."""
+    """Load the causal LM of a local HF directory onto ``device`` in ``dtype``.
+
+    With ``world_size > 1`` the model is this ``rank``'s tensor-parallel shard: column- and
+    row-parallel layers hold their slice of each checkpoint tensor (no collectives run yet).
+    """
     path = Path(path)
     cls, config = load_config(path)
     files = checkpoint_files(path)
-    quant_config = config.checkpoint_quant_config
-    if not quantizer.claims(quant_config):
-        method = (quant_config or {}).get("quant_method") or (quant_config or {}).get("quant_algo")
-        raise ValueError(
-            f"quantizer {type(quantizer).__name__} does not claim the checkpoint {path} "
-            f"({'quantized: ' + str(method or quant_config) if quant_config else 'unquantized'}); "
-            "select the quantizer made for it (`hinge plugins` lists them) or quantizer=auto"
-        )
+    check_quantizer_claims(quantizer, config, path)
     with torch.device(device):
-        model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic)
+        model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic,
+                    tp=TensorParallel(rank, world_size))
     load_weights(model, files, progress=progress, quantizer=quantizer)
     for module in model.modules():
         if isinstance(module, Linear):
             quantizer.process_weights_after_loading(module)
+        elif isinstance(module, FusedMoE):
+            quantizer.process_moe_weights_after_loading(module)
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def check_quantizer_claims(quantizer: Quantizer, config: ModelConfig, path: Path) -> None:
+    """Refuse a checkpoint ``quantizer`` does not claim, by the one rule ``quantizer = auto`` uses."""
+    from hinge.plugins.checks import checkpoint_quant_methods, quantizer_claims
+
+    methods = checkpoint_quant_methods(
+        {"quantization_config": config.quantization_config, "hf_quant_config": config.hf_quant_config})
+    capabilities = getattr(quantizer, "capabilities", None)
+    if capabilities is None:
+        raise TypeError(f"quantizer {type(quantizer).__name__} declares no `capabilities` "
+                        "(a QuantizerCapabilities); hinge.contracts.Quantizer requires it")
+    if not quantizer_claims(capabilities, methods):
+        raise ValueError(
+            f"quantizer {type(quantizer).__name__} does not claim the checkpoint {path} "
+            f"({'quantized: ' + ', '.join(sorted(methods)) if methods else 'unquantized'}); "
+            "select the quantizer made for it (`hinge plugins` lists them) or quantizer=auto"
+        )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from hinge.layers import GatedMLP, RMSNorm, RotaryEmbedding, VocabEmbedding
+from hinge.layers import SINGLE, GatedMLP, RMSNorm, RotaryEmbedding, TensorParallel, VocabEmbedding
 from hinge.layers.gated_deltanet import GatedDeltaNet
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.models.dense import head_dim_of
@@ -49,9 +49,10 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
     recurrent_kind, recurrent_name = "linear_attention", "linear_attn"
 
     def __init__(self, config: ModelConfig, *, quantizer: Quantizer, dtype: torch.dtype,
-                 deterministic: bool = False) -> None:
+                 deterministic: bool = False, tp: TensorParallel = SINGLE) -> None:
         super().__init__(config)
         cfg = config.hf_config
+        self.tp = tp
         kernels = get_recurrent_kernels(
             str(torch.get_default_device()), deterministic=deterministic
         )
@@ -63,7 +64,7 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
 
         def attention(kv_layer_id: int, prefix: str) -> nn.Module:
             return HybridAttention(cfg, kv_layer_id, self.rotary, quantizer, dtype, gated=True, norm_offset=1.0,
-                                   eps=cfg.rms_norm_eps, deterministic=deterministic, prefix=prefix)
+                                   eps=cfg.rms_norm_eps, deterministic=deterministic, prefix=prefix, tp=tp)
 
         layers = []
         for i, (name, mixer) in enumerate(self.build_mixers(cfg, deltanet, attention)):
@@ -74,7 +75,8 @@ class Qwen3_5ForCausalLM(HybridDecoderLM):
         self.build_stack(embed, layers, norm, dtype=dtype, deterministic=deterministic)
 
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
-        return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix)
+        return GatedMLP(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix,
+                        deterministic=deterministic, tp=self.tp)
 
     def checkpoint_param_name(self, name: str) -> str | None:
         """Text weights under ``model.*`` or (composite layout) ``model.language_model.*``; the

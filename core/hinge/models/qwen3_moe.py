@@ -27,6 +27,6 @@ class Qwen3MoeForCausalLM(DenseDecoderLM):
         if not is_sparse_layer(cfg, layer_idx):
             return GatedMLP(
                 cfg.hidden_size, cfg.intermediate_size, cfg.hidden_act, quantizer, dtype, prefix,
-                deterministic=deterministic,
+                deterministic=deterministic, tp=self.tp,
             )
-        return SparseMoeBlock.from_config(cfg, quantizer, dtype, prefix, deterministic=deterministic)
+        return SparseMoeBlock.from_config(cfg, quantizer, dtype, prefix, deterministic=deterministic, tp=self.tp)

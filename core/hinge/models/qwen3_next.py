@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hinge.layers import GatedMLP, Linear, SparseMoeBlock
+from hinge.layers import SINGLE, GatedMLP, Linear, SparseMoeBlock
 from hinge.models.qwen3_5 import Qwen3_5ForCausalLM
 from hinge.models.qwen3_moe import is_sparse_layer
 
@@ -22,7 +22,8 @@ class SharedExpertMoeBlock(SparseMoeBlock):
         hidden, prefix = kwargs["hidden_size"], kwargs.get("prefix", "")
         quantizer, dtype = kwargs["quantizer"], kwargs["dtype"]
         self.shared_expert = GatedMLP(hidden, shared_intermediate_size, kwargs["hidden_act"],
-                                      quantizer, dtype, f"{prefix}.shared_expert")
+                                      quantizer, dtype, f"{prefix}.shared_expert",
+                                      deterministic=self.deterministic, tp=kwargs.get("tp", SINGLE))
         self.shared_expert_gate = Linear(hidden, 1, False, quantizer, dtype, f"{prefix}.shared_expert_gate")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -37,6 +38,6 @@ class Qwen3NextForCausalLM(Qwen3_5ForCausalLM):
         if not is_sparse_layer(cfg, layer_idx):
             return super().make_mlp(cfg, layer_idx, quantizer, dtype, deterministic, prefix)
         return SharedExpertMoeBlock.from_config(
-            cfg, quantizer, dtype, prefix, deterministic=deterministic,
+            cfg, quantizer, dtype, prefix, deterministic=deterministic, tp=self.tp,
             shared_intermediate_size=cfg.shared_expert_intermediate_size,
         )

@@ -38,6 +38,8 @@ class BuildContext:
     deterministic: bool
     page_size: int
     model_config: Any = None  # hinge.models.base.ModelConfig when known
+    rank: int = 0  # tensor-parallel rank of this process (weight loaders cut this rank's shard)
+    world_size: int = 1  # tensor-parallel size; 1 = no tensor parallelism
 
 
 class OptionsError(ValueError):

@@ -30,6 +30,11 @@ _LAZY = {
     "build_batch": "hinge.testing.batches",
     "reference_attention": "hinge.testing.reference",
     "reference_linear": "hinge.testing.reference",
+    "reference_moe": "hinge.testing.reference",
+    "build_linear": "hinge.testing.quantized_layers",
+    "load_linear": "hinge.testing.quantized_layers",
+    "build_moe": "hinge.testing.quantized_layers",
+    "load_moe": "hinge.testing.quantized_layers",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,5 +1,5 @@
-"""Independent float64 oracles: attention over the paged cache, one request at a time, and a
-linear layer. Slow and plain on purpose."""
+"""Independent float64 oracles: attention over the paged cache, one request at a time, a linear
+layer, and routed MoE experts one token and one expert at a time. Slow and plain on purpose."""
 
 from __future__ import annotations
 
@@ -60,3 +60,25 @@ def reference_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
     """float64 ``x @ weight.T + bias``."""
     out = x.double().cpu() @ weight.double().cpu().T
     return out if bias is None else out + bias.double().cpu()
+
+
+def reference_moe(
+    x: torch.Tensor,
+    experts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    topk_ids: torch.Tensor,
+    topk_weights: torch.Tensor,
+    activation: str = "silu",
+) -> torch.Tensor:
+    """float64 routed experts, one token and one expert at a time: ``out[t] = sum_j w[t, j] *
+    down_e(act(gate_e(x[t])) * up_e(x[t]))``; ``experts[e]`` is (gate (I, H), up (I, H), down (H, I))."""
+    from hinge.layers.activation import get_activation
+
+    act = get_activation(activation)
+    xd = x.double().cpu()
+    out = torch.zeros_like(xd)
+    for t in range(xd.shape[0]):
+        for j in range(topk_ids.shape[1]):
+            gate, up, down = (w.double().cpu() for w in experts[int(topk_ids[t, j])])
+            hidden = act(gate @ xd[t]) * (up @ xd[t])
+            out[t] += float(topk_weights[t, j]) * (down @ hidden)
+    return out
