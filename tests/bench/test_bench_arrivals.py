@@ -111,8 +111,11 @@ class TestOpenLoopSender:
 
 @dataclass
 class FakeOutput:
+    """The engine's contract: new tokens every step, the whole list on the final output."""
+
     rid: str
-    token_ids: list[int]
+    new_token_ids: list[int]
+    token_ids: list[int] | None
     finished: bool
     finish_reason: str | None = None
 
@@ -142,7 +145,8 @@ class FakeEngine:
         for rid, (_, params, tokens) in list(self.active.items()):
             tokens.append(7)
             done = len(tokens) == params.max_new_tokens
-            outs.append(FakeOutput(rid, list(tokens), done, "length" if done else None))
+            outs.append(FakeOutput(rid, [7], list(tokens) if done else None, done,
+                                   "length" if done else None))
             if done:
                 del self.active[rid]
         return outs

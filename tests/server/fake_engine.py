@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from hinge.engine.request import RequestOutput
+
 VOCAB = 256
 EOS = 0
 
@@ -31,24 +33,6 @@ class CharTokenizer:
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True):
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "")
-
-
-@dataclass
-class FakeOutput:
-    rid: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    new_token_ids: list[int]
-    text: str
-    finished: bool
-    finish_reason: str | None
-    matched_stop: int | str | None = None
-    logprobs: list[float] | None = None
-    top_logprobs: list[list[tuple[int, float]]] | None = None
-    prompt_logprobs: list[float] | None = None
-    cached_tokens: int = 0
-    spec_verify_ct: int = 0
-    spec_accepted_tokens: int = 0
 
 
 @dataclass
@@ -88,7 +72,7 @@ class FakeEngine:
     def has_unfinished(self) -> bool:
         return bool(self.reqs)
 
-    def step(self) -> list[FakeOutput]:
+    def step(self) -> list[RequestOutput]:
         if self.hang is not None:
             self.hang.wait()
             self.hang = None
@@ -119,8 +103,11 @@ class FakeEngine:
             plps = None
             if p.prompt_logprobs_start is not None:
                 plps = [-1.0] * (len(req.prompt) - max(p.prompt_logprobs_start, 1))
-            outputs.append(FakeOutput(req.rid, req.prompt, list(req.out), [tok], text,
-                                      reason is not None, reason, matched, lps, tops, plps))
+            done = reason is not None
+            outputs.append(RequestOutput(  # the engine's contract: deltas, whole lists when done
+                req.rid, req.prompt, list(req.out) if done else None, [tok], text, done, reason,
+                matched, lps if done else None, tops if done else None, plps if done else None,
+                new_logprobs=lps[-1:] if lps else [], new_top_logprobs=tops[-1:] if tops else []))
             if reason is not None:
                 del self.reqs[req.rid]
         return outputs

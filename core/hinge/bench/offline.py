@@ -56,7 +56,7 @@ def bench_hinge(engine: Any, prompts: list[list[int]], output_len: int, *,
             if i is None:
                 continue
             rec, now = records[i], clock() - start
-            if out.token_ids and rec.ttft_s is None:
+            if out.new_token_ids and rec.ttft_s is None:
                 rec.ttft_s = now - rec.send_s
             if out.finished:
                 rec.latency_s, rec.output_len = now - rec.send_s, len(out.token_ids)

@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from hinge.engine.output import OutputAccumulator
+
 logger = logging.getLogger("hinge.server")
 
 
@@ -56,6 +58,7 @@ class RequestHandle:
         self.owner, self.rid, self._stream = owner, rid, stream
         self.finished = False
         self.aborted = False
+        self._whole = OutputAccumulator()  #: the engine sends deltas; callers read whole lists
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         try:
@@ -69,7 +72,7 @@ class RequestHandle:
                     return
                 if item.finished:
                     self.finished = True
-                yield item
+                yield self._whole.add(item)
         finally:
             if not self.finished:
                 self.abort()

@@ -9,10 +9,13 @@ Stop rules, checked in this order after each token:
 
 While a request runs, text that could be the start of a stop string is held back from
 ``new_text`` (the streaming delta), so a client never receives text that is later trimmed.
+Outputs are deltas: ``new_token_ids``, ``new_text``, ``new_logprobs`` per step, the whole lists
+only in the final output (``OutputAccumulator`` rebuilds them for streaming consumers).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hinge.engine.request import RequestOutput
@@ -61,6 +64,8 @@ def _finish(req: Request, reason: str, matched: int | None, tokenizer: Tokenizer
 
 
 def make_output(req: Request, new_token_ids: list[int], finished: bool) -> RequestOutput:
+    """One step's output of ``req``: what is new (tokens, text, logprobs); the whole token and
+    logprob lists only when it finishes, so a step costs O(new tokens), not O(tokens so far)."""
     params = req.params
     end = len(req.text)
     if not finished and params.stop:
@@ -68,21 +73,48 @@ def make_output(req: Request, new_token_ids: list[int], finished: bool) -> Reque
         end = max(req.num_emitted_chars, end - hold)
     new_text = req.text[req.num_emitted_chars:end]
     req.num_emitted_chars = end
+    n = len(new_token_ids)
+    new_lps = req.logprobs[len(req.logprobs) - n:] if params.logprobs and n else []
+    new_tops = req.top_logprobs[len(req.top_logprobs) - n:] if params.top_logprobs and n else []
     return RequestOutput(
         rid=req.rid,
         prompt_token_ids=req.prompt_ids,
-        token_ids=list(req.output_ids),
+        token_ids=list(req.output_ids) if finished else None,
         new_token_ids=list(new_token_ids),
         text=req.text,
         finished=finished,
         finish_reason=req.finish_reason,
         matched_stop=req.matched_stop,
-        logprobs=list(req.logprobs) if params.logprobs else None,
-        top_logprobs=list(req.top_logprobs) if params.top_logprobs else None,
+        logprobs=(list(req.logprobs) if params.logprobs else None) if finished else None,
+        top_logprobs=(list(req.top_logprobs) if params.top_logprobs else None) if finished else None,
         prompt_logprobs=(list(req.prompt_logprobs) if params.prompt_logprobs_start is not None
-                         else None),
+                         and finished else None),
         cached_tokens=req.cached_tokens,
         spec_verify_ct=req.spec_verify_ct,
         spec_accepted_tokens=req.spec_accepted_tokens,
         new_text=new_text,
+        new_logprobs=new_lps,
+        new_top_logprobs=new_tops,
     )
+
+
+class OutputAccumulator:
+    """Turns one request's step outputs (deltas) back into whole ones, for consumers that read
+    ``token_ids``/``logprobs`` on every step (the server's streams). The lists grow in place, so
+    an output handed out earlier sees later tokens too; read it before taking the next one."""
+
+    def __init__(self) -> None:
+        self.token_ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top_logprobs: list[list[tuple[int, float]]] = []
+
+    def add(self, out: RequestOutput) -> RequestOutput:
+        if out.finished and out.token_ids is not None:
+            return out  # the engine's final output is already whole
+        self.token_ids += out.new_token_ids
+        self.logprobs += out.new_logprobs
+        self.top_logprobs += out.new_top_logprobs
+        return replace(out, token_ids=self.token_ids,
+                       logprobs=self.logprobs if out.new_logprobs or self.logprobs else None,
+                       top_logprobs=self.top_logprobs if out.new_top_logprobs or self.top_logprobs
+                       else None)

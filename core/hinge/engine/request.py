@@ -17,7 +17,7 @@ and recomputes prompt and output in its next prefill.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -144,15 +144,18 @@ class ScheduledBatch:
 
 @dataclass
 class RequestOutput:
-    """One request's state after a step (see docs/internals.md).
+    """What one step did for one request (see docs/internals.md).
 
+    Per step: ``new_token_ids``, ``new_text``, ``new_logprobs``, ``new_top_logprobs`` (deltas) and
+    ``text`` (the whole text so far). The whole lists ``token_ids``, ``logprobs``, ``top_logprobs``
+    and ``prompt_logprobs`` are set only on the final output (``finished``); None before.
     ``prompt_logprobs[i]`` is the logprob of prompt position ``max(prompt_logprobs_start, 1) + i``
     (position 0 has no logprob and is omitted). Logprobs are of the raw model logits.
     """
 
     rid: str
     prompt_token_ids: list[int]
-    token_ids: list[int]
+    token_ids: list[int] | None
     new_token_ids: list[int]
     text: str
     finished: bool
@@ -165,3 +168,5 @@ class RequestOutput:
     spec_verify_ct: int = 0
     spec_accepted_tokens: int = 0
     new_text: str = ""  #: text produced by this step (for streaming)
+    new_logprobs: list[float] = field(default_factory=list)  #: of ``new_token_ids``
+    new_top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
