@@ -5,19 +5,36 @@ import pytest
 from hinge.config import ConfigError, EngineConfig, load_config
 
 INTERNALS_DEFAULTS = {
-    "model": None, "device": "cpu", "dtype": "auto", "attention": "torch", "attention_options": {},
+    "model": None, "device": "auto", "dtype": "auto", "attention": "torch", "attention_options": {},
     "quantizer": "auto", "quantizer_options": {}, "speculator": None, "speculator_options": {},
     "cache": "none", "cache_options": {},
     "plugins": {"allow": None, "block": [], "strict": False},
     "graphs": {"prefill": "auto", "decode": "auto", "draft": "auto"},
-    "deterministic": False, "page_size": 16, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
-    "max_running_requests": 64, "chunked_prefill_size": 512, "max_model_len": None,
+    "deterministic": False, "page_size": None, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
+    "max_running_requests": 64, "chunked_prefill_size": None, "max_model_len": None,
     "state_dtype": "float32", "seed": 0, "cpu_threads": None,
 }
 
 
 def test_defaults_are_exactly_the_fields_of_docs_internals():
     assert load_config(env={}).model_dump() == INTERNALS_DEFAULTS
+
+
+def test_auto_device_and_per_device_defaults_are_decided_by_resolved(monkeypatch):
+    import torch
+
+    from hinge.config import DEVICE_DEFAULTS
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = load_config(env={}).resolved()
+    assert (cpu.device, cpu.page_size, cpu.chunked_prefill_size) == ("cpu", 16, 512)
+    assert cpu.resolved_dtype == "float32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    gpu = load_config(env={}).resolved()
+    assert (gpu.device, gpu.chunked_prefill_size) == ("cuda", DEVICE_DEFAULTS["cuda"]["chunked_prefill_size"])
+    assert gpu.resolved_dtype == "bfloat16" and gpu.state_dtype == "float32"
+    mine = load_config(env={}, overrides={"device": "cpu", "page_size": 32, "chunked_prefill_size": 0})
+    assert mine.resolved().model_dump() == mine.model_dump(), "explicit values are never changed"
 
 
 def test_cli_beats_env_beats_yaml_beats_defaults(tmp_path):
@@ -78,7 +95,7 @@ def test_invalid_values_name_the_field_its_source_and_the_allowed_values(tmp_pat
     with pytest.raises(ConfigError) as err:
         load_config(path, env={"HINGE_PAGE_SIZE": "zero"}, overrides={"graphs": {"decode": "always"}})
     msg = str(err.value)
-    assert f"device (from {path}): Input should be 'cpu' or 'cuda'; got 'tpu'" in msg
+    assert f"device (from {path}): Input should be 'auto', 'cpu' or 'cuda'; got 'tpu'" in msg
     assert "page_size (from HINGE_PAGE_SIZE): Input should be a valid integer" in msg
     assert "graphs.decode (from command line): Input should be 'auto', 'off' or 'require'; got 'always'" in msg
 

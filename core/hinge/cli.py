@@ -47,7 +47,8 @@ def parse_bytes(text: str) -> int:
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("engine (EngineConfig; overrides HINGE_* env and --config)")
     group.add_argument("--config", metavar="YAML", help="hinge.yaml with EngineConfig fields")
-    group.add_argument("--device", metavar="{cpu,cuda}", help="cpu or cuda")
+    group.add_argument("--device", metavar="{auto,cpu,cuda}",
+                       help="auto (cuda when torch sees a GPU, the default), cpu or cuda")
     group.add_argument("--dtype", metavar="DTYPE", help="auto, float32, bfloat16 or float16")
     group.add_argument("--attention", metavar="NAME", help="attention backend name (see `hinge plugins`)")
     group.add_argument("--quantizer", metavar="NAME", help="quantizer name, or auto")
@@ -55,10 +56,14 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cache", metavar="NAME", help="prefix cache policy name")
     group.add_argument("--deterministic", action="store_true", default=None,
                        help="batch-invariant kernels: results independent of batching")
-    group.add_argument("--page-size", type=int, metavar="N", help="tokens per KV page")
+    group.add_argument("--page-size", type=int, metavar="N",
+                       help="tokens per KV page (default: 16 on cpu and cuda)")
     group.add_argument("--kv-cache-bytes", type=parse_bytes, metavar="SIZE", help="CPU KV/state budget, e.g. 256MiB")
+    group.add_argument("--mem-fraction-static", type=float, metavar="X",
+                       help="cuda: fraction of GPU memory for weights + KV + state (default 0.85)")
     group.add_argument("--max-running-requests", type=int, metavar="N", help="decode batch cap")
-    group.add_argument("--chunked-prefill-size", type=int, metavar="N", help="max prefill tokens per step")
+    group.add_argument("--chunked-prefill-size", type=int, metavar="N",
+                       help="max new tokens per step (default: 512 on cpu, 8192 on cuda)")
     group.add_argument("--max-model-len", type=int, metavar="N", help="context limit in tokens")
     group.add_argument("--strict-plugins", action="store_true", default=None,
                        help="any plugin that fails to load is fatal")
@@ -90,8 +95,8 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
 
 
 _ENGINE_FIELDS = ("device", "dtype", "attention", "quantizer", "speculator", "cache", "deterministic",
-                  "page_size", "kv_cache_bytes", "max_running_requests", "chunked_prefill_size",
-                  "max_model_len", "cpu_threads")
+                  "page_size", "kv_cache_bytes", "mem_fraction_static", "max_running_requests",
+                  "chunked_prefill_size", "max_model_len", "cpu_threads")
 
 
 def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:

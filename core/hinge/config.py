@@ -57,13 +57,23 @@ class GraphSettings(BaseModel):
         return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
 
 
+#: Per-device defaults of ``EngineConfig`` fields left unset (docs/internals.md): CPU steps stay
+#: small so a 2-core machine interleaves decodes with prefill chunks; a GPU step of 8192 tokens
+#: keeps the GEMMs large (sglang's and vLLM's default for big cards).
+DEVICE_DEFAULTS: dict[str, dict[str, int]] = {
+    "cpu": {"page_size": 16, "chunked_prefill_size": 512},
+    "cuda": {"page_size": 16, "chunked_prefill_size": 8192},
+}
+
+
 class EngineConfig(BaseModel):
     """The fields of docs/internals.md, flat; nested only for ``plugins`` and ``graphs``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str | None = None
-    device: Literal["cpu", "cuda"] = "cpu"
+    #: ``auto``: cuda when torch sees a GPU, else cpu (``resolved()`` decides)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     attention: str = "torch"
     attention_options: dict[str, Any] = Field(default_factory=dict)
@@ -76,11 +86,13 @@ class EngineConfig(BaseModel):
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     graphs: GraphSettings = Field(default_factory=GraphSettings)
     deterministic: bool = False
-    page_size: int = Field(16, ge=1, le=4096)
+    #: tokens per KV page; None = the device's default (``DEVICE_DEFAULTS``)
+    page_size: int | None = Field(None, ge=1, le=4096)
     kv_cache_bytes: int | None = Field(None, gt=0)
     mem_fraction_static: float = Field(0.85, gt=0, le=1)
     max_running_requests: int = Field(64, ge=1)
-    chunked_prefill_size: int = 512
+    #: new tokens per step (decode included); <= 0 disables chunking; None = the device's default
+    chunked_prefill_size: int | None = None
     max_model_len: int | None = Field(None, ge=1)
     state_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = Field(0, ge=0)
@@ -120,11 +132,29 @@ class EngineConfig(BaseModel):
             raise ValueError("must name a component (see `hinge plugins`)")
         return value.strip()
 
+    def resolved(self) -> EngineConfig:
+        """This config with every per-device default decided: ``device`` (auto -> cuda when torch
+        sees a GPU), ``page_size`` and ``chunked_prefill_size`` (``DEVICE_DEFAULTS``)."""
+        device = self.device
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        defaults = DEVICE_DEFAULTS[device]
+        update = {"device": device}
+        for name in ("page_size", "chunked_prefill_size"):
+            if getattr(self, name) is None:
+                update[name] = defaults[name]
+        return self.model_copy(update=update)
+
     @property
     def resolved_dtype(self) -> str:
-        """``auto`` -> float32 on cpu, bfloat16 on cuda."""
+        """``auto`` -> float32 on cpu, bfloat16 on cuda (weights and activations; logits, sampling
+        and the recurrent state stay float32)."""
         if self.dtype != "auto":
             return self.dtype
+        if self.device == "auto":
+            return self.resolved().resolved_dtype
         return "float32" if self.device == "cpu" else "bfloat16"
 
     def torch_dtype(self) -> Any:

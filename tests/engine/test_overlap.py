@@ -31,6 +31,7 @@ def _run(engine: Engine, prompts, params, abort_after: dict[int, int] | None = N
     while engine.has_unfinished():
         for out in engine.step():
             streamed[out.rid] += out.new_token_ids
+            assert out.finished or out.token_ids is None, "a running request's output is a delta"
             if out.finished:
                 done[out.rid] = out
         steps += 1

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace, config: EngineConfig) -> int:
     """Run the benchmark ``args`` describe; print the table (and JSON); return the exit status."""
     check_arguments(args)
+    config = config.resolved()
     if args.url:
         results, header, summary = _run_server(args, config)
     else:

@@ -47,6 +47,7 @@ class Engine:
         from hinge.plugins.plan import resolve_plan
         from hinge.threads import apply_cpu_threads
 
+        config = config.resolved()
         if config.model is None:
             from hinge.builtin import default_model_path
 

@@ -191,6 +191,7 @@ def resolve_plan(
     from hinge.plugins.graphs import decide_graphs
     from hinge.plugins.manager import get_plugin_manager
 
+    config = config.resolved()
     if pm is None:
         pm = get_plugin_manager(config.plugins)
     quantizer_name = resolve_quantizer_name(config, pm, model_info)
