@@ -1,7 +1,7 @@
-"""What hybrid families (Qwen3.5, Qwen3-Next, LFM2) share: ``HybridAttention`` (full attention with
-one ``qkv_proj`` GEMM, per-head q/k RMSNorm, partial rotary, optional sigmoid output gate) and ``HybridDecoderLM``, the
-``DecoderStackLM`` with recurrent layers: swappable recurrent kernels and, with ``track_states``,
-the per-position states a speculator's verify needs."""
+"""What hybrid families (Qwen3.5, Qwen3-Next, LFM2) share: ``HybridAttention`` (full attention
+with one ``qkv_proj`` GEMM, per-head q/k RMSNorm, partial rotary, optional sigmoid output gate)
+and ``HybridDecoderLM``, the ``DecoderStackLM`` with recurrent layers: swappable recurrent
+kernels and, with ``track_states``, the per-position states a speculator's verify needs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Qwen3-MoE: Qwen3 with a sparse MoE block on layers chosen by ``decoder_sparse_step`` and
-``mlp_only_layers`` (the others keep a dense MLP of ``intermediate_size``)."""
+``mlp_only_layers`` (the others keep a dense MLP of ``intermediate_size``). The block's experts
+are one ``FusedMoE`` (``mlp.experts.w13_weight`` / ``w2_weight``) loaded from the per-expert
+checkpoint tensors ``mlp.experts.{e}.{gate,up,down}_proj.weight``."""
 
 from __future__ import annotations
 
