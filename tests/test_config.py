@@ -12,7 +12,7 @@ INTERNALS_DEFAULTS = {
     "graphs": {"prefill": "auto", "decode": "auto", "draft": "auto"},
     "deterministic": False, "page_size": None, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
     "max_running_requests": 64, "chunked_prefill_size": None, "max_model_len": None,
-    "state_dtype": "float32", "seed": 0, "cpu_threads": None,
+    "state_dtype": "float32", "seed": 0, "load_format": "auto", "cpu_threads": None,
 }
 
 

@@ -65,6 +65,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chunked-prefill-size", type=int, metavar="N",
                        help="max new tokens per step (default: 512 on cpu, 8192 on cuda)")
     group.add_argument("--max-model-len", type=int, metavar="N", help="context limit in tokens")
+    group.add_argument("--load-format", choices=("auto", "dummy"), default=None,
+                       help="auto: the checkpoint's weights; dummy: config.json only, seeded "
+                       "random weights (benchmarks of real shapes)")
     group.add_argument("--strict-plugins", action="store_true", default=None,
                        help="any plugin that fails to load is fatal")
     group.add_argument("--cpu-threads", type=cpu_threads_arg, metavar="N",
@@ -96,7 +99,7 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
 
 _ENGINE_FIELDS = ("device", "dtype", "attention", "quantizer", "speculator", "cache", "deterministic",
                   "page_size", "kv_cache_bytes", "mem_fraction_static", "max_running_requests",
-                  "chunked_prefill_size", "max_model_len", "cpu_threads")
+                  "chunked_prefill_size", "max_model_len", "cpu_threads", "load_format")
 
 
 def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:

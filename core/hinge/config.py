@@ -96,6 +96,9 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=1)
     state_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     seed: int = Field(0, ge=0)
+    #: ``auto`` reads the checkpoint; ``dummy`` only its config.json, with seeded random weights
+    #: (benchmarks of real shapes without the weights)
+    load_format: Literal["auto", "dummy"] = "auto"
     #: torch intra-op threads on CPU; None (or "auto") = chosen at start (hinge.threads)
     cpu_threads: int | None = Field(None, ge=1)
 

@@ -72,7 +72,7 @@ class Engine:
         quantizer = self.plan.build_quantizer(build)
         self.model = load_model(config.model, device=self.device, dtype=self.dtype,
                                 quantizer=quantizer, deterministic=config.deterministic,
-                                progress=progress)
+                                progress=progress, load_format=config.load_format)
         mcfg = self.model.config
         build = self.plan.build_context(mcfg)
         self.attn = self.plan.build_attention(build)

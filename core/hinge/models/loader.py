@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,20 +189,29 @@ def load_model(
     progress: bool = True,
     rank: int = 0,
     world_size: int = 1,
+    load_format: str = "auto",
 ) -> CausalLM:
     """Load the causal LM of a local HF directory onto ``device`` in ``dtype``.
 
     With ``world_size > 1`` the model is this ``rank``'s tensor-parallel shard: column- and
     row-parallel layers hold their slice of each checkpoint tensor (no collectives run yet).
+    ``load_format="dummy"`` reads only config.json and fills the weights with seeded random
+    values (``initialize_dummy_weights``), for benchmarks of real shapes without a checkpoint.
     """
     path = Path(path)
     cls, config = load_config(path)
-    files = checkpoint_files(path)
+    if load_format not in ("auto", "dummy"):
+        raise ValueError(f"load_format {load_format!r} is unknown; use 'auto' (the checkpoint's "
+                         "safetensors) or 'dummy' (random weights, config.json only)")
+    files = checkpoint_files(path) if load_format == "auto" else []
     check_quantizer_claims(quantizer, config, path)
     with torch.device(device):
         model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic,
                     tp=TensorParallel(rank, world_size))
-    load_weights(model, files, progress=progress, quantizer=quantizer)
+    if load_format == "dummy":
+        initialize_dummy_weights(model)
+    else:
+        load_weights(model, files, progress=progress, quantizer=quantizer)
     for module in model.modules():
         if isinstance(module, Linear):
             quantizer.process_weights_after_loading(module)
@@ -210,6 +220,22 @@ def load_model(
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def initialize_dummy_weights(model: nn.Module, seed: int = 0, scale: float = 0.02) -> None:
+    """Every floating parameter and persistent buffer from a seeded uniform(-scale, scale) (norm
+    weights around 1), on the model's device; integer tensors (packed codes) stay as built."""
+    for name, tensor in loadable_tensors(model).items():
+        if not tensor.is_floating_point():
+            continue
+        gen = torch.Generator(device=tensor.device).manual_seed(seed + zlib.crc32(name.encode()))
+        with torch.no_grad():
+            if tensor.element_size() == 1:  # fp8 scales: fill in float32, then cast
+                tensor.copy_(torch.rand(tensor.shape, generator=gen, device=tensor.device))
+            else:
+                tensor.uniform_(-scale, scale, generator=gen)
+                if "norm" in name:
+                    tensor.add_(1.0)
 
 
 def check_quantizer_claims(quantizer: Quantizer, config: ModelConfig, path: Path) -> None:
