@@ -8,7 +8,14 @@ import torch.nn.functional as F
 
 from hinge.builtin.no_quant import NoQuantizer
 from hinge.builtin.plugin import NO_QUANTIZER
-from hinge.layers.weights import linear_bias, linear_weight_loader, set_weight_attrs
+from hinge.layers.fused_moe import fused_experts
+from hinge.layers.weights import (
+    linear_bias,
+    linear_parameter,
+    linear_weight_loader,
+    moe_parameter,
+    set_weight_attrs,
+)
 from hinge.plugins import QuantizerCapabilities, QuantizerSpec
 from hinge.plugins.specs import BuildContext
 from hinge.testing import QuantizerContract
@@ -47,6 +54,63 @@ class Int8Rows(NoQuantizer):
 
     def apply(self, layer, x):
         return F.linear(x, layer.qweight.to(x.dtype) * layer.scale, layer.bias)
+
+
+def pack_int4(weight):
+    """Symmetric int4 with a scale per 16 inputs: two codes per byte, even input in the low nibble."""
+    blocks = weight.reshape(*weight.shape[:-1], -1, 16)
+    scale = blocks.abs().amax(-1).clamp_min(1e-8) / 7
+    codes = (torch.round(blocks / scale[..., None]).clamp(-8, 7) + 8).to(torch.uint8).flatten(-2)
+    return codes[..., 0::2] | (codes[..., 1::2] << 4), scale
+
+
+def unpack_int4(packed, scale, dtype):
+    codes = torch.stack([packed & 15, packed >> 4], dim=-1).flatten(-2).to(dtype) - 8
+    return (codes.unflatten(-1, (-1, 16)) * scale.to(dtype)[..., None]).flatten(-2)
+
+
+class Int4Blocks(NoQuantizer):
+    """A toy NVFP4-shaped format for linears and experts: packed 4-bit codes (two per byte along
+    the input) and one scale per 16 inputs, placed and split by the generic loaders."""
+
+    capabilities = QuantizerCapabilities(checkpoint_methods=frozenset({"int4-blocks"}),
+                                         dtypes=frozenset({"float32"}))
+
+    def create_weights(self, layer, spec):
+        n, k = spec.output_size_per_partition, spec.input_size_per_partition
+        layer.qweight = linear_parameter(spec, (n, k // 2), torch.uint8)
+        layer.scale = linear_parameter(spec, (n, k // 16), torch.float32)
+        layer.bias = linear_bias(spec) if spec.bias else None
+
+    def apply(self, layer, x):
+        return F.linear(x, unpack_int4(layer.qweight, layer.scale, x.dtype), layer.bias)
+
+    def create_moe_weights(self, layer, spec):
+        e, h, i = spec.num_experts, spec.hidden_size, spec.intermediate_size_per_partition
+        layer.w13_qweight = moe_parameter(spec, (e, 2 * i, h // 2), torch.uint8)
+        layer.w13_scale = moe_parameter(spec, (e, 2 * i, h // 16), torch.float32)
+        layer.w2_qweight = moe_parameter(spec, (e, h, i // 2), torch.uint8)
+        layer.w2_scale = moe_parameter(spec, (e, h, i // 16), torch.float32)
+
+    def apply_moe(self, layer, x, topk_ids, topk_weights):
+        w13 = unpack_int4(layer.w13_qweight, layer.w13_scale, x.dtype)
+        w2 = unpack_int4(layer.w2_qweight, layer.w2_scale, x.dtype)
+        return fused_experts(x, w13, w2, topk_ids, topk_weights, deterministic=self.deterministic)
+
+
+class TestInt4BlocksPassesTheContract(QuantizerContract):
+    """Packed weights and block scales of fused layers, tensor-parallel ranks and whole expert sets."""
+
+    @pytest.fixture
+    def spec(self):
+        return QuantizerSpec(name="int4-blocks", factory=Int4Blocks, capabilities=Int4Blocks.capabilities)
+
+    def checkpoint_tensors(self, weight, bias, dtype):
+        packed, scale = pack_int4(weight)
+        tensors = {"qweight": packed, "scale": scale}
+        if bias is not None:
+            tensors["bias"] = bias.to(dtype)
+        return tensors, unpack_int4(packed, scale, dtype)
 
 
 class WholeTensorLoader(NoQuantizer):
