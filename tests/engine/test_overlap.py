@@ -113,3 +113,21 @@ def test_hybrid_model_gives_the_same_tokens_with_overlap(tmp_path):
     params = SamplingParams(max_new_tokens=10, temperature=0, ignore_eos=True, logprobs=True)
     eager, lagged = _both(path, prompts, params, chunked_prefill_size=8)
     assert lagged == eager
+
+
+@pytest.mark.gpu
+def test_overlap_on_cuda_gives_the_same_outputs_as_collecting_every_step(tiny_qwen3):
+    """On CUDA the lag is real: step n + 1 is queued before step n's results are read."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    prompts = _prompts([5, 17, 3, 30])
+    params = [
+        SamplingParams(max_new_tokens=12, temperature=0, ignore_eos=True, logprobs=True),
+        SamplingParams(max_new_tokens=9, temperature=0.8, top_p=0.9, seed=3, top_logprobs=2),
+        SamplingParams(max_new_tokens=15, temperature=0, repetition_penalty=1.3,
+                       frequency_penalty=0.5, prompt_logprobs_start=1),
+        SamplingParams(max_new_tokens=7, temperature=1.0, top_k=5, seed=7, presence_penalty=0.4),
+    ]
+    eager, lagged = _both(tiny_qwen3, prompts, params, device="cuda", dtype="float32",
+                          chunked_prefill_size=16)
+    assert lagged == eager
