@@ -121,8 +121,8 @@ class TorchAttentionBackend(AttentionBackend):
         batch: ForwardBatch,
     ) -> torch.Tensor:
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        k_cache.index_copy_(0, batch.out_loc, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.out_loc, v.to(v_cache.dtype))
+        k_cache.index_copy_(0, batch.out_loc, _as(k, k_cache.dtype))
+        v_cache.index_copy_(0, batch.out_loc, _as(v, v_cache.dtype))
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)
@@ -150,8 +150,8 @@ class TorchAttentionBackend(AttentionBackend):
                 q_pos = torch.arange(r.prefix_len, r.seq_len, device=q.device)
                 meta._masks[key] = causal_mask(q_pos, torch.arange(r.seq_len, device=q.device), window)
             rows = slice(r.q_start, r.q_start + r.extend_len)
-            ki = k_cache.index_select(0, r.kv_slots).to(q.dtype)
-            vi = v_cache.index_select(0, r.kv_slots).to(q.dtype)
+            ki = _as(k_cache.index_select(0, r.kv_slots), q.dtype)
+            vi = _as(v_cache.index_select(0, r.kv_slots), q.dtype)
             o = F.scaled_dot_product_attention(
                 q[rows].transpose(0, 1)[None], ki.transpose(0, 1)[None], vi.transpose(0, 1)[None],
                 attn_mask=meta._masks[key], scale=layer.scale, enable_gqa=True,
@@ -168,8 +168,8 @@ class TorchAttentionBackend(AttentionBackend):
                 mask &= k_pos[None, :] > meta.decode_qpos[:, None] - layer.sliding_window
             meta._masks[key] = mask
         mask = meta._masks[key]
-        ki = gather_rows(k_cache, meta.decode_slots).to(q.dtype)
-        vi = gather_rows(v_cache, meta.decode_slots).to(q.dtype)
+        ki = _as(gather_rows(k_cache, meta.decode_slots), q.dtype)
+        vi = _as(gather_rows(v_cache, meta.decode_slots), q.dtype)
         qi = q.index_select(0, meta.decode_rows)[:, :, None, :]  # (Bd, H, 1, D)
         o = F.scaled_dot_product_attention(
             qi, ki.transpose(1, 2), vi.transpose(1, 2),
@@ -185,3 +185,8 @@ def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     2-core machine; ``index_select`` costs microseconds. The hot paths here all use it.
     """
     return pool.index_select(0, index.reshape(-1)).view(*index.shape, *pool.shape[1:])
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)`` without the dispatch when it is already that dtype (a hot path)."""
+    return x if x.dtype == dtype else x.to(dtype)

@@ -80,6 +80,7 @@ class Engine:
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.vocab_size = mcfg.vocab_size
         self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
+        self.model.ensure_positions(self.max_model_len)  # once: no step grows a table
         self.eos_ids = frozenset(mcfg.eos_token_ids) | frozenset(self.tokenizer.eos_token_ids)
         # KV cache
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,

@@ -98,19 +98,26 @@ class RotaryEmbedding(nn.Module):
         self._cos = new_cos if self._cos is None else torch.cat([self._cos, new_cos])
         self._sin = new_sin if self._sin is None else torch.cat([self._sin, new_sin])
 
-    def forward(self, positions: torch.Tensor, max_position: int | None = None):
-        """cos/sin rows for ``positions`` (T,). Pass ``max_position`` (a host int) to avoid a sync."""
+    def forward(self, positions: torch.Tensor, max_position: int | None = None,
+                dtype: torch.dtype | None = None):
+        """cos/sin rows for ``positions`` (T,), shaped (T, 1, rotary_dim) to broadcast over heads,
+        in ``dtype`` (default float32): computed once per step, used by every layer.
+
+        Pass ``max_position`` (a host int), or size the table first (``ensure_positions``), so
+        nothing here waits for the device."""
         if max_position is None:
             max_position = int(positions.max()) if positions.numel() else 0
         self.ensure_positions(max_position + 1)
         if self._cos.device != positions.device:
             self._cos, self._sin = self._cos.to(positions.device), self._sin.to(positions.device)
-        return self._cos.index_select(0, positions), self._sin.index_select(0, positions)
+        cos, sin = self._cos.index_select(0, positions), self._sin.index_select(0, positions)
+        if dtype is not None and dtype != cos.dtype:
+            cos, sin = cos.to(dtype), sin.to(dtype)
+        return cos[:, None, :], sin[:, None, :]
 
     def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x`` (T, heads, head_dim) with cos/sin (T, rotary_dim); same dtype out."""
-        cos = cos.to(x.dtype)[:, None, :]
-        sin = sin.to(x.dtype)[:, None, :]
+        """Rotate ``x`` (T, heads, head_dim) with cos/sin from ``forward`` (T, 1, rotary_dim, in
+        ``x``'s dtype); same dtype out."""
         if self.rotary_dim == self.head_dim:
             return x * cos + rotate_half(x) * sin
         rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]

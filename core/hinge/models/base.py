@@ -124,6 +124,10 @@ class CausalLM(nn.Module):
 
     # -- running ------------------------------------------------------------------------------
 
+    def ensure_positions(self, num_positions: int) -> None:
+        """Size position tables (rotary) for ``num_positions`` once, before serving; a model
+        without such tables needs nothing."""
+
     def forward(self, ctx: ForwardContext) -> ForwardOutput:
         """Run one step: write KV, return float32 logits for ``ctx.batch.logits_indices`` and the
         hidden states ``ctx.batch.capture_hidden_layers`` asks for (numbered as module doc says).

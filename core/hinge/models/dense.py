@@ -153,11 +153,6 @@ class DenseDecoderLM(DecoderStackLM):
         self.attention_layers = [layer.self_attn.layer for layer in self.model.layers]
         self.ensure_positions(min(config.max_position_embeddings or CHUNK, 8 * CHUNK))
 
-    def ensure_positions(self, num_positions: int) -> None:
-        """Build the rotary table up to ``num_positions`` now (call before capturing CUDA graphs:
-        a table grown later is a new tensor a captured graph would not see)."""
-        self.rotary.ensure_positions(num_positions)
-
     def make_mlp(self, cfg: Any, layer_idx: int, quantizer, dtype, deterministic, prefix: str) -> nn.Module:
         bias = bool(getattr(cfg, "mlp_bias", False))
         return GatedMLP(

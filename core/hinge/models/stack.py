@@ -40,6 +40,12 @@ class DecoderStack(nn.Module):
 class DecoderStackLM(CausalLM):
     final_norm_name = "norm"
 
+    def ensure_positions(self, num_positions: int) -> None:
+        """Build the rotary table up to ``num_positions`` now. The engine calls it once with
+        ``max_model_len``, so no step grows it (a new table would be a tensor a captured graph
+        does not see, and growing it is work on the hot path)."""
+        self.rotary.ensure_positions(num_positions)
+
     def build_stack(self, embed: VocabEmbedding, layers: list[nn.Module], norm: RMSNorm, *,
                     dtype: torch.dtype, deterministic: bool) -> None:
         """Set ``self.model`` and ``self.lm_head`` (tied to ``embed`` when the config says so)."""
@@ -64,7 +70,7 @@ class DecoderStackLM(CausalLM):
         if 0 in capture:
             hidden[0] = h
         max_pos = max(batch.seq_lens_cpu, default=1) - 1 if batch.extend_lens_cpu else None
-        cos, sin = self.rotary(batch.positions, max_pos)
+        cos, sin = self.rotary(batch.positions, max_pos, dtype=h.dtype)
         for i, layer in enumerate(self.model.layers):
             h = layer(h, cos, sin, ctx)
             if i + 1 in capture and i + 1 < num_layers:
