@@ -141,6 +141,33 @@ def device_busy_ms(fn, steps: int, device: str) -> float:
     return total_us / steps / 1e3
 
 
+PROFILE_DIR: Path | None = None
+
+
+def host_profile(fn, steps: int, stem: Path) -> None:
+    """Where the host's time goes: cProfile (Python) and torch.profiler's CPU side (aten ops,
+    CUDA runtime calls such as cudaEventSynchronize or cudaHostAlloc), top entries to files."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(40)
+    stem.with_suffix(".cprofile.txt").write_text(out.getvalue())
+    with profile(activities=[ProfilerActivity.CPU]) as tprof:
+        for _ in range(steps):
+            fn()
+    stem.with_suffix(".torch.txt").write_text(
+        tprof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+
+
 def time_hinge(model_dir: Path, batch: int, prompt_len: int, steps: int, overlap: bool,
                device: str) -> dict:
     from hinge.config import EngineConfig
@@ -167,6 +194,8 @@ def time_hinge(model_dir: Path, batch: int, prompt_len: int, steps: int, overlap
     sync(device)
     wall = (time.perf_counter() - start) / steps * 1e3
     busy = device_busy_ms(engine.step, min(steps, 8), device)
+    if PROFILE_DIR is not None:
+        host_profile(engine.step, min(steps, 16), PROFILE_DIR / f"host_b{batch}_{'overlap' if overlap else 'sync'}")
     phases = dict(engine.runner.eager_steps)
     engine.close()
     return {"wall_ms": wall, "device_ms": busy, "host_gap_ms": max(wall - busy, 0.0), "eager_steps": phases}
@@ -181,13 +210,18 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (a smoke run)")
+    parser.add_argument("--profile", metavar="DIR", help="write host profiles of hinge's steps here")
+    parser.add_argument("--no-plain", action="store_true", help="skip the plain loop")
     args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = Path(args.profile) if args.profile else None
     torch.backends.cuda.matmul.allow_tf32 = True
     rows = []
     with tempfile.TemporaryDirectory(prefix="hinge-8b-shape-") as tmp:
         model_dir = write_config(Path(tmp), args.vocab, args.layers)
         for b in args.batch:
-            plain = time_plain(args.vocab, args.layers, b, args.prompt_len, args.steps, args.device)
+            plain = float("nan") if args.no_plain else time_plain(
+                args.vocab, args.layers, b, args.prompt_len, args.steps, args.device)
             row = {"batch": b, "plain_ms": plain}
             for overlap in (False, True):
                 got = time_hinge(model_dir, b, args.prompt_len, args.steps, overlap, args.device)

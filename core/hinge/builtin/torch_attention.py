@@ -50,7 +50,13 @@ class TorchAttentionMetadata:
     decode_slots: torch.Tensor | None = None
     decode_valid: torch.Tensor | None = None
     decode_qpos: torch.Tensor | None = None
+    decode_only: bool = False  #: every row is a decode row, in batch order
     _masks: dict[Any, torch.Tensor] = field(default_factory=dict)
+
+
+#: decode keys are padded to a multiple of this on CUDA, so SDPA sees few distinct shapes
+#: (cuDNN plans each new shape on the host: ~2 ms per layer when the length grows every step)
+KEY_BUCKET = 256
 
 
 def causal_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
@@ -89,16 +95,22 @@ class TorchAttentionBackend(AttentionBackend):
                 decode_ids.append(i)
             q_start += extend
         meta = TorchAttentionMetadata(requests, page_size)
-        if len(decode_ids) > 1 and not self.deterministic:
+        if decode_ids and not self.deterministic:
             reqs = [requests[i] for i in decode_ids]
             max_len = max(r.seq_len for r in reqs)
+            if device.type == "cuda":  # NOTE: few distinct key lengths: SDPA plans once per shape
+                max_len = -(-max_len // KEY_BUCKET) * KEY_BUCKET
+            max_len = min(max_len, all_slots.shape[1])
             lens = to_device([r.seq_len for r in reqs], torch.int64, device)
             valid = torch.arange(max_len, device=device)[None, :] < lens[:, None]
-            slots = all_slots.index_select(0, to_device(decode_ids, torch.int64, device))[:, :max_len]
+            slots = all_slots[:, :max_len]
+            if len(decode_ids) < len(requests):
+                slots = slots.index_select(0, to_device(decode_ids, torch.int64, device))
             # NOTE: padding repeats the request's own first slot (written, finite) and is masked;
             # page 0 could hold NaN, and 0 * NaN = NaN even under a zero attention weight
             meta.decode_slots = torch.where(valid, slots, slots[:, :1])
             meta.decode_ids = decode_ids
+            meta.decode_only = len(decode_ids) == len(requests)
             meta.decode_rows = to_device([r.q_start for r in reqs], torch.int64, device)
             meta.decode_valid = valid
             meta.decode_qpos = lens - 1
@@ -128,6 +140,8 @@ class TorchAttentionBackend(AttentionBackend):
             meta = batch.attn_metadata = self.prepare_metadata(batch)
         assert meta.page_size == kv.page_size, (
             f"metadata built for page_size {meta.page_size}, KV pool has {kv.page_size}")
+        if meta.decode_only:  # the common decode step: one batched SDPA, nothing to scatter
+            return self._decode_batch(q, k_cache, v_cache, layer, meta, None)
         out = torch.empty_like(q)
         window = layer.sliding_window
         if self.deterministic:
@@ -160,22 +174,25 @@ class TorchAttentionBackend(AttentionBackend):
         return out
 
     def _decode_batch(self, q, k_cache, v_cache, layer: AttentionLayer, meta, out) -> None:
-        key = ("decode", layer.sliding_window)
-        if key not in meta._masks:
+        key = ("decode", layer.sliding_window, q.dtype)
+        if key not in meta._masks:  # once per step: an additive mask SDPA uses as it is
             k_pos = torch.arange(meta.decode_slots.shape[1], device=q.device)
-            mask = meta.decode_valid.clone()
+            allowed = meta.decode_valid.clone()
             if layer.sliding_window is not None:
-                mask &= k_pos[None, :] > meta.decode_qpos[:, None] - layer.sliding_window
-            meta._masks[key] = mask
-        mask = meta._masks[key]
+                allowed &= k_pos[None, :] > meta.decode_qpos[:, None] - layer.sliding_window
+            bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+            meta._masks[key] = bias.masked_fill_(~allowed, float("-inf"))[:, None, None, :]
         ki = _as(gather_rows(k_cache, meta.decode_slots), q.dtype)
         vi = _as(gather_rows(v_cache, meta.decode_slots), q.dtype)
-        qi = q.index_select(0, meta.decode_rows)[:, :, None, :]  # (Bd, H, 1, D)
+        qi = q if meta.decode_only else q.index_select(0, meta.decode_rows)
         o = F.scaled_dot_product_attention(
-            qi, ki.transpose(1, 2), vi.transpose(1, 2),
-            attn_mask=mask[:, None, None, :], scale=layer.scale, enable_gqa=True,
+            qi[:, :, None, :], ki.transpose(1, 2), vi.transpose(1, 2),  # (Bd, H, 1, D)
+            attn_mask=meta._masks[key], scale=layer.scale, enable_gqa=True,
         )
+        if meta.decode_only:
+            return o[:, :, 0, :]
         out.index_copy_(0, meta.decode_rows, o[:, :, 0, :])
+        return None
 
 
 def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -60,11 +60,6 @@ def compute_inv_freq(params: dict, rotary_dim: int) -> torch.Tensor:
     )
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 class RotaryEmbedding(nn.Module):
     """``forward(positions)`` -> (cos, sin), each (T, rotary_dim) float32; ``apply`` rotates q or k."""
 
@@ -113,12 +108,22 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self._cos.index_select(0, positions), self._sin.index_select(0, positions)
         if dtype is not None and dtype != cos.dtype:
             cos, sin = cos.to(dtype), sin.to(dtype)
+        half = self.rotary_dim // 2
+        # rotate_half(x) * sin == roll(x, half) * [-sin | sin]: fold the sign into sin once
+        sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
         return cos[:, None, :], sin[:, None, :]
 
     def apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` (T, heads, head_dim) with cos/sin from ``forward`` (T, 1, rotary_dim, in
-        ``x``'s dtype); same dtype out."""
+        ``x``'s dtype, the sign of the rotation folded into sin); same dtype out. Three kernels:
+        ``x * cos + roll(x, half) * sin``."""
+        half = self.rotary_dim // 2
         if self.rotary_dim == self.head_dim:
-            return x * cos + rotate_half(x) * sin
+            return torch.addcmul(x * cos, x.roll(half, dims=-1), sin)
         rot, rest = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
-        return torch.cat([rot * cos + rotate_half(rot) * sin, rest], dim=-1)
+        return torch.cat([torch.addcmul(rot * cos, rot.roll(half, dims=-1), sin), rest], dim=-1)
+
+    def apply_qk(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """``apply`` to q (T, Hq, D) and k (T, Hk, D) in one pass over their concatenation."""
+        qk = self.apply(torch.cat([q, k], dim=1), cos, sin)
+        return qk.split([q.shape[1], k.shape[1]], dim=1)

@@ -107,7 +107,7 @@ class DecoderAttention(nn.Module):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         rotary = self.rotary[0]
-        q, k = rotary.apply(q, cos, sin), rotary.apply(k, cos, sin)
+        q, k = rotary.apply_qk(q, k, cos, sin)
         o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch)
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 

@@ -57,7 +57,7 @@ class HybridAttention(nn.Module):
         k = self.k_norm(k.reshape(t, self.num_kv_heads, self.head_dim))
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
         rotary = self.rotary[0]
-        q, k = rotary.apply(q, cos, sin), rotary.apply(k, cos, sin)
+        q, k = rotary.apply_qk(q, k, cos, sin)
         o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch).reshape(t, -1)
         if self.gated:
             o = o * torch.sigmoid(gate.reshape(t, -1))
