@@ -9,10 +9,19 @@ CUDA as is.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from hinge.devices import to_device
 from hinge.layers.recurrent_kernels.base import DeltaRuleResult
 from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uniform_len
+
+
+@functools.lru_cache(maxsize=8)
+def _cu_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """``cu_seqlens`` on the device once per step, shared by every recurrent layer."""
+    return to_device(list(cu_seqlens), torch.int64, device)
 
 
 def _import_fla():
@@ -67,7 +76,7 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             return DeltaRuleResult(out.view(v.shape), final.float())
         if q.dtype == torch.float32:  # fla's chunk kernel takes bf16/fp16 only
             return super().gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens)
-        cu = torch.tensor(cu_seqlens, dtype=torch.long, device=q.device)
+        cu = _cu_tensor(tuple(cu_seqlens), q.device)
         out, final = self._chunk(
             q[None].contiguous(),
             k[None].contiguous(),

@@ -16,11 +16,13 @@ for any chunking of its prefill (the state after a token is the same whatever ca
 
 from __future__ import annotations
 
+import functools
 from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
 
+from hinge.devices import to_device
 from hinge.layers.recurrent_kernels.base import ConvResult, DeltaRuleResult, RecurrentKernels
 
 CHUNK_SIZE = 32  #: on CPU 32 beats 64 by ~25% for 64-128-token segments (O(C) work per token)
@@ -65,13 +67,29 @@ def _conv_windows(xs: torch.Tensor, weight, bias, activation, track):
     return out.to(xs.dtype), final, windows
 
 
+@functools.lru_cache(maxsize=16)
+def _conv_layout(cu_seqlens: tuple[int, ...], k: int, device: torch.device):
+    """Index tensors of the flat conv layout ``[window_0 | x_0 | window_1 | x_1 | ...]`` (source
+    rows of ``cat([x, windows])``, output rows, final-window rows). Cached: every recurrent layer
+    of a step shares one host computation and one copy to the device."""
+    t = cu_seqlens[-1]
+    src, out_rows, final_rows, base = [], [], [], 0
+    for i, (s, e) in enumerate(_segments(list(cu_seqlens))):
+        src.extend(range(t + i * (k - 1), t + (i + 1) * (k - 1)))
+        src.extend(range(s, e))
+        out_rows.extend(range(base, base + e - s))
+        final_rows.extend(range(base + e - s, base + e - s + k - 1))
+        base += e - s + k - 1
+    return tuple(to_device(x, torch.int64, device) for x in (src, out_rows, final_rows))
+
+
 def torch_causal_conv1d(
     x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
 ):
     """All requests in one pass: each request's window rows go in front of its inputs, the taps
     run over the flat ``(T + B (K-1), C)`` sequence, and only each request's own rows are kept.
     Every output row is the same element-wise sum as alone (bit-identical to one request)."""
-    b, t = len(cu_seqlens) - 1, x.shape[0]
+    b = len(cu_seqlens) - 1
     k = weight.shape[1]
     window = initial_window.to(x.dtype).transpose(1, 2)  # (B, K-1, C)
     n = _uniform_len(cu_seqlens)
@@ -80,20 +98,11 @@ def torch_causal_conv1d(
         out, final, windows = _conv_windows(xs, weight, bias, activation, track_states)
         windows = windows.flatten(0, 1) if windows is not None else None
         return ConvResult(out.flatten(0, 1), final.contiguous(), windows)
-    # flat layout: [window_0 | x_0 | window_1 | x_1 | ...]; source rows index cat([x, windows])
-    src, out_rows, final_rows, base = [], [], [], 0
-    for i, (s, e) in enumerate(_segments(cu_seqlens)):
-        src.extend(range(t + i * (k - 1), t + (i + 1) * (k - 1)))
-        src.extend(range(s, e))
-        out_rows.extend(range(base, base + e - s))
-        final_rows.extend(range(base + e - s, base + e - s + k - 1))
-        base += e - s + k - 1
-    dev = x.device
+    src, out_idx, final_idx = _conv_layout(tuple(cu_seqlens), k, x.device)
     pool = torch.cat([x, window.reshape(-1, x.shape[1])])
-    xs = pool.index_select(0, torch.tensor(src, device=dev))[None]
+    xs = pool.index_select(0, src)[None]
     out, _, windows = _conv_windows(xs, weight, bias, activation, track_states)
-    out_idx = torch.tensor(out_rows, device=dev)
-    final = xs[0].index_select(0, torch.tensor(final_rows, device=dev)).view(b, k - 1, -1)
+    final = xs[0].index_select(0, final_idx).view(b, k - 1, -1)
     windows = windows[0].index_select(0, out_idx) if windows is not None else None
     return ConvResult(out[0].index_select(0, out_idx), final.transpose(1, 2).contiguous(), windows)
 
@@ -209,22 +218,29 @@ def _chunked_buckets(q, k, v, g, beta, state0, segments, out, finals):
         longest = max(segments[i][1] - segments[i][0] for i in members)
         c = min(CHUNK_SIZE, longest)
         length = -(-longest // c) * c
-        index, src, dst = [], [], []
-        for j, i in enumerate(members):
-            s, e = segments[i]
-            index.extend(range(s, e))
-            index.extend([t] * (length - (e - s)))
-            src.extend(range(s, e))
-            dst.extend(range(j * length, j * length + e - s))
+        index, ids, src, dst = _bucket_layout(tuple(segments[i] for i in members), tuple(members),
+                                              length, t, dev)
         m = len(members)
-        rows = packed.index_select(0, torch.tensor(index, device=dev)).view(m, length, h, -1)
-        ids = torch.tensor(members, device=dev)
+        rows = packed.index_select(0, index).view(m, length, h, -1)
         o, final = _chunked_packed(rows.transpose(1, 2).contiguous(), dk,
                                    state0.index_select(0, ids), c)
         o = o.transpose(1, 2).reshape(m * length, h, -1)
-        out.index_copy_(0, torch.tensor(src, device=dev),
-                        o.index_select(0, torch.tensor(dst, device=dev)))
+        out.index_copy_(0, src, o.index_select(0, dst))
         finals.index_copy_(0, ids, final)
+
+
+@functools.lru_cache(maxsize=32)
+def _bucket_layout(segments: tuple[tuple[int, int], ...], members: tuple[int, ...], length: int,
+                   t: int, device: torch.device):
+    """Index tensors of one padded bucket (gather rows, member ids, scatter source/destination),
+    cached so every recurrent layer of a step shares one host computation and one copy."""
+    index, src, dst = [], [], []
+    for j, (s, e) in enumerate(segments):
+        index.extend(range(s, e))
+        index.extend([t] * (length - (e - s)))
+        src.extend(range(s, e))
+        dst.extend(range(j * length, j * length + e - s))
+    return tuple(to_device(x, torch.int64, device) for x in (index, list(members), src, dst))
 
 
 def delta_rule_deterministic(q, k, v, g, beta, initial_state, cu_seqlens, track_states):
@@ -284,6 +300,11 @@ def prepare_qk(q, k, num_v_heads):
     return q, k
 
 
+@functools.lru_cache(maxsize=16)
+def _single_layout(ids: tuple[int, ...], rows: tuple[int, ...], device: torch.device):
+    return to_device(list(ids), torch.int64, device), to_device(list(rows), torch.int64, device)
+
+
 def torch_gated_delta_rule(
     q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False, deterministic=False
 ):
@@ -321,8 +342,7 @@ def torch_gated_delta_rule(
     finals = state0.new_empty(state0.shape)
     single = [i for i, (s, e) in enumerate(segments) if e - s == 1]
     if single:  # decode rows of a mixed step: one batched recurrent update
-        ids = torch.tensor(single, device=q.device)
-        rows = torch.tensor([segments[i][0] for i in single], device=q.device)
+        ids, rows = _single_layout(tuple(single), tuple(segments[i][0] for i in single), q.device)
         o, final = delta_rule_decode(*(x.index_select(0, rows) for x in (q, k, v, g, beta)),
                                      state0.index_select(0, ids))
         out.index_copy_(0, rows, o)
