@@ -88,3 +88,43 @@ def test_cuda_budget_is_a_fraction_of_free_memory_minus_weights():
                              free_before_weights=free)
     assert abs(budget - (free // 2 - (256 << 20))) < (64 << 20)
     del weights
+
+
+def test_cuda_budget_arithmetic_takes_weights_and_the_profiled_step_out_of_the_fraction():
+    gib = 1 << 30
+    budget = kv_budget_bytes("cuda", kv_cache_bytes=None, mem_fraction_static=0.8,
+                             free_before_weights=100 * gib, free_now=84 * gib,
+                             activation_bytes=6 * gib)
+    assert budget == 80 * gib - 16 * gib - 6 * gib
+    capped = kv_budget_bytes("cuda", kv_cache_bytes=gib, mem_fraction_static=0.8,
+                             free_before_weights=100 * gib, free_now=84 * gib, activation_bytes=0)
+    assert capped == gib
+    with pytest.raises(ValueError, match="lower chunked_prefill_size"):
+        kv_budget_bytes("cuda", kv_cache_bytes=None, mem_fraction_static=0.5,
+                        free_before_weights=100 * gib, free_now=60 * gib, activation_bytes=11 * gib)
+
+
+def test_profiling_forward_costs_nothing_off_cuda():
+    from hinge.engine.memory import profile_step_bytes
+
+    assert profile_step_bytes(None, None, num_tokens=512, page_size=16, dtype=torch.float32,
+                              device="cpu") == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_engine_on_cuda_sizes_kv_after_profiling_the_largest_step(tiny_qwen3):
+    """The profiled peak grows with the step and is taken out of the KV budget; a step of the
+    profiled size then runs without running out of memory."""
+    from hinge import LLM, SamplingParams
+    from hinge.engine.memory import profile_step_bytes
+
+    with LLM(str(tiny_qwen3), device="cuda", chunked_prefill_size=256) as llm:
+        eng = llm.engine
+        small = profile_step_bytes(eng.model, eng.attn, num_tokens=16, page_size=16,
+                                   dtype=eng.dtype, device="cuda")
+        large = profile_step_bytes(eng.model, eng.attn, num_tokens=256, page_size=16,
+                                   dtype=eng.dtype, device="cuda")
+        assert 0 < small < large
+        out = llm.generate([list(range(3, 250))], SamplingParams(max_new_tokens=4, ignore_eos=True))
+        assert len(out[0].token_ids) == 4

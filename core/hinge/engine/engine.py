@@ -16,6 +16,7 @@ import torch
 
 from hinge.devices import to_device
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
+from hinge.engine.memory import profile_step_bytes
 from hinge.engine.output import append_token, make_output
 from hinge.engine.request import Request, RequestOutput
 from hinge.engine.results import HostResults, LaunchedStep, PinnedRing
@@ -82,10 +83,16 @@ class Engine:
         self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
         self.model.ensure_positions(self.max_model_len)  # once: no step grows a table
         self.eos_ids = frozenset(mcfg.eos_token_ids) | frozenset(self.tokenizer.eos_token_ids)
-        # KV cache
+        # KV cache: sized after a profiling forward at the largest step (hinge.engine.memory)
+        step_tokens = config.chunked_prefill_size if config.chunked_prefill_size > 0 else \
+            min(self.max_model_len, 8192)
+        activations = profile_step_bytes(
+            self.model, self.attn, num_tokens=step_tokens, page_size=config.page_size,
+            dtype=self.dtype, device=self.device,
+            state_pool_factory=self._state_pool_factory(config))
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
                                  mem_fraction_static=config.mem_fraction_static,
-                                 free_before_weights=free_before)
+                                 free_before_weights=free_before, activation_bytes=activations)
         self.states = self._create_state_pool(config, budget)
         if self.states is not None:
             budget -= self.states.nbytes
@@ -110,6 +117,17 @@ class Engine:
         self._aborted: list[Request] = []
         self._stats = EngineStats(0, 0, config.page_size, 0, 0)
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
+
+    def _state_pool_factory(self, config: EngineConfig):
+        """``make(num_slots) -> StatePool`` for hybrid models, None for dense ones."""
+        layers = getattr(self.model, "recurrent_layers", None)
+        if not layers:
+            return None
+        from hinge.engine.state_pool import StatePool
+
+        return lambda num_slots: StatePool(layers, num_slots, conv_dtype=self.dtype,
+                                           ssm_dtype=getattr(torch, config.state_dtype),
+                                           device=self.device)
 
     def _create_state_pool(self, config: EngineConfig, budget: int):
         """Hybrid models: one recurrent-state slot per running request, taken from the KV budget."""

@@ -80,25 +80,32 @@ def kv_bytes_per_token(layers: list[AttentionLayer], dtype: torch.dtype) -> int:
 
 
 def kv_budget_bytes(device: str, *, kv_cache_bytes: int | None, mem_fraction_static: float,
-                    free_before_weights: int | None = None) -> int:
-    """Bytes the KV pool may take.
+                    free_before_weights: int | None = None, activation_bytes: int = 0,
+                    free_now: int | None = None) -> int:
+    """Bytes the KV pool (and the recurrent-state pool) may take.
 
     CPU: ``kv_cache_bytes`` (None: 256 MiB). CUDA: ``mem_fraction_static`` of the memory that was
-    free before the weights loaded, minus what the weights (and anything else since) took, capped
-    at ``kv_cache_bytes`` when that is set.
+    free before the weights loaded, minus what the weights (and anything else since) took and
+    minus ``activation_bytes`` (the peak of a profiling forward at the largest step,
+    ``hinge.engine.memory``), capped at ``kv_cache_bytes`` when that is set. What the fraction
+    leaves over is headroom for CUDA graphs and the allocator.
     """
     if device != "cuda":
         return DEFAULT_CPU_KV_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
-    free_now, _total = torch.cuda.mem_get_info()
+    if free_now is None:
+        free_now = torch.cuda.mem_get_info()[0]
     before = free_now if free_before_weights is None else free_before_weights
-    budget = int(mem_fraction_static * before) - (before - free_now)
+    weights = before - free_now
+    budget = int(mem_fraction_static * before) - weights - activation_bytes
     if kv_cache_bytes is not None:
         budget = min(budget, int(kv_cache_bytes))
     if budget <= 0:
         raise ValueError(
             f"no GPU memory left for the KV cache: mem_fraction_static={mem_fraction_static} of "
-            f"{before / GiB:.2f} GiB free minus {(before - free_now) / GiB:.2f} GiB of weights is "
-            f"{budget / GiB:.2f} GiB; raise mem_fraction_static or use a smaller model")
+            f"{before / GiB:.2f} GiB free, minus {weights / GiB:.2f} GiB of weights and "
+            f"{activation_bytes / GiB:.2f} GiB of activations at the largest step, is "
+            f"{budget / GiB:.2f} GiB; raise mem_fraction_static, lower chunked_prefill_size, "
+            "or use a smaller model")
     return budget
 
 
