@@ -94,13 +94,64 @@ class AttentionBackend(ABC):
             ``p`` sees keys ``0..p`` of request ``i`` (causal), limited by ``layer.sliding_window``.
         """
 
-    # graph participation (optional; only when capabilities claim a graph level)
-    def init_graph_buffers(self, max_batch_size: int, max_num_tokens: int) -> None:
-        """Allocate the static metadata buffers a captured graph reads."""
+    # -- CUDA graphs (only when ``capabilities`` claim ``decode_graph`` / ``prefill_graph``) ----
+    #
+    # The graph runner (``hinge.engine.graphs``) owns the static *inputs* of every captured shape
+    # (``hinge.batching.StaticBatch``: input_ids, positions, out_loc, logits_indices, extend/prefix
+    # lens, page_table rows, state_slots, rows); the backend owns its static *metadata*. At start:
+    # ``init_graph_buffers`` once, then for each shape, largest first: ``prepare_for_capture``, one
+    # warm-up forward, capture. Before every replay: the runner copies the live step into the static
+    # inputs and pads them, then calls ``prepare_for_replay``; then the graph replays.
+    #
+    # Padded rows (invariant 4; ``hinge.batching.pad_extend_lens`` is the one rule): rows
+    # ``B..R-1`` of a shape with ``R`` request rows and ``N`` tokens are padding requests with
+    # prefix 0, a page-table row of zeros (page 0 is reserved and holds garbage), state slot 0 and
+    # builder row 0; the ``N - T`` padded tokens are spread over them in order, as evenly as
+    # possible (a decode-shaped graph of ``q`` tokens per request gives each padded row exactly
+    # ``q``; a prefill-shaped graph may leave some padded rows with 0 tokens: zero-length requests
+    # the backend must skip). A padded row with ``k`` tokens has positions ``0..k-1`` and writes its
+    # KV at ``out_loc = position % page_size`` (page 0). Padded logit rows point at token row 0.
+    # Nothing a padded row computes may reach a live row, and nothing a previous (larger) replay
+    # left in the static metadata may survive into the next one.
+
+    def init_graph_buffers(self, max_batch_size: int, max_num_tokens: int, max_pages: int) -> None:
+        """Allocate the static metadata buffers for every shape the runner will capture.
+
+        Called once, before any capture. Nothing is allocated later (a captured graph reads its
+        buffers by address), so size them for the largest shape.
+
+        :param max_batch_size: the most request rows of any captured shape (padding rows included).
+        :param max_num_tokens: the most token rows of any captured shape.
+        :param max_pages: page-table width (``batch.page_table.shape[1]`` of every static batch:
+            pages of ``max_model_len``).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_capture(self, batch: ForwardBatch) -> None:
+        """Set ``batch.attn_metadata`` to metadata living in the static buffers; once per shape.
+
+        ``batch`` has the captured shape; its tensors are the runner's static inputs, filled with
+        padding rows only, and its host lists (``extend_lens_cpu``, ``prefix_lens_cpu``) describe
+        all ``R`` rows (``R = batch.batch_size``, ``N = batch.num_tokens``). The warm-up forward and
+        the captured forward that follow call ``forward(..., batch)`` with this batch. Per-shape
+        objects (e.g. one planned wrapper per batch size) are made here, not later.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
 
     def prepare_for_replay(self, batch: ForwardBatch, padded_batch_size: int) -> None:
-        """Refill static buffers for the live rows and clear the padded ones (invariant 4)."""
+        """Refill the static metadata for the live rows and reset the padded ones; before every
+        replay, outside the graph.
+
+        ``batch`` is the live step: ``B = len(batch.extend_lens_cpu) <= padded_batch_size`` live
+        requests (host lists: live rows only), ``T = sum(batch.extend_lens_cpu)`` live tokens. Its
+        device tensors are already the runner's static inputs of the captured shape (``N =
+        batch.num_tokens`` token rows, ``padded_batch_size`` request rows), holding the live values
+        in rows ``[:B]`` / tokens ``[:T]`` and the padding rows after them (see above);
+        ``pad_extend_lens(batch.extend_lens_cpu, batch.num_tokens, padded_batch_size)`` gives every
+        row's token count. Must not allocate device memory or wait for the device; host-to-device
+        copies into the static buffers are fine (non-blocking, from memory no later step reuses
+        before the copy ran).
+        """
         raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
 
 
