@@ -27,6 +27,9 @@ class SamplingParams:
     logprobs: bool = False  #: return the logprob of every output token
     top_logprobs: int = 0  #: also return this many most likely tokens per output position
     prompt_logprobs_start: int | None = None  #: return prompt logprobs from this position on
+    #: False: no text for this request (``text``/``new_text`` stay empty), tokens only; saves the
+    #: host's detokenization (benchmarks; ids the tokenizer does not know). No stop strings then.
+    detokenize: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -60,6 +63,11 @@ class SamplingParams:
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
         _check(all(isinstance(s, str) and s for s in self.stop),
                f"stop must be non-empty strings, got {self.stop!r}")
+        _check(isinstance(self.detokenize, bool),
+               f"detokenize must be True or False, got {self.detokenize!r}")
+        _check(self.detokenize or not self.stop,
+               f"stop strings {self.stop!r} need detokenize=True (they match text); with "
+               "detokenize=False stop on token ids instead (stop_token_ids)")
 
     @property
     def is_greedy(self) -> bool:

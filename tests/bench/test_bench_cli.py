@@ -62,7 +62,7 @@ def test_help_shows_the_defaults_and_which_repeat_run_is_reported(
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--compare-hf", "--url", "http://127.0.0.1:1"], "cannot be combined with --url"),
-    (["--compare-hf", "--request-rate", "4"], "leave out --request-rate and --max-concurrency"),
+    (["--compare-hf", "--request-rate", "4"], "leave out --request-rate (or drop --compare-hf)"),
     (["--request-rate", "0"], "--request-rate must be > 0"),
     (["--max-concurrency", "0"], "--max-concurrency must be >= 1"),
     (["--output-len", "0"], "--output-len must be >= 1"),

@@ -1,4 +1,5 @@
-"""``hinge bench`` end to end: build the workload, run each side ``--repeat`` times, report.
+"""``hinge bench`` end to end: run in this process (``hinge.bench.inprocess``) or against a
+server, print the table (one column per side, or one row per concurrency of a sweep), report.
 
 With ``--json`` stdout holds one JSON document and nothing else; the header and table go to
 stderr, like the progress bar. The exit status is 1 when any request failed.
@@ -15,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hinge.bench.arrivals import poisson_arrivals
-from hinge.bench.hf import bench_hf, load_hf
-from hinge.bench.offline import bench_hinge
+from hinge.bench.inprocess import LocalReport, run_in_process
 from hinge.bench.options import check_arguments
 from hinge.bench.prompts import file_prompts, parse_len_range, synthetic_prompts
 from hinge.bench.report import format_table, to_json
 from hinge.bench.result import BenchResult
 from hinge.bench.serving import ServerTarget, bench_server, first_model_name, server_info
+from hinge.bench.sweep_report import format_sweep_table, sweep_json
 
 if TYPE_CHECKING:
     from hinge.config import EngineConfig
@@ -32,23 +33,53 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
     """Run the benchmark ``args`` describe; print the table (and JSON); return the exit status."""
     check_arguments(args)
     config = config.resolved()
+    text = sys.stderr if args.json else sys.stdout
     if args.url:
         results, header, summary = _run_server(args, config)
+        print(header, file=text)
+        print(format_table(results), file=text)
+        document = to_json(results, {**_settings(args, config), **summary.pop("settings")},
+                           summary)
     else:
-        results, header, summary = _run_offline(args, config)
-    text = sys.stderr if args.json else sys.stdout
-    print(header, file=text)
-    print(format_table(results), file=text)
-    if "output_throughput_ratio" in summary:
-        print(f"hinge / transformers output throughput: {summary['output_throughput_ratio']:.2f}x "
-              f"(same prompts, same run, {results[0].torch_threads} torch threads on both sides);"
-              f" identical greedy outputs: {summary['identical_outputs']}/"
-              f"{results[0].num_requests}", file=text)
+        report = run_in_process(args, config, progress=lambda desc, total: _progress(
+            args, total, desc))
+        results = report.results or [row.result for row in report.rows]
+        document = {"settings": {**_settings(args, config), **report.settings},
+                    **_print_local(args, report, text)}
     if args.json:
-        settings = {**_settings(args, config), **summary.pop("settings", {})}
-        json.dump(to_json(results, settings, summary), sys.stdout)
+        json.dump(document, sys.stdout)
         sys.stdout.write("\n")
     return 1 if any(r.failed for r in results) else 0
+
+
+def _print_local(args: argparse.Namespace, report: LocalReport, text: Any) -> dict[str, Any]:
+    """Print the in-process report's header, table and comparison; return its JSON document
+    (without settings)."""
+    print(report.header, file=text)
+    summary = dict(report.summary)
+    if report.rows:
+        print(format_sweep_table(report.rows), file=text)
+        document: dict[str, Any] = {"sweep": sweep_json(report.rows), **summary}
+        if args.plot:
+            from hinge.bench.plot import plot_sweep
+
+            path = plot_sweep(report.rows, args.plot, title=report.title)
+            print(f"plot: {path}", file=text)
+    else:
+        print(format_table(report.results), file=text)
+        document = {k: v for k, v in to_json(report.results, {}, summary).items()
+                    if k != "settings"}
+        if "output_throughput_ratio" in summary:
+            ours = report.results[0]
+            same = (f"identical greedy outputs: {summary['identical_outputs']}/"
+                    f"{ours.num_requests}" if summary["identical_outputs"] is not None else "")
+            print(f"hinge / transformers output throughput: "
+                  f"{summary['output_throughput_ratio']:.2f}x (same prompts, same run, "
+                  f"{ours.torch_threads} torch threads on both sides); {same}".rstrip("; "),
+                  file=text)
+    if "note" in summary:
+        print(summary["note"], file=text)
+    return document
 
 
 def make_prompts(args: argparse.Namespace, tokenizer: Tokenizer) -> list[list[int]]:
@@ -64,7 +95,9 @@ def _settings(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             "prompts_file": args.prompts_file, "output_len": args.output_len,
             "request_rate": None if math.isinf(args.request_rate) else args.request_rate,
             "max_concurrency": args.max_concurrency, "seed": args.seed, "repeat": args.repeat,
-            "url": args.url, "backend": args.backend if args.url else None}
+            "url": args.url, "backend": args.backend if args.url else None,
+            "arch": args.arch, "size": args.size, "model_config": args.model_config,
+            "concurrency_sweep": args.concurrency_sweep, "sweep_rounds": args.sweep_rounds}
 
 
 def _progress(args: argparse.Namespace, total: int, desc: str) -> Any:
@@ -80,64 +113,6 @@ def _fastest(runs: list[BenchResult]) -> BenchResult:
 
 def _best_of(args: argparse.Namespace) -> str:
     return f"; fastest of {args.repeat} runs" if args.repeat > 1 else ""
-
-
-# in this process ---------------------------------------------------------------------------
-
-
-def _run_offline(args: argparse.Namespace, config: EngineConfig
-                 ) -> tuple[list[BenchResult], str, dict[str, Any]]:
-    import torch
-
-    from hinge.engine.engine import Engine
-
-    engine = Engine(config)
-    threads = torch.get_num_threads()  # after the engine chose its own, if it does
-    sides: dict[str, list[BenchResult]] = {"hinge": []}
-    try:
-        prompts = make_prompts(args, engine.tokenizer)
-        arrivals = poisson_arrivals(len(prompts), args.request_rate, args.seed)
-        hf_model = None
-        if args.compare_hf:
-            from hinge.builtin import default_model_path
-
-            hf_model = load_hf(str(config.model or default_model_path()), device=config.device,
-                               dtype=config.torch_dtype())
-            sides["transformers"] = []
-        for k in range(args.repeat):  # alternate the sides so load bursts hit both alike
-            torch.set_num_threads(threads)
-            with _progress(args, len(prompts), f"hinge {k + 1}/{args.repeat}") as bar:
-                result = bench_hinge(engine, prompts, args.output_len, arrivals=arrivals,
-                                     max_concurrency=args.max_concurrency,
-                                     request_rate=args.request_rate, progress=bar)
-            result.torch_threads = torch.get_num_threads()
-            sides["hinge"].append(result)
-            if hf_model is not None:
-                torch.set_num_threads(threads)
-                sides["transformers"].append(bench_hf(
-                    hf_model, prompts, args.output_len, batch_size=args.hf_batch_size,
-                    pad_id=_pad_id(engine.tokenizer)))
-    finally:
-        engine.close()
-    results = [_fastest(runs) for runs in sides.values()]
-    summary: dict[str, Any] = {"settings": {"model": str(config.model or "embedded default"),
-                                            "device": config.device,
-                                            "dtype": str(config.resolved_dtype),
-                                            "torch_threads": threads}}
-    if hf_model is not None:
-        ours, hf = results
-        summary |= {"output_throughput_ratio": ours.output_tok_s / hf.output_tok_s,
-                    "identical_outputs": sum(a == b for a, b in zip(ours.outputs, hf.outputs,
-                                                                    strict=True))}
-    header = (f"model: {config.model or 'embedded default'}; device {config.device}, dtype "
-              f"{config.resolved_dtype}, torch threads {threads}; {len(prompts)} prompts, "
-              f"{args.output_len} output tokens each{_best_of(args)}")
-    return results, header, summary
-
-
-def _pad_id(tokenizer: Tokenizer) -> int:
-    pad_id = tokenizer.pad_token_id
-    return pad_id if pad_id is not None else (tokenizer.eos_token_ids or [0])[0]
 
 
 # against a server --------------------------------------------------------------------------

@@ -4,6 +4,8 @@ Prompts go in batches of ``batch_size`` with left padding and ``min_new_tokens =
 max_new_tokens`` so every request produces exactly ``output_len`` tokens, after a warm-up; model
 loading is not timed. ``generate`` streams nothing for a batch, so a request's time to first token
 comes from a separate 1-token generate of its batch, which is not counted in the wall time.
+For a random-weight run (``build_hf_random``) transformers builds the same configuration with its
+own random initialisation: the same shapes and dtype, other values.
 """
 
 from __future__ import annotations
@@ -20,6 +22,19 @@ def load_hf(model_path: str, *, device: str, dtype: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device).eval()
+
+
+def build_hf_random(model_path: str, *, device: str, dtype: Any) -> Any:
+    """transformers' model of ``model_path``'s config.json with its own random initialisation,
+    built on ``device`` (no checkpoint; the same shapes as hinge's dummy weights, not the same
+    values), in eval mode."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
 
 
 def bench_hf(model: Any, prompts: list[list[int]], output_len: int, *, batch_size: int,

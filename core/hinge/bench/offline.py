@@ -5,7 +5,7 @@ Between engine steps the loop adds every request whose arrival time has passed (
 is idle and the next arrival is ahead. A request that arrives during a step "was sent" at its
 arrival time, as a server would have queued it then; one held back by the cap was sent when a
 slot came free (the semaphore semantics of sglang.bench_serving). Every request produces exactly
-``output_len`` tokens (greedy, eos ignored).
+``output_len`` tokens (greedy, eos ignored, not detokenized).
 """
 
 from __future__ import annotations
@@ -29,9 +29,13 @@ def bench_hinge(engine: Any, prompts: list[list[int]], output_len: int, *,
     given send schedule (default: all at once); ``progress`` is a tqdm-like bar or None."""
     from hinge.sampling_params import SamplingParams
 
-    params = SamplingParams(max_new_tokens=output_len, temperature=0.0, ignore_eos=True)
+    # detokenize=False: the benchmark counts tokens; text would only cost host time (and a
+    # random-weight model's ids are beyond the embedded tokenizer)
+    params = SamplingParams(max_new_tokens=output_len, temperature=0.0, ignore_eos=True,
+                            detokenize=False)
     if warm_up:
-        _drain(engine, [prompts[0][:8]], SamplingParams(max_new_tokens=4, temperature=0.0))
+        _drain(engine, [prompts[0][:8]], SamplingParams(max_new_tokens=4, temperature=0.0,
+                                                        detokenize=False))
     arrivals = arrivals if arrivals is not None else [0.0] * len(prompts)
     records = [RequestRecord(input_len=len(p)) for p in prompts]
     outputs: list[list[int]] = [[] for _ in prompts]

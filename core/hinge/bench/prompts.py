@@ -1,4 +1,5 @@
-"""The benchmark's workload: seeded synthetic token prompts, or text prompts from a file."""
+"""The benchmark's workload: seeded synthetic token prompts (ordinary tokens of the tokenizer, or
+random ids below a random-weight model's vocabulary), or text prompts from a file."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def synthetic_prompts(tokenizer: Tokenizer, num: int, lo: int, hi: int, seed: in
     ordinary = [i for i in range(tokenizer.vocab_size) if i not in special]
     rng = random.Random(seed)
     return [[rng.choice(ordinary) for _ in range(rng.randint(lo, hi))] for _ in range(num)]
+
+
+def random_id_prompts(vocab_size: int, num: int, lo: int, hi: int, seed: int) -> list[list[int]]:
+    """``num`` prompts of ids uniform in ``[0, vocab_size)``, lengths uniform in [lo, hi]: the
+    workload of a random-weight model, whose vocabulary the tokenizer does not cover."""
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(num)]
 
 
 def file_prompts(path: str, tokenizer: Tokenizer) -> list[list[int]]:

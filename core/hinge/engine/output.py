@@ -7,6 +7,9 @@ Stop rules, checked in this order after each token:
 - a stop string in the text: the text is cut where the string starts;
 - ``max_new_tokens`` reached: finish reason ``length``.
 
+With ``detokenize=False`` no text is made (``text`` stays empty) and no stop string can be set
+(``SamplingParams`` refuses them); the token rules are unchanged.
+
 While a request runs, text that could be the start of a stop string is held back from
 ``new_text`` (the streaming delta), so a client never receives text that is later trimmed.
 Outputs are deltas: ``new_token_ids``, ``new_text``, ``new_logprobs`` per step, the whole lists
@@ -33,7 +36,7 @@ def append_token(req: Request, token: int, tokenizer: Tokenizer | None,
     if token in params.stop_token_ids or (not params.ignore_eos and token in eos_ids):
         _finish(req, "stop", token, tokenizer)
         return
-    if tokenizer is not None:
+    if tokenizer is not None and params.detokenize:
         if req.detok is None:
             req.detok = tokenizer.decode_stream(req.prompt_ids)
         delta = req.detok.step(token)
