@@ -7,7 +7,8 @@ the renormalised distribution with the request's own ``torch.Generator``.
 Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
 and masks), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
 row-wise and the draw uses one generator per request, so a row's result does not depend on the
-other rows; with ``deterministic`` the log-softmax runs one row at a time.
+other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
+Triton program per row on CUDA, fixed 16-row blocks on CPU).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hinge.devices import to_device
+from hinge.layers import batch_invariant
 
 if TYPE_CHECKING:
     from hinge.engine.request import Request
@@ -150,7 +152,7 @@ class Sampler:
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
         if self.deterministic:
-            return torch.cat([torch.log_softmax(row, dim=-1).unsqueeze(0) for row in logits])
+            return batch_invariant.log_softmax(logits)
         return torch.log_softmax(logits, dim=-1)
 
     def sample(self, logits: torch.Tensor, args: SamplingArgs) -> SampledTokens:

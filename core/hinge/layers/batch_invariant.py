@@ -1,9 +1,16 @@
 """Batch-invariant kernels for ``deterministic = true`` (docs/internals.md "Deterministic mode").
 
-CPU ``torch.mm`` is not batch invariant: the bits of a row's result change with the number of rows
-in the matrix. A kernel of fixed shape is: every function here pads the rows to a multiple of
-``BLOCK_ROWS`` and runs the same fixed-shape op block by block, so a row's output depends only on
-that row (and the weights), never on how many rows share the batch or where the row sits.
+A row's result must not depend on how many rows share the batch or where the row sits in it.
+
+- CUDA: Triton kernels (``hinge.layers.batch_invariant_triton``) whose tiling is fixed by the
+  shapes a model never changes (weight shape, hidden size, vocabulary), never by the number of
+  rows, and that reduce in one fixed order: the GEMM has one tile configuration per weight and no
+  split-K, RMSNorm and (log-)softmax run one program per row. Element-wise ops are position-free
+  on CUDA and run as they are.
+- CPU: ``torch.mm`` is not batch invariant (the bits of a row change with the number of rows), and
+  element-wise transcendental ops round differently in the vectorized body and the scalar tail.
+  A kernel of fixed shape is: every function pads the rows to a multiple of ``BLOCK_ROWS`` and
+  runs the same fixed-shape op block by block.
 """
 
 from __future__ import annotations
@@ -16,6 +23,12 @@ import torch.nn.functional as F
 BLOCK_ROWS = 16
 KV_BLOCK = 64  #: keys per block of the deterministic attention (absolute positions)
 Q_BLOCK = BLOCK_ROWS
+TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _on_triton(x: torch.Tensor) -> bool:
+    """CUDA tensors of a dtype the Triton kernels take; everything else runs in 16-row blocks."""
+    return x.is_cuda and x.dtype in TRITON_DTYPES
 
 
 def _blockwise(x: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -37,7 +50,21 @@ def _blockwise(x: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> t
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` computed in fixed blocks of 16 rows: (..., in) -> (..., out)."""
+    """``F.linear`` with batch-invariant bits: (..., in) -> (..., out).
+
+    CUDA: the Triton GEMM (bias added in float32 before the one rounding); elsewhere
+    ``blockwise_linear``.
+    """
+    if _on_triton(x):
+        from hinge.layers.batch_invariant_triton import linear as triton_linear
+
+        return triton_linear(x, weight, bias)
+    return blockwise_linear(x, weight, bias)
+
+
+def blockwise_linear(x: torch.Tensor, weight: torch.Tensor,
+                     bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` computed in fixed blocks of 16 rows (the CPU path; any device)."""
     out = _blockwise(x, lambda blk: F.linear(blk, weight))
     if bias is not None:
         out = out + bias
@@ -49,6 +76,10 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0
 
     ``offset=1.0`` gives the ``(1 + w)`` variant some hybrid models use.
     """
+    if _on_triton(x):
+        from hinge.layers.batch_invariant_triton import rmsnorm as triton_rmsnorm
+
+        return triton_rmsnorm(x, weight + offset if offset else weight, eps)
     return _blockwise(x, lambda blk: rmsnorm_reference(blk, weight, eps, offset))
 
 
@@ -64,23 +95,34 @@ def rmsnorm_reference(
 
 def log_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise float32 log-softmax over the last dimension."""
+    if _on_triton(x):
+        from hinge.layers.batch_invariant_triton import log_softmax as triton_log_softmax
+
+        return triton_log_softmax(x)
     return _blockwise(x.to(torch.float32), lambda blk: torch.log_softmax(blk, dim=-1))
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise float32 softmax over the last dimension."""
+    if _on_triton(x):
+        from hinge.layers.batch_invariant_triton import softmax as triton_softmax
+
+        return triton_softmax(x)
     return _blockwise(x.to(torch.float32), lambda blk: torch.softmax(blk, dim=-1))
 
 
 def gated_activation(
     gate_up: torch.Tensor, act: Callable[[torch.Tensor], torch.Tensor]
 ) -> torch.Tensor:
-    """``act(gate) * up`` of a fused ``[gate | up]`` (..., 2 I) -> (..., I), in 16-row blocks.
+    """``act(gate) * up`` of a fused ``[gate | up]`` (..., 2 I) -> (..., I).
 
     NOTE: element-wise transcendental ops are not position-free on CPU: torch runs the vectorized
-    body and a scalar tail with different rounding, and where the tail falls depends on the size.
+    body and a scalar tail with different rounding, and where the tail falls depends on the size;
+    so CPU runs 16-row blocks. CUDA applies one device function per element wherever it sits.
     """
     width = gate_up.shape[-1] // 2
+    if gate_up.is_cuda:
+        return act(gate_up[..., :width]) * gate_up[..., width:]
     return _blockwise(gate_up, lambda blk: act(blk[:, :width]) * blk[:, width:])
 
 

@@ -13,8 +13,9 @@ def get_recurrent_kernels(
 ) -> RecurrentKernels:
     """``auto``: fla on CUDA when fla-core imports, else torch. Never imports fla on CPU.
 
-    ``deterministic`` (batch- and chunking-invariant bits) is the torch reference's token-by-token
-    form on any device; fla's kernels are not batch invariant.
+    ``deterministic`` (batch- and chunking-invariant bits) is the exact token recurrence: one
+    Triton kernel on CUDA (``delta_rule_triton``), the torch reference's token loop elsewhere;
+    fla's kernels are not batch invariant.
     """
     if name not in KERNEL_NAMES:
         raise ValueError(

@@ -12,6 +12,7 @@ them for free).
 ``BLOCK_ROWS`` rows, each op of fixed shape and element-wise or reduced over one head's vector. A
 request's bits then depend only on its own tokens and state: the same alone or in any batch, and
 for any chunking of its prefill (the state after a token is the same whatever came in one step).
+On CUDA the same recurrence runs as one Triton kernel per call (``delta_rule_triton``).
 """
 
 from __future__ import annotations
@@ -310,6 +311,11 @@ def torch_gated_delta_rule(
 ):
     out_dtype = q.dtype
     if deterministic:
+        if q.is_cuda:  # the same recurrence, one Triton kernel instead of a loop of torch ops
+            from hinge.layers.recurrent_kernels.delta_rule_triton import gated_delta_rule
+
+            return DeltaRuleResult(*gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                     track_states))
         out, final, states = delta_rule_deterministic(
             q, k, v, g, beta, initial_state, cu_seqlens, track_states
         )

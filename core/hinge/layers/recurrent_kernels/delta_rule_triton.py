@@ -1,0 +1,151 @@
+"""Batch-invariant gated delta rule on CUDA: the exact token recurrence in one Triton kernel.
+
+One program per (request, value head, block of ``BV`` value columns) keeps its (Dk, BV) slice of
+the state in registers (float32) and walks the request's tokens in order::
+
+    q, k = l2norm(q) * Dk^-0.5, l2norm(k)        (float32, eps 1e-6)
+    S = exp(g) * S;  delta = beta * (v - k^T S);  S = S + k delta^T;  o = q^T S
+
+Every token is this same arithmetic on the state the previous token left, whatever else runs:
+a column of the state never meets another column, a request never meets another request, and
+the tiling (``BK`` = Dk rounded up to a power of two, ``BV`` columns, one warp) depends only on
+the head sizes. So the state after token ``t`` and its output are the same bits alone or in any
+batch, in a prefill of any length, split at any position (chunked prefill, a prefix-cache
+resume) or one token per step (decode): a prefill row equals the decode row of its position.
+
+NOTE: why not chunks at absolute positions. A chunked (WY) form sums the same terms in another
+association, so a chunk run whole, the same chunk split over two steps, and its tokens decoded
+one by one differ in the last bits. The pool keeps one state per request and any position can
+end a step (every decode token does), so the state after each token has to be one function of
+the state before it: the token recurrence. The kernel is sequential over a request's tokens
+and parallel over requests, heads and value columns.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from hinge.devices import to_device
+
+BV = 8  #: value columns per program (fla's fused recurrent kernel uses the same)
+EPS = 1e-6  #: the L2-norm epsilon of the torch reference (``torch_ref.l2norm``)
+
+
+@triton.jit
+def _delta_rule_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, cu_ptr, out_ptr, final_ptr, states_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
+    scale, eps,
+    HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, TRACK: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_hk = i_h // REP
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k = offs_k < DK
+    mask_v = offs_v < DV
+    mask_s = mask_k[:, None] & mask_v[None, :]
+    s_off = offs_k[:, None] * DV + offs_v[None, :]
+    head = (i_n * HV + i_h).to(tl.int64) * DK * DV
+    S = tl.load(s0_ptr + head + s_off, mask=mask_s, other=0.0).to(tl.float32)
+    q_row = q_ptr + i_hk * stride_qh + offs_k
+    k_row = k_ptr + i_hk * stride_kh + offs_k
+    v_row = v_ptr + i_h * stride_vh + offs_v
+    # NOTE: the next token's inputs are loaded before this token's arithmetic (loads overlap the
+    # sequential chain); the arithmetic itself is the same whatever was prefetched
+    ok = bos < eos
+    q = tl.load(q_row + bos * stride_qt, mask=mask_k & ok, other=0.0).to(tl.float32)
+    k = tl.load(k_row + bos * stride_kt, mask=mask_k & ok, other=0.0).to(tl.float32)
+    v = tl.load(v_row + bos * stride_vt, mask=mask_v & ok, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + bos * stride_gt + i_h, mask=ok, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + bos * stride_bt + i_h, mask=ok, other=0.0).to(tl.float32)
+    for t in range(bos, eos):
+        nxt = t + 1
+        ok = nxt < eos
+        q_next = tl.load(q_row + nxt * stride_qt, mask=mask_k & ok, other=0.0).to(tl.float32)
+        k_next = tl.load(k_row + nxt * stride_kt, mask=mask_k & ok, other=0.0).to(tl.float32)
+        v_next = tl.load(v_row + nxt * stride_vt, mask=mask_v & ok, other=0.0).to(tl.float32)
+        g_next = tl.load(g_ptr + nxt * stride_gt + i_h, mask=ok, other=0.0).to(tl.float32)
+        beta_next = tl.load(beta_ptr + nxt * stride_bt + i_h, mask=ok, other=0.0).to(tl.float32)
+        qn = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
+        kn = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
+        S = S * tl.exp(g)
+        kv = tl.sum(S * kn[:, None], axis=0)
+        delta = (v - kv) * beta
+        S = S + kn[:, None] * delta[None, :]
+        o = tl.sum(S * qn[:, None], axis=0)
+        tl.store(out_ptr + (t * HV + i_h) * DV + offs_v, o.to(out_ptr.dtype.element_ty),
+                 mask=mask_v)
+        if TRACK:
+            tl.store(states_ptr + (t * HV + i_h) * DK * DV + s_off, S, mask=mask_s)
+        q, k, v, g, beta = q_next, k_next, v_next, g_next, beta_next
+    tl.store(final_ptr + head + s_off, S, mask=mask_s)
+
+
+MAX_UNIFORM_ROWS = 1 << 16
+
+
+@functools.cache
+def _arange(device: torch.device) -> torch.Tensor:
+    """0, 1, 2, ... on the device, allocated once and never freed."""
+    return torch.arange(MAX_UNIFORM_ROWS + 1, dtype=torch.int64, device=device)
+
+
+@functools.lru_cache(maxsize=16)
+def _layout_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return to_device(list(cu_seqlens), torch.int64, device)
+
+
+def _cu_tensor(cu_seqlens: list[int], device: torch.device) -> torch.Tensor:
+    """``cu_seqlens`` on the device. Requests of one length (decode, a verify step) read a slice
+    of a tensor that is never freed (scaled on the device): a CUDA graph may hold its address and
+    no host copy runs. Other layouts are copied once and shared by every recurrent layer."""
+    b, first = len(cu_seqlens) - 1, cu_seqlens[1] - cu_seqlens[0]
+    if b <= MAX_UNIFORM_ROWS and cu_seqlens[0] == 0 and cu_seqlens[-1] == b * first and all(
+        e - s == first for s, e in zip(cu_seqlens, cu_seqlens[1:], strict=False)
+    ):
+        rows = _arange(torch.device(device))[: b + 1]
+        return rows if first == 1 else rows * first
+    return _layout_tensor(tuple(cu_seqlens), device)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens, track_states=False):
+    """The contract of ``RecurrentKernels.gated_delta_rule``, batch invariant.
+
+    :param q: (T, Hk, Dk). :param k: (T, Hk, Dk). :param v: (T, Hv, Dv).
+    :param g: (T, Hv) log decay. :param beta: (T, Hv). :param initial_state: (B, Hv, Dk, Dv).
+    :returns: ``(out (T, Hv, Dv) in q's dtype, final (B, Hv, Dk, Dv) float32, states or None)``
+        where ``states`` (T, Hv, Dk, Dv) float32 is the state after each row (``track_states``).
+    """
+    t, hk, dk = q.shape
+    hv, dv = v.shape[1:]
+    b = len(cu_seqlens) - 1
+    q, k, v, g, beta = (_rows(x) for x in (q, k, v, g, beta))
+    out = torch.empty(t, hv, dv, dtype=q.dtype, device=q.device)
+    final = torch.empty(b, hv, dk, dv, dtype=torch.float32, device=q.device)
+    states = (torch.empty(t, hv, dk, dv, dtype=torch.float32, device=q.device)
+              if track_states else None)
+    if b == 0:
+        return out, final, states
+    _delta_rule_kernel[(b, hv, triton.cdiv(dv, BV))](
+        q, k, v, g, beta, initial_state.contiguous(), _cu_tensor(cu_seqlens, q.device),
+        out, final, states if states is not None else final,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        g.stride(0), beta.stride(0), dk ** -0.5, EPS,
+        HV=hv, REP=hv // hk, DK=dk, DV=dv, BK=triton.next_power_of_2(dk), BV=BV,
+        TRACK=track_states, num_warps=1,
+    )
+    return out, final, states
