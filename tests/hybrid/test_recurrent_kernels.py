@@ -227,3 +227,23 @@ def test_deterministic_delta_rule_bits_do_not_depend_on_batch_or_chunking():
         state, outs = part.final_state, outs + [part.out]
     assert torch.equal(state[0], batch.final_state[1])
     assert torch.equal(torch.cat(outs), batch.out[s:e])
+
+
+def test_deterministic_decode_rows_in_a_batch_equal_the_prefill_rows():
+    """One request's 9 tokens as one prefill vs 9 decode steps of 4 one-token requests, the
+    request in a different row every step: the same outputs and state, bit for bit."""
+    q, k, v, g, beta, s0 = _inputs(9, seed=8)
+    prefill = DETERMINISTIC.gated_delta_rule(q, k, v, g, beta, s0, [0, 9])
+    others = _inputs(4, b=4, seed=9)
+    state = s0
+    for t in range(9):
+        row = (t * 3) % 4
+        batch = [x.clone() for x in others[:5]]
+        for x, mine in zip(batch, (q, k, v, g, beta), strict=True):
+            x[row] = mine[t]
+        states = others[5].clone()
+        states[row] = state[0]
+        step = DETERMINISTIC.gated_delta_rule(*batch, states, [0, 1, 2, 3, 4])
+        assert torch.equal(step.out[row], prefill.out[t]), t
+        state = step.final_state[row : row + 1]
+    assert torch.equal(state, prefill.final_state)
