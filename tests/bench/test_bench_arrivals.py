@@ -183,3 +183,13 @@ class TestOfflineArrivals:
         assert engine.added_at == [("r0", 0.0), ("r1", 3.0), ("r2", 6.0)]
         assert [r.send_s for r in result.records] == [0.0, 3.0, 6.0]
         assert result.completed == 3 and result.output_tokens == 9
+
+    def test_every_bench_request_skips_detokenization_warm_up_included(self) -> None:
+        now = [0.0]
+        engine = FakeEngine(now)
+        seen = []
+        add = engine.add_request
+        engine.add_request = lambda prompt, params: (seen.append(params), add(prompt, params))[1]
+        bench_hinge(engine, [[1, 2, 3]] * 2, 3, clock=lambda: now[0], sleep=lambda s: None)
+        assert len(seen) == 3  # the warm-up request and the two measured ones
+        assert all(p.detokenize is False for p in seen)

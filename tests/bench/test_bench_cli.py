@@ -72,3 +72,18 @@ def test_impossible_flags_are_one_error_line_and_exit_2(
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hinge: error:") and message in err[0]
+
+
+def test_compare_hf_at_a_concurrency_runs_transformers_in_batches_of_that_size(
+        model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["bench", "--model", str(model_dir), "--num-prompts", "4",
+                   "--input-len-range", "4,10", "--output-len", "3", "--max-concurrency", "2",
+                   "--compare-hf", "--device", "cpu", "--disable-tqdm", "--json",
+                   "--log-level", "warning"])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    data = json.loads(out.out)
+    assert "transformers: batched model.generate (greedy, KV cache, 2 prompts per call" in out.err
+    assert [r["completed"] for r in data["results"]] == [4, 4]
+    assert data["identical_outputs"] == 4  # real weights: the greedy outputs are compared
+    assert "identical greedy outputs: 4/4" in out.err
