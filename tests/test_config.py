@@ -9,7 +9,7 @@ INTERNALS_DEFAULTS = {
     "quantizer": "auto", "quantizer_options": {}, "speculator": None, "speculator_options": {},
     "cache": "none", "cache_options": {},
     "plugins": {"allow": None, "block": [], "strict": False},
-    "graphs": {"prefill": "auto", "decode": "auto", "draft": "auto"},
+    "graphs": {"prefill": "auto", "decode": "auto", "draft": "auto", "tokens_per_request": (1,)},
     "deterministic": False, "page_size": None, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
     "max_running_requests": 64, "chunked_prefill_size": None, "max_model_len": None,
     "state_dtype": "float32", "seed": 0, "load_format": "auto", "cpu_threads": None,

@@ -19,8 +19,14 @@ then the last row of each request that samples::
 
     [ extra rows of r0 | extra rows of r1 | ... ][ sample row of each sampling request ]
 
+A captured CUDA graph reads fixed tensors by address: ``static_batch(shape)`` allocates them for
+one ``GraphShape`` (and fills them with padding rows), and ``build(seqs, into=static)`` writes a
+live step into them, padded to the shape (``pad_extend_lens``; padded rows over the reserved page 0,
+state slot 0 and table row 0), still with one staging copy: the padding is laid out on the host in
+the same buffer, then one device copy into the static block, one gather of the page-table rows.
+
 Staging layout of one step (T new tokens, N logit rows, B requests, U page-table updates,
-D device-side tokens)::
+D device-side tokens; padded to the shape's sizes with ``into``)::
 
     [ input_ids T | positions T | out_loc T | logits_indices N | extend B | prefix B |
       rows B | state_slots B | upd_row U | upd_col U | upd_page U | dev_tok_idx D | dev_tok_row D ]
@@ -35,6 +41,10 @@ import numpy as np
 import torch
 
 from hinge.forward import ForwardBatch, Phase
+from hinge.static_batch import GraphShape, StaticBatch, pad_extend_lens
+
+__all__ = ["ForwardBatchBuilder", "GraphShape", "StaticBatch", "StepSeq", "infer_phase",
+           "pad_extend_lens"]
 
 
 @dataclass
@@ -145,23 +155,35 @@ class ForwardBatchBuilder:
     # -- one step -----------------------------------------------------------------------------
 
     def build(self, seqs: Sequence[StepSeq], *, phase: Phase | None = None,
-              track_states: bool = False, capture_hidden_layers: tuple[int, ...] = ()) -> ForwardBatch:
-        """The ``ForwardBatch`` of one step over ``seqs`` (in that order)."""
-        assert seqs, "a step needs at least one request"
+              track_states: bool = False, capture_hidden_layers: tuple[int, ...] = (),
+              into: StaticBatch | None = None) -> ForwardBatch:
+        """The ``ForwardBatch`` of one step over ``seqs`` (in that order).
+
+        With ``into`` (a captured shape's tensors, ``static_batch``) the step is written into them,
+        padded to the shape (the caller checked that it fits), and the batch returned is their view
+        with the live host lists.
+        """
+        assert seqs or into is not None, "a step needs at least one request"
         ps = self.page_size
         ext = [s.extend_len for s in seqs]
         pre = [s.prefix_len for s in seqs]
         b, t = len(seqs), sum(ext)
         n_extra = sum(len(s.logits_rows) for s in seqs)
         n = n_extra + sum(s.sample for s in seqs)
+        # sizes of the staged block: the live step's, or the captured shape's
+        big_b, big_t, big_n = (b, t, n) if into is None else (
+            into.shape.num_requests, into.shape.num_tokens, into.shape.num_logits)
+        assert b <= big_b and t <= big_t and n <= big_n, (
+            f"a step of {b} requests, {t} tokens, {n} logit rows does not fit {into and into.shape}")
         upd_rows, upd_cols, upd_vals = self._page_updates(seqs)
         u = len(upd_rows)
         dev_idx = [i for i, s in enumerate(seqs) if s.new_tokens is None]
         d = len(dev_idx)
-        total = 3 * t + n + 4 * b + 3 * u + 2 * d
+        block = 3 * big_t + big_n + 4 * big_b
+        total = block + 3 * u + 2 * d
         buf = self._stage(total)
-        ids, pos, loc = buf[:t], buf[t:2 * t], buf[2 * t:3 * t]
-        logits_at, sample_at = 3 * t, 3 * t + n_extra
+        ids, pos, loc = buf[:big_t], buf[big_t:2 * big_t], buf[2 * big_t:3 * big_t]
+        logits_at, sample_at = 3 * big_t, 3 * big_t + n_extra
         row0 = 0
         for s in seqs:
             e, p = s.extend_len, s.prefix_len
@@ -185,12 +207,14 @@ class ForwardBatchBuilder:
                 buf[sample_at] = row0 + e - 1
                 sample_at += 1
             row0 += e
-        at = 3 * t + n
+        at = 3 * big_t + big_n
         buf[at:at + b] = ext
-        buf[at + b:at + 2 * b] = pre
-        buf[at + 2 * b:at + 3 * b] = [s.row for s in seqs]
-        buf[at + 3 * b:at + 4 * b] = [0 if s.state_slot is None else s.state_slot for s in seqs]
-        at += 4 * b
+        buf[at + big_b:at + big_b + b] = pre
+        buf[at + 2 * big_b:at + 2 * big_b + b] = [s.row for s in seqs]
+        buf[at + 3 * big_b:at + 3 * big_b + b] = [0 if s.state_slot is None else s.state_slot for s in seqs]
+        if into is not None:
+            self._stage_padding(buf, b, t, n, big_b, big_t, big_n)
+        at = block
         if u:
             buf[at:at + u], buf[at + u:at + 2 * u], buf[at + 2 * u:at + 3 * u] = upd_rows, upd_cols, upd_vals
         at += 3 * u
@@ -199,13 +223,21 @@ class ForwardBatchBuilder:
             buf[at:at + d] = cu[dev_idx]
             buf[at + d:at + 2 * d] = [seqs[i].row for i in dev_idx]
         dev = self._upload(total)
-        # device side: page-table rows, then this step's views
-        at = 3 * t + n + 4 * b
+        # device side: page-table rows, then this step's views (or the static tensors)
+        at = block
         if u:
             self.page_table[dev[at:at + u], dev[at + u:at + 2 * u]] = dev[at + 2 * u:at + 3 * u]
+        at += 3 * u
+        if into is not None:
+            into.flat.copy_(dev[:block])
+            torch.index_select(self.page_table, 0, into.batch.rows, out=into.page_table)
+            if d:
+                into.batch.input_ids.index_copy_(
+                    0, dev[at:at + d], self.last_tokens.index_select(0, dev[at + d:at + 2 * d]))
+            return into.view(ext, pre, phase or infer_phase(seqs), track_states=track_states,
+                             capture_hidden_layers=tuple(capture_hidden_layers))
         input_ids = dev[:t]
         if d:
-            at += 3 * u
             input_ids.index_copy_(0, dev[at:at + d], self.last_tokens.index_select(0, dev[at + d:at + 2 * d]))
         at = 3 * t + n
         rows = dev[at + 2 * b:at + 3 * b]
@@ -227,3 +259,53 @@ class ForwardBatchBuilder:
             prefix_lens_cpu=pre,
             rows=rows,
         )
+
+    def _stage_padding(self, buf: np.ndarray, b: int, t: int, n: int, big_b: int, big_t: int,
+                       big_n: int) -> None:
+        """Padded rows ``b..big_b-1`` and tokens ``t..big_t-1`` (``pad_extend_lens``): prefix 0,
+        positions ``0..k-1`` within each padded row, KV slots in the reserved page 0, table row 0,
+        state slot 0, token id 0; padded logit rows read token row 0. Every value is written on
+        every step, so nothing of an earlier, larger step survives (invariant 4)."""
+        pad = pad_extend_lens([], big_t - t, big_b - b)
+        if big_t > t:
+            starts = np.repeat(np.cumsum([0, *pad[:-1]]), pad)
+            positions = np.arange(big_t - t) - starts
+            buf[t:big_t] = 0
+            buf[big_t + t:2 * big_t] = positions
+            buf[2 * big_t + t:3 * big_t] = positions % self.page_size
+        buf[3 * big_t + n:3 * big_t + big_n] = 0
+        at = 3 * big_t + big_n
+        buf[at + b:at + big_b] = pad
+        for k in (1, 2, 3):  # prefix 0, table row 0, state slot 0
+            buf[at + k * big_b + b:at + (k + 1) * big_b] = 0
+
+    def static_batch(self, shape: GraphShape, *, page_table: torch.Tensor | None = None) -> StaticBatch:
+        """Allocate the fixed tensors of one captured shape and fill them with padding rows.
+
+        :param page_table: (>= R, max_pages) int64 storage to take the first R rows of (shapes may
+            share one; a replay rewrites all R rows it reads); None allocates its own.
+        """
+        r, t, n = shape.num_requests, shape.num_tokens, shape.num_logits
+        flat = torch.zeros(3 * t + n + 4 * r, dtype=torch.int64, device=self.device)
+        if page_table is None:
+            page_table = torch.zeros(r, self.max_pages, dtype=torch.int64, device=self.device)
+        assert page_table.shape[0] >= r and page_table.shape[1] == self.max_pages, (
+            f"page table {tuple(page_table.shape)} cannot hold {r} rows of {self.max_pages} pages")
+        at = 3 * t + n
+        batch = ForwardBatch(
+            phase=shape.phase,
+            input_ids=flat[:t],
+            positions=flat[t:2 * t],
+            out_loc=flat[2 * t:3 * t],
+            logits_indices=flat[3 * t:at],
+            extend_lens=flat[at:at + r],
+            prefix_lens=flat[at + r:at + 2 * r],
+            rows=flat[at + 2 * r:at + 3 * r],
+            state_slots=flat[at + 3 * r:at + 4 * r],
+            page_table=page_table[:r],
+            extend_lens_cpu=pad_extend_lens([], t, r),
+            prefix_lens_cpu=[0] * r,
+        )
+        static = StaticBatch(shape, flat, page_table[:r], batch)
+        self.build([], into=static, phase=shape.phase)
+        return static

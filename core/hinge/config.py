@@ -49,6 +49,17 @@ class GraphSettings(BaseModel):
     prefill: GraphMode = "auto"
     decode: GraphMode = "auto"
     draft: GraphMode = "auto"
+    #: query tokens per request of the decode graphs: 1 is a decode step; q > 1 also captures the
+    #: shape of a speculative verify (q tokens of every request after its prefix)
+    tokens_per_request: tuple[int, ...] = (1,)
+
+    @field_validator("tokens_per_request", mode="before")
+    @classmethod
+    def _token_counts(cls, value: Any) -> Any:
+        values = [value] if isinstance(value, int) else list(value)
+        if not values or any(not isinstance(v, int) or v < 1 for v in values):
+            raise ValueError("must be one or more positive integers, e.g. [1] or [1, 4]")
+        return tuple(sorted(set(values)))
 
     @field_validator("prefill", "decode", "draft", mode="before")
     @classmethod
@@ -75,7 +86,9 @@ class EngineConfig(BaseModel):
     #: ``auto``: cuda when torch sees a GPU, else cpu (``resolved()`` decides)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    attention: str = "torch"
+    #: ``auto``: flashinfer on cuda when it imports and suits the model, else the torch
+    #: reference (the plan decides and says why: ``hinge.plugins.auto_attention``)
+    attention: str = "auto"
     attention_options: dict[str, Any] = Field(default_factory=dict)
     quantizer: str = "auto"
     quantizer_options: dict[str, Any] = Field(default_factory=dict)

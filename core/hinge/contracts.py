@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
     from torch import nn
 
@@ -94,6 +96,14 @@ class AttentionBackend(ABC):
             ``p`` sees keys ``0..p`` of request ``i`` (causal), limited by ``layer.sliding_window``.
         """
 
+    def warmup(self, layers: Sequence[AttentionLayer], kv: KVCache) -> None:
+        """Run every kernel this backend will launch once, at start-up, so just-in-time
+        compilation (and its on-disk cache) happens before the first request and before any graph
+        capture. Called once by the engine after the KV pool exists; may write into the reserved
+        page 0 only. ``layers`` are the model's attention layers (head counts, head dims, scales,
+        windows). Default: nothing (a backend without JIT kernels needs no warm-up)."""
+        return None
+
     # -- CUDA graphs (only when ``capabilities`` claim ``decode_graph`` / ``prefill_graph``) ----
     #
     # The graph runner (``hinge.engine.graphs``) owns the static *inputs* of every captured shape
@@ -148,9 +158,14 @@ class AttentionBackend(ABC):
         batch.num_tokens`` token rows, ``padded_batch_size`` request rows), holding the live values
         in rows ``[:B]`` / tokens ``[:T]`` and the padding rows after them (see above);
         ``pad_extend_lens(batch.extend_lens_cpu, batch.num_tokens, padded_batch_size)`` gives every
-        row's token count. Must not allocate device memory or wait for the device; host-to-device
-        copies into the static buffers are fine (non-blocking, from memory no later step reuses
-        before the copy ran).
+        row's token count. Must not wait for the device (overlap scheduling prepares step n + 1
+        while step n runs); host-to-device copies into the static buffers are fine (non-blocking,
+        from host memory no later step overwrites before the copy ran).
+
+        The kit (``hinge.testing.graphs.check_graph_replay``) captures 4 requests and replays
+        fewer: page 0 holds zeros and every page no live request holds NaN, so a padded row that
+        reads anything but page 0 (a stale row of an earlier, larger step) shows as NaN in its
+        output, and a write outside ``out_loc`` as a changed KV slot.
         """
         raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
 

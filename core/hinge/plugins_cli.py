@@ -51,9 +51,10 @@ def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
 
 
 def cmd_plan(config: EngineConfig, json: bool = False) -> str:
+    from hinge.models.graph_votes import model_votes
     from hinge.plugins.plan import resolve_plan
 
-    plan = resolve_plan(config)
+    plan = resolve_plan(config, model_votes=model_votes)
     if json:
         return jsonlib.dumps(plan.to_dict(), indent=2)
     return "\n".join(plan.describe())

@@ -266,11 +266,15 @@ def test_auto_quantizer_fails_when_nothing_or_several_claim_the_checkpoint(make_
 
 
 def test_graph_is_on_when_every_component_allows_it_and_nobody_vetoes(make_pm):
-    plan = plan_for(make_pm, Components(attn(**ALL_GRAPHS)), attention="fast", device="cuda")
+    plan = plan_for(make_pm, Components(attn(**ALL_GRAPHS)), attention="fast", device="cuda",
+                    max_running_requests=20, chunked_prefill_size=3000)
     assert plan.graphs["prefill"].enabled and plan.graphs["decode"].enabled
     assert plan.graphs["prefill"].reasons == ()
-    assert plan.describe()[-3:] == ["prefill graph: on", "decode graph: on",
-                                    "draft graph: off, because no speculator selected"]
+    assert plan.describe()[-3:] == [
+        "prefill graph: on, token counts 64, 128, 256, 512, 1024, 2048, 3000 (up to 20 requests)",
+        "decode graph: on, batch sizes 1, 2, 4, 8, 16, 20 x 1 token per request",
+        "draft graph: off, because no speculator selected"]
+    assert plan.to_dict()["graphs"]["decode"]["sizes"] == [1, 2, 4, 8, 16, 20]
 
 
 def test_a_component_without_graph_support_turns_the_phase_off_naming_it(make_pm):

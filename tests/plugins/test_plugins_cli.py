@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch  # noqa: F401 - `hinge plan` imports torch (the model's graph vote): not under faked entry points
 from plugin_fakes import fixture_entry_point
 
 from hinge.config import load_config
@@ -41,7 +42,8 @@ def test_plan_text_gives_each_selection_and_graph_reason(installed):
     lines = cmd_plan(config).splitlines()
     assert lines[1] == ("attention: good-attn (plugin good, distribution hinge-fixture-good 0.1.0) "
                         "options {'block_size': 32, 'use_fast_path': True}")
-    assert lines[-3] == "prefill graph: off, because cpu: CUDA graphs need device cuda"
+    assert lines[-3].startswith("prefill graph: off, because cpu: CUDA graphs need device cuda; "
+                                "model Qwen3_5ForCausalLM: 'linear_attention' layers build")
     assert json.loads(cmd_plan(config, json=True))["attention"]["options"]["block_size"] == 32
 
 

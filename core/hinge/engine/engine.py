@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hinge.devices import to_device
+from hinge.engine.graphs import capture_graphs
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
 from hinge.engine.memory import profile_step_bytes
 from hinge.engine.output import append_token, make_output
@@ -44,6 +45,7 @@ class Engine:
         from hinge.engine.tokenizer import Tokenizer
         from hinge.logs import log_startup_banner
         from hinge.models import load_model
+        from hinge.models.graph_votes import model_votes
         from hinge.plugins.manager import get_plugin_manager
         from hinge.plugins.plan import resolve_plan
         from hinge.threads import apply_cpu_threads
@@ -60,7 +62,7 @@ class Engine:
                              f"(torch {torch.__version__}); use device='cpu' or a CUDA build")
         # plan
         self.plugin_manager = get_plugin_manager(config.plugins)
-        self.plan = resolve_plan(config, self.plugin_manager)
+        self.plan = resolve_plan(config, self.plugin_manager, model_votes=model_votes)
         if self.plan.speculator is not None:
             raise ValueError(
                 f"speculator {config.speculator!r} was selected, but this engine does not run "
@@ -108,6 +110,10 @@ class Engine:
                                   max_pages=self.kv.pages_needed(self.max_model_len))
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic,
                                max_rows=config.max_running_requests + 1)
+        # attention kernels compile (or load from their JIT cache) now, not on the first request
+        self.attn.warmup(self.model.attention_layers, self.kv)
+        # CUDA graphs: the ladders of the phases the plan allows (hinge.engine.graphs)
+        self.runner.graphs = capture_graphs(dict(self.plan.graphs), self.runner)
         #: overlap scheduling: collect step n's results after launching step n + 1 (CUDA)
         self.overlap = self.device == "cuda"
         self._inflight: LaunchedStep | None = None
@@ -288,6 +294,7 @@ class Engine:
         s.num_waiting = len(self.scheduler.waiting)
         s.num_retractions = self.scheduler.num_retractions
         s.eager_steps = dict(self.runner.eager_steps)
+        s.graph_replays = {**s.graph_replays, **self.runner.graph_replays}
         return EngineStats(**{k: getattr(s, k) for k in s.__dataclass_fields__})
 
     def server_info(self) -> dict[str, Any]:

@@ -6,6 +6,10 @@ Logit rows asked of the model (``logits_indices``, laid out by ``hinge.batching`
 
 A request samples when this step brings all its tokens into the KV pool (its prefill finishes or
 it decodes). Row ``p`` (absolute position ``p``) gives the logprob of prompt token ``p + 1``.
+
+With CUDA graphs (``graphs``, a ``hinge.engine.graphs.GraphRunner`` the engine captured at start)
+a step that fits a captured shape replays it; any other step runs eager and is counted in
+``eager_steps`` by its batch phase.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from hinge.forward import ForwardBatch, ForwardContext
 
 if TYPE_CHECKING:
     from hinge.contracts import AttentionBackend
+    from hinge.engine.graphs import GraphRunner
     from hinge.engine.request import Request, ScheduledBatch
     from hinge.forward import KVCache
 
@@ -50,11 +55,23 @@ class ModelRunner:
             page_size=kv.page_size, max_rows=max_rows,
             max_pages=max_pages if max_pages is not None else kv.num_pages, device=self.device)
         self.num_forward_steps = 0
-        self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays will count apart
+        self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays count apart
+        self.graphs: GraphRunner | None = None  #: set by the engine when the plan allows graphs
+
+    @property
+    def graph_replays(self) -> dict[str, int]:
+        """Replays by graph phase (prefill, decode); empty without graphs."""
+        return dict(self.graphs.replays) if self.graphs is not None else {}
 
     def prepare(self, sched: ScheduledBatch) -> tuple[ForwardBatch, list[Request],
                                                       list[tuple[Request, list[int], list[int]]]]:
         """``sched`` as one ``StepSeq`` per request -> ``ForwardBatch`` (the shared builder)."""
+        seqs, sample_reqs, prompt_rows = self.step_seqs(sched)
+        return self.builder.build(seqs, phase=sched.phase), sample_reqs, prompt_rows
+
+    def step_seqs(self, sched: ScheduledBatch) -> tuple[list[StepSeq], list[Request],
+                                                        list[tuple[Request, list[int], list[int]]]]:
+        """One ``StepSeq`` per scheduled request, the requests that sample, the prompt-logprob rows."""
         seqs: list[StepSeq] = []
         sample_reqs: list[Request] = []
         prompt_rows: list[tuple[Request, list[int], list[int]]] = []
@@ -75,8 +92,7 @@ class ModelRunner:
                 new_tokens=None if n == 1 and req.num_pending else req.token_slice(start, start + n),
                 state_slot=req.state_slot,
                 logits_rows=[p - 1 - start for p in targets], sample=samples))
-        batch = self.builder.build(seqs, phase=sched.phase)
-        return batch, sample_reqs, prompt_rows
+        return seqs, sample_reqs, prompt_rows
 
     @staticmethod
     def _prompt_targets(req: Request, start: int, n: int) -> list[int]:
@@ -90,10 +106,15 @@ class ModelRunner:
     def forward(self, sched: ScheduledBatch) -> StepLogits:
         if sched.state_moves:
             self.states.apply(sched.state_moves)
-        batch, sample_reqs, prompt_rows = self.prepare(sched)
-        batch.attn_metadata = self.attn.prepare_metadata(batch)
-        ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)
-        logits = self._run_model(ctx).logits
+        seqs, sample_reqs, prompt_rows = self.step_seqs(sched)
+        graph = self.graphs.find(seqs) if self.graphs is not None else None
+        if graph is not None:
+            logits = self.graphs.replay(graph, seqs, sched.phase)
+        else:
+            batch = self.builder.build(seqs, phase=sched.phase)
+            batch.attn_metadata = self.attn.prepare_metadata(batch)
+            ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)
+            logits = self._run_model(ctx).logits
         num_prompt = sum(len(rows) for _, rows, _ in prompt_rows)
         self.num_forward_steps += 1
         return StepLogits(
@@ -104,7 +125,7 @@ class ModelRunner:
         )
 
     def _run_model(self, ctx: ForwardContext):
-        # eager; a captured graph's replay plugs in here (engine/graphs.py, GPU runtime issue)
+        """The eager path (a step no captured graph fits), counted by batch phase."""
         phase = ctx.batch.phase
         self.eager_steps[phase] = self.eager_steps.get(phase, 0) + 1
         with torch.inference_mode():

@@ -19,6 +19,7 @@ from torch import nn
 if TYPE_CHECKING:
     from hinge.contracts import AttentionLayer
     from hinge.forward import ForwardContext, ForwardOutput
+    from hinge.plugins.capabilities import GraphVerdict
 
 
 def read_json(path: Path) -> dict:
@@ -123,6 +124,18 @@ class CausalLM(nn.Module):
         return name
 
     # -- running ------------------------------------------------------------------------------
+
+    @classmethod
+    def graph_capture_eligibility(cls, phase: str, *, tokens_per_request: tuple[int, ...] = (1,),
+                                  kernels: str = "auto") -> GraphVerdict | None:
+        """This model's vote on capturing ``phase`` (``hinge.models.graph_votes``): a veto with the
+        reason when a layer does host work per step, None for no objection (dense and MoE layers
+        are device work only).
+
+        :param tokens_per_request: the query lengths of the decode graphs (``graphs.tokens_per_request``).
+        :param kernels: the recurrent kernels' name (``hinge.layers.recurrent_kernels``).
+        """
+        return None
 
     def ensure_positions(self, num_positions: int) -> None:
         """Size position tables (rotary) for ``num_positions`` once, before serving; a model

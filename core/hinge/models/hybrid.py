@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from hinge.contracts import Quantizer
     from hinge.forward import ForwardContext, ForwardOutput
     from hinge.layers.recurrent_kernels import RecurrentKernels
+    from hinge.plugins.capabilities import GraphVerdict
+
+#: recurrent kernels whose one-token decode path is device work only (no host list, no .item())
+GRAPH_SAFE_DECODE_KERNELS = ("auto", "torch", "fla")
 
 
 class HybridAttention(nn.Module):
@@ -109,6 +113,33 @@ class HybridDecoderLM(DecoderStackLM):
                 raise ValueError(f"layer_types[{i}] = {kind!r} is not supported by {type(self).__name__}; "
                                  f"expected {self.recurrent_kind!r} or 'full_attention'")
         return mixers
+
+    @classmethod
+    def graph_capture_eligibility(cls, phase: str, *, tokens_per_request: tuple[int, ...] = (1,),
+                                  kernels: str = "auto") -> GraphVerdict | None:
+        """Decode graphs when the recurrent decode path has no host work; never prefill graphs
+        (their chunk layout is built on the host). See ``hinge.models.graph_votes``."""
+        from hinge.plugins.capabilities import GraphVerdict
+
+        layers = f"{cls.recurrent_kind!r} layers"
+        if phase == "prefill":
+            return GraphVerdict(allow=False, reason=(
+                f"{layers} build the chunk and conv layout of a variable-length prefill on the host "
+                "every step (index tensors from cu_seqlens, fla's chunk indices); a prefill graph "
+                "needs them computed outside the graph, so prefill runs eager"))
+        if phase != "decode":
+            return None
+        if kernels not in GRAPH_SAFE_DECODE_KERNELS:
+            return GraphVerdict(allow=False, reason=(
+                f"recurrent kernels {kernels!r} do not declare a graph-safe decode path (known: "
+                f"{', '.join(GRAPH_SAFE_DECODE_KERNELS[1:])})"))
+        several = [q for q in tokens_per_request if q > 1]
+        if several and cls.recurrent_kind != "conv":
+            return GraphVerdict(allow=False, reason=(
+                f"graphs.tokens_per_request {several}: the gated delta rule over several tokens per "
+                "request runs its chunked path, whose layout is built on the host; set "
+                "graphs.tokens_per_request to [1]"))
+        return GraphVerdict(allow=True)
 
     def recurrent_modules(self) -> list[nn.Module]:
         return [m for m in self.modules() if hasattr(m, "spec") and hasattr(m, "kernels")]

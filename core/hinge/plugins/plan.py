@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from hinge.config import EngineConfig
+    from hinge.plugins.graphs import ModelVotes
     from hinge.plugins.manager import PluginManager
 
 SLOTS = ("attention", "quantizer", "cache", "speculator")
@@ -64,10 +65,24 @@ class GraphDecision:
     #: what the captured step must produce besides logits (hidden states, per-position states)
     needs: tuple[str, ...] = ()
     max_batch: int | None = None  #: cap from graph_capture_eligibility verdicts
+    #: the ladder captured when enabled: decode batch sizes, or prefill token counts
+    sizes: tuple[int, ...] = ()
+    #: decode graphs: query tokens per request of each captured size (1 = decode, q > 1 = verify)
+    tokens_per_request: tuple[int, ...] = ()
+    #: prefill graphs: live requests one captured step holds (mixed steps included)
+    max_requests: int | None = None
 
     def describe(self) -> str:
         state = "on" if self.enabled else "off"
         line = f"{self.phase} graph: {state}"
+        if self.enabled and self.sizes:
+            what = "batch sizes" if self.phase == "decode" else "token counts"
+            line += f", {what} {', '.join(map(str, self.sizes))}"
+            if self.tokens_per_request:
+                tokens = " or ".join(map(str, self.tokens_per_request))
+                line += f" x {tokens} token{'s' if self.tokens_per_request != (1,) else ''} per request"
+            if self.max_requests is not None:
+                line += f" (up to {self.max_requests} requests)"
         if self.reasons:
             line += ", because " + "; ".join(self.reasons)
         if self.enabled and self.max_batch is not None:
@@ -75,6 +90,12 @@ class GraphDecision:
         if self.enabled and self.needs:
             line += f" (captures {', '.join(self.needs)})"
         return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "mode": self.mode, "reasons": list(self.reasons),
+                "needs": list(self.needs), "max_batch": self.max_batch, "sizes": list(self.sizes),
+                "tokens_per_request": list(self.tokens_per_request),
+                "max_requests": self.max_requests}
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,8 @@ class ResolvedPlan:
     speculator: SelectedComponent | None
     #: phase -> decision; empty while validate_plan / graph_capture_eligibility impls run
     graphs: Mapping[str, GraphDecision] = field(default_factory=lambda: MappingProxyType({}))
+    #: how an ``auto`` choice was made (``hinge.plugins.auto_attention``), one line each
+    notes: tuple[str, ...] = ()
 
     def selected(self) -> list[SelectedComponent]:
         return [c for c in (self.attention, self.quantizer, self.cache, self.speculator) if c]
@@ -138,6 +161,7 @@ class ResolvedPlan:
                 f", distribution {c.distribution} {c.version or ''}".rstrip() if c.distribution else ""
             )
             lines.append(f"{slot}: {c.name} ({where})" + (f" options {opts}" if opts else ""))
+        lines.extend(self.notes)
         lines.extend(self.graphs[p].describe() for p in GRAPH_PHASES if p in self.graphs)
         return lines
 
@@ -148,11 +172,8 @@ class ResolvedPlan:
             "deterministic": self.config.deterministic,
             "page_size": self.config.page_size,
             **{s: (getattr(self, s).to_dict() if getattr(self, s) else None) for s in SLOTS},
-            "graphs": {
-                p: {"enabled": d.enabled, "mode": d.mode, "reasons": list(d.reasons),
-                    "needs": list(d.needs), "max_batch": d.max_batch}
-                for p, d in self.graphs.items()
-            },
+            "graphs": {p: d.to_dict() for p, d in self.graphs.items()},
+            "notes": list(self.notes),
         }
 
 
@@ -180,6 +201,7 @@ def resolve_plan(
     model_info: Any = None,
     *,
     device_capability: tuple[int, int] | None = None,
+    model_votes: ModelVotes | None = None,
 ) -> ResolvedPlan:
     """Select, validate and decide graphs. Raises PlanError (or OptionsError) with every reason.
 
@@ -187,6 +209,8 @@ def resolve_plan(
     :param model_info: what is known of the model without loading weights: a HF config dict, a
         ``ModelConfig`` (``.hf_config``), or None (then ``config.model``'s config.json is read).
     :param device_capability: CUDA compute capability; None = asked from torch on cuda.
+    :param model_votes: the model's graph verdicts per phase (``hinge.models.graph_votes.
+        model_votes``: recurrent kernels veto what they cannot capture); None = none asked.
     """
     from hinge.plugins.graphs import decide_graphs
     from hinge.plugins.manager import get_plugin_manager
@@ -194,6 +218,11 @@ def resolve_plan(
     config = config.resolved()
     if pm is None:
         pm = get_plugin_manager(config.plugins)
+    if config.attention == "auto":
+        from hinge.plugins.auto_attention import choose_attention
+
+        return choose_attention(config, pm, lambda named: resolve_plan(
+            named, pm, model_info, device_capability=device_capability, model_votes=model_votes))
     quantizer_name = resolve_quantizer_name(config, pm, model_info)
     plan = ResolvedPlan(
         config=config,
@@ -221,7 +250,8 @@ def resolve_plan(
             "the selected components cannot work together:\n  - " + "\n  - ".join(reasons)
             + "\nchange the selection or settings above; see `hinge plugins` for capabilities"
         )
-    return dataclasses.replace(plan, graphs=MappingProxyType(decide_graphs(plan, pm)))
+    graphs = decide_graphs(plan, pm, model_info, model_votes)
+    return dataclasses.replace(plan, graphs=MappingProxyType(graphs))
 
 
 def _cuda_capability() -> tuple[int, int] | None:

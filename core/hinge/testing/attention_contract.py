@@ -168,15 +168,30 @@ class AttentionBackendContract(ContractBase):
 
     @pytest.mark.gpu
     def test_decode_graph_replay_equals_eager(self, spec, head_dim, page_size, dtype):
+        """Captured at 4 requests, replayed with 4, 3, 1 and 2 live: padded rows cleared."""
         self._graph_test(spec, "decode", head_dim, page_size, dtype)
 
     @pytest.mark.gpu
     def test_prefill_graph_replay_equals_eager(self, spec, head_dim, page_size, dtype):
+        """Varlen prefill and mixed steps replayed in a 32-token shape: padded rows cleared."""
         self._graph_test(spec, "prefill", head_dim, page_size, dtype)
+
+    @pytest.mark.parametrize("phase", ["decode", "prefill"])
+    def test_graph_protocol_pads_and_clears_on_cpu(self, spec, head_dim, page_size, dtype, phase):
+        """The same protocol check without a GPU, for a backend that claims the graph and runs on
+        CPU: "replay" reruns the captured call over the same static tensors."""
+        if not spec.capabilities.supports_graph(phase):
+            pytest.skip(f"{spec.name!r} does not claim {phase}_graph")
+        if "cpu" not in spec.capabilities.devices:
+            pytest.skip(f"{spec.name!r} does not run on cpu; its graph claims are checked on a GPU")
+        from hinge.testing.graphs import check_graph_replay
+
+        check_graph_replay(self._build_component(device="cpu"), phase, make_layer(head_dim),
+                           page_size, dtype, device="cpu")
 
     def _graph_test(self, spec, phase, head_dim, page_size, dtype):
         skip_unless_graph_claimed(spec, phase)
         from hinge.testing.graphs import check_graph_replay
 
         check_graph_replay(self._build_component(device="cuda"), phase, make_layer(head_dim),
-                           page_size, dtype)
+                           page_size, dtype, device="cuda")
