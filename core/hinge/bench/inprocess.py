@@ -94,9 +94,9 @@ def run_in_process(args: argparse.Namespace, config: EngineConfig,
     report = LocalReport(header, settings, title=title, random_weights=random_weights)
     if concurrencies:
         report.rows = sweep_rows(concurrencies, fastest)
-        report.header += (f"; concurrency sweep {','.join(map(str, concurrencies))}, "
-                          f"{args.sweep_rounds} x C prompts of {args.input_len_range} tokens "
-                          f"and {args.output_len} output tokens each{_best_of(args)}")
+        report.header += (f"; concurrency sweep {','.join(map(str, concurrencies))}: "
+                          f"{args.sweep_rounds} x C prompts at concurrency C, "
+                          f"{args.output_len} output tokens each{_best_of(args)}")
     else:
         report.results = list(fastest[0].values())
         report.header += (f"; {len(points[0].prompts)} prompts, {args.output_len} output tokens "

@@ -9,8 +9,9 @@ from hinge.bench.result import BenchResult
 from hinge.bench.stats import latency_summaries
 
 SWEEP_NOTE = ("TTFT and TPOT in ms. At concurrency C: hinge keeps C requests in flight "
-              "(continuous batching); transformers runs model.generate on batches of C (greedy, KV "
-              "cache, left padding), its TTFT from a separate 1-token generate of each batch.")
+              "(continuous batching)")
+HF_NOTE = ("; transformers runs model.generate on batches of C (greedy, KV cache, left padding), "
+           "its TTFT from a separate 1-token generate of each batch")
 _COLUMNS = ("concurrency", "side", "requests", "out tok/s", "TTFT p50", "TTFT p90", "TTFT p99",
             "TPOT p50", "TPOT p90", "TPOT p99")
 
@@ -51,7 +52,8 @@ def format_sweep_table(rows: list[SweepRow]) -> str:
     lines = ["  ".join(c.rjust(w) if i != 1 else c.ljust(w) for i, (c, w) in
                        enumerate(zip(line, widths, strict=True))) for line in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append(SWEEP_NOTE)
+    hf = any(row.result.name == "transformers" for row in rows)
+    lines.append(SWEEP_NOTE + (HF_NOTE if hf else "") + ".")
     for c, ratio in throughput_ratios(rows).items():
         lines.append(f"hinge / transformers output throughput at concurrency {c}: {ratio:.2f}x")
     lines += [f"{row.result.name} error at concurrency {row.concurrency}: {e}"
