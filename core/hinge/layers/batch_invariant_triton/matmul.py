@@ -38,13 +38,14 @@ def matmul_config(n: int, k: int, dtype: torch.dtype, num_sms: int) -> MatmulCon
     """The one configuration for a weight of shape (n, k): never a function of the row count.
 
     64-row tiles (one Hopper warpgroup); the widest column tile that still gives every SM a tile,
-    so a decode step (few rows) streams the weight from all SMs, and a prefill keeps the widest
+    so a decode step (few rows, bound by reading the weight) streams from all SMs; 128-deep K
+    steps and 3-4 stages keep enough of the weight in flight per SM. A prefill gets the widest
     tile the weight allows.
     """
     block_n = next((bn for bn in (128, 64) if triton.cdiv(n, bn) >= num_sms), 32)
     if dtype == torch.float32:
         return MatmulConfig(64, block_n, 32, num_stages=3)
-    return MatmulConfig(64, block_n, 64)
+    return MatmulConfig(64, block_n, 128, num_stages=4 if block_n <= 64 else 3)
 
 
 @triton.jit(do_not_specialize=["M"])
