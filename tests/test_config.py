@@ -5,7 +5,7 @@ import pytest
 from hinge.config import ConfigError, EngineConfig, load_config
 
 INTERNALS_DEFAULTS = {
-    "model": None, "device": "auto", "dtype": "auto", "attention": "torch", "attention_options": {},
+    "model": None, "device": "auto", "dtype": "auto", "attention": "auto", "attention_options": {},
     "quantizer": "auto", "quantizer_options": {}, "speculator": None, "speculator_options": {},
     "cache": "none", "cache_options": {},
     "plugins": {"allow": None, "block": [], "strict": False},

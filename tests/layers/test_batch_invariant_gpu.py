@@ -120,3 +120,12 @@ def test_kernels_replay_in_a_cuda_graph_with_the_eager_bits():
         static.copy_(fresh)
         graph.replay()
         assert torch.equal(out, step(fresh))
+
+
+def test_cuda_tensors_take_the_triton_kernels_not_the_16_row_blocks():
+    from hinge.layers import batch_invariant_triton as triton_kernels
+
+    x, w, nw = randn(40, 512, seed=21), randn(256, 512, seed=22), randn(512, seed=23)
+    assert torch.equal(batch_invariant.linear(x, w), triton_kernels.linear(x, w))
+    assert torch.equal(batch_invariant.rmsnorm(x, nw, 1e-6), triton_kernels.rmsnorm(x, nw, 1e-6))
+    assert torch.equal(batch_invariant.log_softmax(x), triton_kernels.log_softmax(x))

@@ -5,6 +5,7 @@ Factories are ``"module:attr"`` strings: nothing below imports torch or a kernel
 
 from __future__ import annotations
 
+from hinge.builtin.flashinfer_options import FlashInferOptions
 from hinge.plugins.capabilities import (
     AttentionCapabilities,
     CacheCapabilities,
@@ -22,6 +23,24 @@ TORCH_ATTENTION = AttentionBackendSpec(
         graph_note="reference backend: builds its metadata on the host every step",
     ),
     description="reference paged attention in plain torch (GQA, causal, sliding window)",
+)
+
+FLASHINFER_ATTENTION = AttentionBackendSpec(
+    name="flashinfer",
+    factory="hinge.builtin.flashinfer_attention:FlashInferAttentionBackend",
+    capabilities=AttentionCapabilities(
+        devices=frozenset({"cuda"}),
+        min_compute_capability=(8, 0),
+        dtypes=frozenset({"bfloat16", "float16"}),
+        head_dims=frozenset({64, 128, 256}),
+        sliding_window=True,
+        prefill_graph=True,
+        decode_graph=True,
+        draft_graph=True,
+    ),
+    options_model=FlashInferOptions,
+    description="flashinfer paged prefill/decode (CUDA; JIT-compiled, cached on disk), planned "
+    "outside CUDA graphs, one decode wrapper per captured batch size",
 )
 
 NO_QUANTIZER = QuantizerSpec(
@@ -51,6 +70,7 @@ NO_CACHE = CachePolicySpec(
 @hookimpl
 def register_attention_backends(register):
     register(TORCH_ATTENTION)
+    register(FLASHINFER_ATTENTION)
 
 
 @hookimpl

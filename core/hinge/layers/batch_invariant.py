@@ -15,6 +15,7 @@ A row's result must not depend on how many rows share the batch or where the row
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -29,6 +30,14 @@ TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 def _on_triton(x: torch.Tensor) -> bool:
     """CUDA tensors of a dtype the Triton kernels take; everything else runs in 16-row blocks."""
     return x.is_cuda and x.dtype in TRITON_DTYPES
+
+
+@functools.cache
+def _triton():
+    """``hinge.layers.batch_invariant_triton``, imported on first use (only for CUDA tensors)."""
+    from hinge.layers import batch_invariant_triton
+
+    return batch_invariant_triton
 
 
 def _blockwise(x: torch.Tensor, op: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -56,9 +65,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     ``blockwise_linear``.
     """
     if _on_triton(x):
-        from hinge.layers.batch_invariant_triton import linear as triton_linear
-
-        return triton_linear(x, weight, bias)
+        return _triton().linear(x, weight, bias)
     return blockwise_linear(x, weight, bias)
 
 
@@ -77,9 +84,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0
     ``offset=1.0`` gives the ``(1 + w)`` variant some hybrid models use.
     """
     if _on_triton(x):
-        from hinge.layers.batch_invariant_triton import rmsnorm as triton_rmsnorm
-
-        return triton_rmsnorm(x, weight + offset if offset else weight, eps)
+        return _triton().rmsnorm(x, weight + offset if offset else weight, eps)
     return _blockwise(x, lambda blk: rmsnorm_reference(blk, weight, eps, offset))
 
 
@@ -96,18 +101,14 @@ def rmsnorm_reference(
 def log_softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise float32 log-softmax over the last dimension."""
     if _on_triton(x):
-        from hinge.layers.batch_invariant_triton import log_softmax as triton_log_softmax
-
-        return triton_log_softmax(x)
+        return _triton().log_softmax(x)
     return _blockwise(x.to(torch.float32), lambda blk: torch.log_softmax(blk, dim=-1))
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Row-wise float32 softmax over the last dimension."""
     if _on_triton(x):
-        from hinge.layers.batch_invariant_triton import softmax as triton_softmax
-
-        return triton_softmax(x)
+        return _triton().softmax(x)
     return _blockwise(x.to(torch.float32), lambda blk: torch.softmax(blk, dim=-1))
 
 
