@@ -32,9 +32,9 @@ def build_hf_random(model_path: str, *, device: str, dtype: Any) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_path)
-    with torch.device(device):
+    with torch.device(device):  # initialised where it runs (an 8B init on the CPU takes minutes)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    return model.eval()
+    return model.to(device).eval()  # a no-op unless something was left behind
 
 
 def bench_hf(model: Any, prompts: list[list[int]], output_len: int, *, batch_size: int,
