@@ -13,6 +13,7 @@ of ``x`` and its column of the weight, nothing else.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,7 @@ class MatmulConfig:
     num_stages: int = 4
 
 
+@functools.lru_cache(maxsize=256)
 def matmul_config(n: int, k: int, dtype: torch.dtype, num_sms: int) -> MatmulConfig:
     """The one configuration for a weight of shape (n, k): never a function of the row count.
 
@@ -88,6 +90,7 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
+@functools.cache
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
