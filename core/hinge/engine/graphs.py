@@ -75,7 +75,8 @@ class RerunGraph:
         return self.out
 
     def replay(self) -> None:
-        self.out.copy_(self.fn())
+        with torch.inference_mode():
+            self.out.copy_(self.fn())
 
 
 @dataclass
