@@ -37,7 +37,13 @@ def patch_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     from triton.runtime.jit import JITFunction
 
     def device_call(self, *args, **kwargs):
-        return interp.InterpretedFunction(self.fn)(*args, **kwargs)
+        # NOTE: what InterpretedFunction.__call__ does, but its patches of triton.language are
+        # undone afterwards (left in place, they break kernels compiled later in the session)
+        scope = interp._patch_lang(self.fn)
+        try:
+            return interp.InterpretedFunction(self.fn).rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
 
     patch_tensor = interp._patch_lang_tensor
 
