@@ -20,7 +20,7 @@ class EngineStats:
     generation_tokens: int = 0  #: output tokens produced
     cached_tokens: int = 0  #: prompt tokens served from the prefix cache
     forward_steps: int = 0
-    #: steps run eagerly, by batch phase (prefill, decode, mixed, verify)
+    #: steps run eagerly (no captured CUDA graph fits them), by batch phase (prefill, decode, mixed, verify)
     eager_steps: dict[str, int] = field(default_factory=dict)
     #: CUDA-graph replays by graph phase (prefill, decode, draft); /metrics exports them
     graph_replays: dict[str, int] = field(
