@@ -24,6 +24,7 @@ and parallel over requests, heads and value columns.
 from __future__ import annotations
 
 import functools
+from itertools import pairwise
 
 import torch
 import triton
@@ -110,8 +111,8 @@ def _cu_tensor(cu_seqlens: list[int], device: torch.device) -> torch.Tensor:
     of a tensor that is never freed (scaled on the device): a CUDA graph may hold its address and
     no host copy runs. Other layouts are copied once and shared by every recurrent layer."""
     b, first = len(cu_seqlens) - 1, cu_seqlens[1] - cu_seqlens[0]
-    if b <= MAX_UNIFORM_ROWS and cu_seqlens[0] == 0 and cu_seqlens[-1] == b * first and all(
-        e - s == first for s, e in zip(cu_seqlens, cu_seqlens[1:], strict=False)
+    if b <= MAX_UNIFORM_ROWS and cu_seqlens[0] == 0 and all(
+        e - s == first for s, e in pairwise(cu_seqlens)
     ):
         rows = _arange(torch.device(device))[: b + 1]
         return rows if first == 1 else rows * first
