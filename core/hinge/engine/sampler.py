@@ -166,8 +166,13 @@ class Sampler:
         sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
         if sampled_rows:
             idx = to_device(sampled_rows, torch.int64, x.device)
-            probs = filtered_probs(finite(x[idx] / args.temperature[idx]), args.top_k[idx],
-                                   args.top_p[idx], args.min_p[idx])
+            scaled = finite(x[idx] / args.temperature[idx])
+            if self.deterministic:  # NOTE: one row at a time: the scan and sum of top-p then
+                probs = torch.cat([  # reduce the same way whatever the batch (CUDA's differ)
+                    filtered_probs(scaled[j:j + 1], args.top_k[i:i + 1], args.top_p[i:i + 1],
+                                   args.min_p[i:i + 1]) for j, i in enumerate(sampled_rows)])
+            else:
+                probs = filtered_probs(scaled, args.top_k[idx], args.top_p[idx], args.min_p[idx])
             for j, i in enumerate(sampled_rows):
                 tokens[i] = torch.multinomial(probs[j], 1, generator=args.generators[i])[0]
         if args.penalty_rows is not None:
