@@ -6,6 +6,7 @@ Factories are ``"module:attr"`` strings: nothing below imports torch or a kernel
 from __future__ import annotations
 
 from hinge.builtin.flashinfer_options import FlashInferOptions
+from hinge.builtin.triton_options import TritonAttentionOptions
 from hinge.plugins.capabilities import (
     AttentionCapabilities,
     CacheCapabilities,
@@ -23,6 +24,22 @@ TORCH_ATTENTION = AttentionBackendSpec(
         graph_note="reference backend: builds its metadata on the host every step",
     ),
     description="reference paged attention in plain torch (GQA, causal, sliding window)",
+)
+
+TRITON_ATTENTION = AttentionBackendSpec(
+    name="triton",
+    factory="hinge.builtin.triton_attention:TritonAttentionBackend",
+    capabilities=AttentionCapabilities(
+        devices=frozenset({"cuda"}),
+        min_compute_capability=(8, 0),
+        sliding_window=True,
+        batch_invariant=True,
+        decode_graph=True,
+        prefill_graph=True,
+    ),
+    options_model=TritonAttentionOptions,
+    description="paged attention in Triton: KV split at absolute positions (batch invariant, "
+    "prefill row == decode row), metadata in static buffers for CUDA graphs",
 )
 
 FLASHINFER_ATTENTION = AttentionBackendSpec(
@@ -71,6 +88,7 @@ NO_CACHE = CachePolicySpec(
 def register_attention_backends(register):
     register(TORCH_ATTENTION)
     register(FLASHINFER_ATTENTION)
+    register(TRITON_ATTENTION)
 
 
 @hookimpl
