@@ -171,3 +171,14 @@ def test_a_replay_found_by_phase_and_sizes_when_the_batch_does_not_carry_the_met
     out, expected, t = h.replay(("decode", 4, 4), [4, 8], [1, 1])
     assert (out[:t].double() - expected).abs().max() < 1e-5
     assert h.attn._captured[meta.graph] is meta
+
+
+def test_a_decode_step_replayed_in_a_prefill_shaped_graph_plans_that_graphs_wrappers():
+    """The runner may replay a uniform decode step in a prefill-shaped graph (no decode graph
+    fits): the prefill shape's wrappers must be the ones planned, whatever the phase says."""
+    h = Harness()
+    h.capture("decode", 4, 4)
+    h.capture("prefill", 5, 16)
+    static = h.graphs[("prefill", 5, 16)][0]
+    static.attn_metadata = None  # found by its sizes, not by the batch
+    assert_replay(h, ("prefill", 5, 16), [3, 9, 14], [1, 1, 1], phase="decode")

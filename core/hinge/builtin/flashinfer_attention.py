@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from hinge.builtin.flashinfer_graphs import GraphShape, GraphState
+from hinge.builtin.flashinfer_graphs import DECODE_PHASES, GraphShape, GraphState
 from hinge.builtin.flashinfer_layout import PagedLayout, gather_page_indices, paged_layout
 from hinge.builtin.flashinfer_options import FlashInferOptions
 from hinge.builtin.flashinfer_runtime import (
@@ -194,14 +194,23 @@ class FlashInferAttentionBackend(AttentionBackend):
         """Plan the captured shape's wrappers for the live rows (host lists, page-table rows
         ``[:B]``) and reset every other row to padding. The shape is the one whose metadata
         ``batch`` carries (the static batch's), else found from the phase and the sizes."""
-        graphs = self._require_graphs()
         meta = batch.attn_metadata
         if not (isinstance(meta, FlashInferMetadata) and meta.graph is not None
                 and self._captured.get(meta.graph) is meta):
-            meta = self._graph_metadata(graphs.shape_of(batch.phase, padded_batch_size,
-                                                        batch.num_tokens))
+            meta = self._replayed(batch.phase, padded_batch_size, batch.num_tokens)
         self._fill(meta, batch.prefix_lens_cpu, batch.extend_lens_cpu, batch.page_table)
         batch.attn_metadata = meta
+
+    def _replayed(self, phase: str, num_requests: int, num_tokens: int) -> FlashInferMetadata:
+        """The captured shape of these sizes (a decode step may replay a prefill-shaped graph;
+        the phase decides only between two shapes of the same sizes)."""
+        kind = "decode" if phase in DECODE_PHASES else "prefill"
+        same = [(s, m) for s, m in self._captured.items()
+                if (s.num_requests, s.num_tokens) == (num_requests, num_tokens)]
+        same.sort(key=lambda sm: sm[0].kind != kind)  # the phase's own kind first
+        if same:
+            return same[0][1]
+        return self._graph_metadata(self._require_graphs().shape_of(phase, num_requests, num_tokens))
 
     def _require_graphs(self) -> GraphState:
         if self._graphs is None:
