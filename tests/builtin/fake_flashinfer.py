@@ -46,10 +46,10 @@ class FakeFlashInfer(ModuleType):
             def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                      num_qo_heads, num_kv_heads, head_dim_qk, page_size, *, causal=False,
                      sm_scale=None, window_left=-1, logits_soft_cap=None, q_data_type="float16",
-                     kv_data_type=None):
+                     kv_data_type=None, seq_lens=None):
                 self._plan(qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
                            num_qo_heads, num_kv_heads, head_dim_qk, page_size, causal, sm_scale,
-                           window_left, logits_soft_cap, q_data_type, kv_data_type)
+                           window_left, logits_soft_cap, q_data_type, kv_data_type, seq_lens)
 
         class Decode(_Wrapper):
             kind = "decode"
@@ -65,12 +65,12 @@ class FakeFlashInfer(ModuleType):
 
             def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
                      page_size, *, window_left=-1, logits_soft_cap=None, q_data_type="float16",
-                     kv_data_type=None, sm_scale=None):
+                     kv_data_type=None, sm_scale=None, seq_lens=None):
                 b = len(last_page_len)
                 qo = torch.arange(b + 1, dtype=torch.int32)
                 self._plan(qo, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
                            page_size, True, sm_scale, window_left, logits_soft_cap, q_data_type,
-                           kv_data_type)
+                           kv_data_type, seq_lens)
                 assert all(1 <= n <= page_size for n in last_page_len.tolist()), (
                     f"decode needs 1 <= last_page_len <= page_size, got {last_page_len.tolist()}")
 
@@ -109,13 +109,18 @@ class _Wrapper:
         fake.wrappers.append(self)
 
     def _plan(self, qo, indptr, indices, last, heads, kv_heads, head_dim, page_size, causal,
-              sm_scale, window_left, soft_cap, q_dtype, kv_dtype):
+              sm_scale, window_left, soft_cap, q_dtype, kv_dtype, seq_lens):
         for t, name in ((qo, "qo_indptr"), (indptr, "kv_indptr"), (indices, "kv_indices"),
                         (last, "last_page_len")):
             _int32(t, name)
         b = len(last)
         assert len(indptr) == b + 1 == len(qo) and heads % kv_heads == 0
         assert int(indptr[-1]) <= len(indices), "kv_indptr points past kv_indices"
+        if seq_lens is not None:  # flashinfer's get_seq_lens: clamp(pages - 1, 0) * ps + last
+            pages = indptr[1:] - indptr[:-1]
+            expected = (pages - 1).clamp(min=0) * page_size + last
+            assert torch.equal(_int32(seq_lens, "seq_lens"), expected.int()), (
+                f"seq_lens {seq_lens.tolist()} != lengths of the layout {expected.tolist()}")
         if self.use_cuda_graph:
             if b != self.fixed_batch_size:
                 raise ValueError(f"batch size {b} != {self.fixed_batch_size} fixed by the buffers")

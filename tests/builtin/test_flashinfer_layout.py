@@ -50,8 +50,9 @@ def test_layout_and_page_indices_match_a_recompute_on_random_page_tables(page_si
         got = gather_page_indices(table, layout)
         assert got.dtype == torch.int32 and got.tolist() == indices
         host = layout.host_tensors(pinned=False)
-        assert [t.dtype for t in host] == [torch.int32] * 3
-        assert [t.tolist() for t in host] == [qo, kv, last]
+        assert [t.dtype for t in host] == [torch.int32] * 4
+        seq_lens = [p + e for p, e in zip(prefix, extend, strict=True)]
+        assert [t.tolist() for t in host] == [qo, kv, last, seq_lens]
 
 
 def test_gather_into_static_buffers_equals_the_allocating_gather_and_zeroes_padding_pages():

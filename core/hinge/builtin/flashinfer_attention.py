@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hinge.builtin.flashinfer_graphs import DECODE_PHASES, GraphShape, GraphState
-from hinge.builtin.flashinfer_layout import PagedLayout, gather_page_indices, paged_layout
+from hinge.builtin.flashinfer_layout import (
+    PagedLayout,
+    PlanTables,
+    gather_page_indices,
+    paged_layout,
+)
 from hinge.builtin.flashinfer_options import FlashInferOptions
 from hinge.builtin.flashinfer_runtime import (
     PlannedWrapper,
@@ -53,7 +58,7 @@ class FlashInferMetadata:
 
     kind: str  #: "decode" (one row per request) or "prefill" (varlen, causal)
     layout: PagedLayout
-    tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  #: host qo/kv indptr, last_page_len
+    tables: PlanTables  #: host qo/kv indptr, last_page_len, kv lengths
     indices: torch.Tensor  #: kv_indices on the device
     wrappers: dict[Signature, PlannedWrapper] = field(default_factory=dict)
     graph: GraphShape | None = None  #: set when the wrappers are a captured shape's

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ class PagedLayout:
     qo_indptr: list[int]
     kv_indptr: list[int]
     last_page_len: list[int]
+    kv_lens: list[int]  #: tokens of each request in the KV pool (prefix + extend)
     #: requests ``0..num_live-1`` read their pages from page-table rows ``0..num_live-1``
     num_live: int
 
@@ -47,12 +49,23 @@ class PagedLayout:
     def num_pages(self) -> int:
         return self.kv_indptr[-1]
 
-    def host_tensors(self, pinned: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(qo_indptr, kv_indptr, last_page_len)`` as int32 CPU tensors; pinned for CUDA, so a
-        plan's copies to the device do not wait for the work already queued."""
-        out = tuple(torch.tensor(a, dtype=torch.int32) for a in (self.qo_indptr, self.kv_indptr,
-                                                                  self.last_page_len))
-        return tuple(t.pin_memory() for t in out) if pinned else out  # type: ignore[return-value]
+    def host_tensors(self, pinned: bool) -> PlanTables:
+        """The CSR arrays and the KV lengths as int32 CPU tensors; pinned for CUDA, so a plan's
+        copies to the device do not wait for the work already queued."""
+        out = [torch.tensor(a, dtype=torch.int32) for a in (self.qo_indptr, self.kv_indptr,
+                                                             self.last_page_len, self.kv_lens)]
+        if pinned:
+            out = [t.pin_memory() for t in out]
+        return PlanTables(*out)
+
+
+class PlanTables(NamedTuple):
+    """The host side of a plan (int32 CPU tensors)."""
+
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+    last_page_len: torch.Tensor
+    kv_lens: torch.Tensor  #: passed as ``seq_lens``, so flashinfer copies pinned memory
 
 
 def paged_layout(prefix_lens: Sequence[int], extend_lens: Sequence[int], page_size: int,
@@ -60,16 +73,17 @@ def paged_layout(prefix_lens: Sequence[int], extend_lens: Sequence[int], page_si
     """The CSR arrays of requests with these lengths (host lists, any padding rows included)."""
     assert len(prefix_lens) == len(extend_lens), (
         f"{len(prefix_lens)} prefix lengths but {len(extend_lens)} extend lengths")
-    qo, kv, last = [0], [0], []
+    qo, kv, last, seqs = [0], [0], [], []
     for prefix, extend in zip(prefix_lens, extend_lens, strict=True):
         seq = prefix + extend
         pages = -(-seq // page_size)
         qo.append(qo[-1] + extend)
         kv.append(kv[-1] + pages)
         last.append(seq - (pages - 1) * page_size if pages else 0)
+        seqs.append(seq)
     live = len(last) if num_live is None else num_live
     assert 0 <= live <= len(last), f"num_live {live} outside 0..{len(last)}"
-    return PagedLayout(qo, kv, last, live)
+    return PagedLayout(qo, kv, last, seqs, live)
 
 
 def live_page_offsets(layout: PagedLayout, width: int) -> np.ndarray:

@@ -17,9 +17,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from hinge.builtin.flashinfer_layout import PlanTables
 
 logger = logging.getLogger(__name__)
 
@@ -103,17 +106,18 @@ class PlannedWrapper:
         self._cuda = device.type == "cuda"
         self._copied: torch.cuda.Event | None = None
 
-    def plan(self, sig: Signature, dtype: torch.dtype, page_size: int,
-             tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor], indices: torch.Tensor) -> None:
-        qo_indptr, kv_indptr, last_page_len = tables
+    def plan(self, sig: Signature, dtype: torch.dtype, page_size: int, tables: PlanTables,
+             indices: torch.Tensor) -> None:
         if self._copied is not None:
             self._copied.synchronize()
         head = (sig.num_heads, sig.num_kv_heads, sig.head_dim, page_size)
+        # NOTE: seq_lens given, flashinfer copies our pinned lengths instead of pageable ones
+        kwargs = dict(sig.plan_kwargs(dtype), seq_lens=tables.kv_lens)
         if self.kind == "decode":
-            self.inner.plan(kv_indptr, indices, last_page_len, *head, **sig.plan_kwargs(dtype))
+            self.inner.plan(tables.kv_indptr, indices, tables.last_page_len, *head, **kwargs)
         else:
-            self.inner.plan(qo_indptr, kv_indptr, indices, last_page_len, *head, causal=True,
-                            **sig.plan_kwargs(dtype))
+            self.inner.plan(tables.qo_indptr, tables.kv_indptr, indices, tables.last_page_len,
+                            *head, causal=True, **kwargs)
         if self._cuda:
             self._copied = torch.cuda.Event()
             self._copied.record()
