@@ -23,7 +23,9 @@ from triton_cases import (  # noqa: E402
 from hinge.builtin.plugin import TRITON_ATTENTION  # noqa: E402
 from hinge.plugins.specs import OptionsError  # noqa: E402
 from hinge.testing import AttentionBackendContract  # noqa: E402
+from hinge.testing.attention_contract import make_layer as kit_layer  # noqa: E402
 from hinge.testing.batches import build_batch  # noqa: E402
+from hinge.testing.graphs import check_graph_replay  # noqa: E402
 from hinge.testing.reference import reference_attention  # noqa: E402
 
 
@@ -51,6 +53,14 @@ class TestTritonAttentionUnderInterpreter(AttentionBackendContract):
     @pytest.fixture(autouse=True)
     def _interpret(self, interpreter):
         return None
+
+    @pytest.mark.parametrize("phase", ["decode", "prefill"])
+    def test_graph_protocol_pads_and_clears_under_interpreter(self, build_component, head_dim,
+                                                              page_size, dtype, phase):
+        """The kit's graph check on CPU (replay = rerun): captured at 4 requests, replayed with
+        4, 3, 1 and 2 live; padded rows finite (they read nothing), no write outside out_loc."""
+        check_graph_replay(build_component(device="cpu"), phase, kit_layer(head_dim), page_size,
+                           dtype, device="cpu")
 
     # the kit's CUDA checks run in TestTritonAttentionOnCuda, on compiled kernels
     def test_claimed_cuda_device_matches_reference(self):

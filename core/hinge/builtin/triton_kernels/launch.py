@@ -10,6 +10,11 @@ from types import ModuleType
 import torch
 
 ROWS_PER_TILE = 64  #: query rows (tokens x heads of one KV group) per tile
+#: lanes of the in-kernel request scan: one compiled variant for every batch below 64 requests
+MIN_REQUEST_LANES = 64
+#: the split partials hold a multiple of this many splits per row (their strides, and so the
+#: compiled variant, stay the same whatever the step's longest request)
+SPLITS_ALIGN = 8
 LOG2E = 1.4426950408889634
 
 
@@ -92,7 +97,7 @@ def paged_attention(
     tiles = cfg.max_tiles(t, num_requests)
     if t == 0 or tiles == 0:
         return out
-    r_p2 = next_pow2(num_requests + 1)
+    r_p2 = max(MIN_REQUEST_LANES, next_pow2(num_requests + 1))
     prec = "ieee" if upcast or q.dtype == torch.float32 else "tf32"
     qk_scale = scale * LOG2E
     win = 0 if window is None else int(window)
@@ -104,11 +109,11 @@ def paged_attention(
         po_strides = pm_strides = (0, 0, 0)
         programs = 1
     else:
-        splits = max(1, max_splits)
+        splits = -(-max(1, max_splits) // SPLITS_ALIGN) * SPLITS_ALIGN
         part_o = torch.empty(t, h, splits, d, dtype=torch.float32, device=q.device)
         part_ml = torch.empty(t, h, splits, 2, dtype=torch.float32, device=q.device)
         po_strides, pm_strides = part_o.stride()[:3], part_ml.stride()[:3]
-        programs = split_programs_for(tiles, num_kv_heads, splits, target_programs)
+        programs = split_programs_for(tiles, num_kv_heads, max(1, max_splits), target_programs)
     kernels.attention_kernel[(tiles, num_kv_heads, programs)](
         q, k_cache, v_cache, out, part_o, part_ml, cu_q, kv_lens, page_table,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0),
