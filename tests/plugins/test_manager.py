@@ -37,8 +37,8 @@ def test_builtins_are_listed_first_as_plugin_hinge(make_pm):
     listing = make_pm("good").listing()
     assert listing[0]["name"] == "hinge" and listing[0]["distribution"] == "hinge-llm"
     names = {(c["kind"], c["name"]) for c in listing[0]["components"]}
-    assert names == {("attention", "flashinfer"), ("attention", "torch"), ("quantizer", "none"),
-                     ("cache", "none")}
+    assert names == {("attention", "flashinfer"), ("attention", "torch"), ("attention", "triton"),
+                     ("quantizer", "none"), ("cache", "none")}
 
 
 def test_importing_a_plugin_does_not_import_its_component_module(make_pm):
@@ -70,7 +70,7 @@ def test_selecting_a_component_a_failed_plugin_may_provide_names_plugin_distribu
     with pytest.raises(PluginError) as err:
         pm.get_component("attention", "broken-attn")
     msg = str(err.value)
-    assert "unknown attention backend 'broken-attn'; installed: flashinfer, torch" in msg
+    assert "unknown attention backend 'broken-attn'; installed: flashinfer, torch, triton" in msg
     assert "plugin 'broken' (distribution hinge-fixture-broken 0.1.0)" in msg
     assert "hinge_fixture_missing_kernel" in msg
 
@@ -235,14 +235,14 @@ def test_allow_list_matches_distribution_names(make_pm):
 
 def test_empty_allow_list_loads_builtins_only(make_pm):
     pm = make_pm("good", allow=[])
-    assert pm.names("attention") == ["flashinfer", "torch"]
+    assert pm.names("attention") == ["flashinfer", "torch", "triton"]
 
 
 def test_hinge_plugins_env_sets_the_allow_list(make_pm):
     config = load_config(env={"HINGE_PLUGINS": "good"})
     pm = get_plugin_manager(config.plugins, entry_points=[fixture_entry_point("good"),
                                                            fixture_entry_point("dup")])
-    assert pm.names("attention") == ["flashinfer", "good-attn", "torch"]
+    assert pm.names("attention") == ["flashinfer", "good-attn", "torch", "triton"]
 
 
 def test_block_list_skips_plugin_without_importing_it(make_pm):

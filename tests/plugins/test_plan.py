@@ -96,7 +96,7 @@ def test_default_plan_selects_the_builtins_with_their_owner(make_pm):
 def test_unknown_component_name_lists_installed_names(make_pm):
     with pytest.raises(PlanError) as err:
         plan_for(make_pm, Components(attn("fast")), attention="fa5")
-    assert "unknown attention backend 'fa5'; installed: fast, flashinfer, torch" in str(err.value)
+    assert "unknown attention backend 'fa5'; installed: fast, flashinfer, torch, triton" in str(err.value)
     assert "see `hinge plugins`" in str(err.value)
 
 

@@ -7,7 +7,7 @@ import torch
 
 def test_plugin_manager_fixture_holds_only_the_builtins(plugin_manager):
     assert [r["name"] for r in plugin_manager.listing()] == ["hinge"]
-    assert plugin_manager.names("attention") == ["flashinfer", "torch"]
+    assert plugin_manager.names("attention") == ["flashinfer", "torch", "triton"]
 
 
 def test_tiny_model_config_builds_a_transformers_config(tiny_model_config):
