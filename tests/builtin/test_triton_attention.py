@@ -7,6 +7,8 @@ not installed. GPU tests carry the ``gpu`` marker and skip without CUDA.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -21,6 +23,7 @@ from triton_cases import (  # noqa: E402
 )
 
 from hinge.builtin.plugin import TRITON_ATTENTION  # noqa: E402
+from hinge.forward import KVCache  # noqa: E402
 from hinge.plugins.specs import OptionsError  # noqa: E402
 from hinge.testing import AttentionBackendContract  # noqa: E402
 from hinge.testing.attention_contract import make_layer as kit_layer  # noqa: E402
@@ -121,6 +124,16 @@ def test_nan_in_reserved_page_and_foreign_slots_never_reaches_a_live_row(interpr
     out = run(make_backend(split_size=64, split_kv="always"),
               build_batch([0, 77, 130], [70, 1, 3], layer=make_layer(), spare_pages=6))
     assert torch.isfinite(out).all()
+
+
+def test_warmup_runs_every_path_and_writes_no_kv_slot(interpreter):
+    layers = [make_layer(), make_layer(window=8), make_layer(8, 2, 32)]
+    pool = [torch.randn(64, 2, d) for d in (16, 16, 32) for _ in range(2)]
+    kv = KVCache(pool[0::2], pool[1::2], 16)
+    layers = [dataclasses.replace(layer, kv_layer_id=i) for i, layer in enumerate(layers)]
+    before = [t.clone() for t in pool]
+    make_backend().warmup(layers, kv)
+    assert all(torch.equal(a, b) for a, b in zip(pool, before, strict=True))
 
 
 def test_cpu_tensors_without_the_interpreter_are_refused_naming_the_switch(monkeypatch):

@@ -91,6 +91,7 @@ class TritonAttentionBackend(AttentionBackend):
         self._graph_splits = 1
         self._graph_metas: dict[tuple[int, int], TritonAttentionMetadata] = {}
         self._target: dict[torch.device, int] = {}
+        self._compiled = None
 
     # -- per step (eager) ---------------------------------------------------------------------
 
@@ -134,12 +135,19 @@ class TritonAttentionBackend(AttentionBackend):
             raise RuntimeError("the triton attention backend runs on CUDA; on CPU only under "
                                "Triton's interpreter (TRITON_INTERPRET=1, for tests)")
         return paged_attention(
-            kernels(interpret), q, k_cache, v_cache, batch.page_table, meta.cu_q, meta.kv_lens,
+            self._kernels(interpret), q, k_cache, v_cache, batch.page_table, meta.cu_q, meta.kv_lens,
             num_requests=meta.num_requests, num_kv_heads=layer.num_kv_heads, scale=layer.scale,
             window=layer.sliding_window, page_size=self.page_size, split_size=self.split_size,
             fold=meta.fold, max_splits=meta.max_splits, target_programs=self._target_programs(q.device),
             upcast=interpret or q.dtype == torch.float32,
         )
+
+    def _kernels(self, interpret: bool):
+        if interpret:  # the interpreted copy: loaded (and the interpreter shimmed) on each call
+            return kernels(True)
+        if self._compiled is None:
+            self._compiled = kernels(False)
+        return self._compiled
 
     def _target_programs(self, device: torch.device) -> int:
         if device not in self._target:
@@ -169,7 +177,7 @@ class TritonAttentionBackend(AttentionBackend):
             q = torch.zeros(1, layer.num_heads, layer.head_dim, dtype=self.dtype, device=device)
             for fold in (True, False):
                 paged_attention(
-                    kernels(interpret), q, kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id],
+                    self._kernels(interpret), q, kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id],
                     page_table, cu_q, kv_lens, num_requests=1, num_kv_heads=layer.num_kv_heads,
                     scale=layer.scale, window=layer.sliding_window, page_size=self.page_size,
                     split_size=self.split_size, fold=fold, max_splits=2, target_programs=1,

@@ -12,7 +12,7 @@ class TritonAttentionOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     #: keys per KV split, at absolute positions (multiples of it): the unit of the fixed reduction
-    #: order. A prefix-cache hit aligned to it reuses exactly the cold run's partial sums.
+    #: order. Changes the bits (every step of one engine uses the same value), not the results.
     split_size: int = Field(256, ge=64)
     #: how decode-shaped steps (every request <= 16 new tokens) spread a row's splits:
     #: ``auto`` over parallel programs plus a combine kernel when a row has more than one split,

@@ -48,16 +48,16 @@ def _numpy_index_shim() -> None:
     ``tl.tensor`` for a launch; compiled kernels never see it."""
     from triton.runtime import interpreter
 
-    if getattr(interpreter, "_hinge_index_shim", False):
-        return
     original = interpreter._patch_lang_tensor
+    if getattr(original, "hinge_numpy_index_shim", False):
+        return
 
     def patched(tensor, scope):
         original(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
+    patched.hinge_numpy_index_shim = True
     interpreter._patch_lang_tensor = patched
-    interpreter._hinge_index_shim = True
 
 
 def kernels(interpret: bool) -> ModuleType:
@@ -68,6 +68,7 @@ def kernels(interpret: bool) -> ModuleType:
                 importlib.import_module(_MODULE)
         return sys.modules[_MODULE]
     with _lock:
+        _numpy_index_shim()  # each time: a test's monkeypatch of the interpreter may have undone it
         if _INTERPRETED in sys.modules:
             return sys.modules[_INTERPRETED]
         spec = importlib.util.find_spec(_MODULE)
@@ -76,6 +77,5 @@ def kernels(interpret: bool) -> ModuleType:
         module = importlib.util.module_from_spec(copy)
         with _interpret_env("1"):
             copy.loader.exec_module(module)
-        _numpy_index_shim()
         sys.modules[_INTERPRETED] = module
         return module

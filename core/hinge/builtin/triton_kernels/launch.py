@@ -3,6 +3,7 @@ the launches (fold, or split + combine). Nothing here reads a device value (grap
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from types import ModuleType
@@ -45,6 +46,7 @@ class TileConfig:
         return (num_tokens + num_requests * (self.tpt - 1)) // self.tpt
 
 
+@functools.cache
 def tile_config(num_heads: int, num_kv_heads: int, head_dim: int) -> TileConfig:
     if num_heads % num_kv_heads:
         raise ValueError(f"triton attention: {num_heads} query heads do not split into "
