@@ -111,7 +111,7 @@ def _split_state(q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageT
                  stride_kt, stride_kh, stride_vt, stride_vh, stride_pt, qk_scale, window,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                  D_P2: tl.constexpr, PAGE_SIZE: tl.constexpr, SPLIT: tl.constexpr,
-                 HAS_WINDOW: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr):
+                 HAS_WINDOW: tl.constexpr, PREC: tl.constexpr):
     """Online-softmax state of split ``s`` alone, from a fresh start: ``(m, l, acc)``, scores in
     log2 units (``qk_scale`` includes ``log2(e)``)."""
     offs_d = tl.arange(0, D_P2)
@@ -129,8 +129,7 @@ def _split_state(q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageT
         slot = page.to(tl.int64) * PAGE_SIZE + (kpos % PAGE_SIZE)
         ld = kv_ok[None, :] & d_ok[:, None]
         k_t = tl.load(K + slot[None, :] * stride_kt + kvh * stride_kh + offs_d[:, None], mask=ld, other=0.0)
-        if UPCAST:
-            k_t = k_t.to(tl.float32)
+        k_t = k_t.to(q.dtype)  # the KV pool may be stored in another dtype than q
         scores = tl.dot(q, k_t, input_precision=PREC) * qk_scale
         visible = (kpos[None, :] <= pos[:, None]) & row_ok[:, None]
         if HAS_WINDOW:
@@ -143,9 +142,8 @@ def _split_state(q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageT
         l_sum = l_sum * alpha + _sum(p, 1)
         v = tl.load(V + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
                     mask=kv_ok[:, None] & d_ok[None, :], other=0.0)
-        if UPCAST:
-            v = v.to(tl.float32)
-        acc = tl.dot(p.to(v.dtype), v, acc=acc * alpha[:, None], input_precision=PREC)
+        v = v.to(q.dtype)
+        acc = tl.dot(p.to(q.dtype), v, acc=acc * alpha[:, None], input_precision=PREC)
         m = m_new
     return m, l_sum, acc
 
@@ -215,7 +213,7 @@ def attention_kernel(
             m_s, l_s, acc_s = _split_state(
                 q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageTable,
                 stride_kt, stride_kh, stride_vt, stride_vh, stride_pt, qk_scale, window,
-                BLOCK_M, BLOCK_N, HEAD_DIM, D_P2, PAGE_SIZE, SPLIT, HAS_WINDOW, UPCAST, PREC)
+                BLOCK_M, BLOCK_N, HEAD_DIM, D_P2, PAGE_SIZE, SPLIT, HAS_WINDOW, PREC)
             m_run, l_run, o_run = _fold(m_run, l_run, o_run, m_s, l_s, acc_s)
         out = o_run / tl.where(l_run == 0.0, 1.0, l_run)[:, None]
         tl.store(Out + (q_lo + tok)[:, None].to(tl.int64) * stride_ot + head[:, None] * stride_oh
@@ -226,7 +224,7 @@ def attention_kernel(
             m_s, l_s, acc_s = _split_state(
                 q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageTable,
                 stride_kt, stride_kh, stride_vt, stride_vh, stride_pt, qk_scale, window,
-                BLOCK_M, BLOCK_N, HEAD_DIM, D_P2, PAGE_SIZE, SPLIT, HAS_WINDOW, UPCAST, PREC)
+                BLOCK_M, BLOCK_N, HEAD_DIM, D_P2, PAGE_SIZE, SPLIT, HAS_WINDOW, PREC)
             tl.store(PartO + row_t[:, None] * stride_pot + head[:, None] * stride_poh + s * stride_pos
                      + offs_d[None, :], acc_s, mask=io_ok)
             ml = PartML + row_t * stride_pmt + head * stride_pmh + s * stride_pms
