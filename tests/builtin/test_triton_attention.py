@@ -73,14 +73,6 @@ class TestTritonAttentionUnderInterpreter(AttentionBackendContract):
         pytest.skip("checked by TestTritonAttentionOnCuda")
 
 
-class TestTritonAttentionSplitKvUnderInterpreter(TestTritonAttentionUnderInterpreter):
-    """The same kit with every step in split mode (parallel split partials + combine kernel)."""
-
-    @pytest.fixture
-    def options(self):
-        return {"split_size": 64, "split_kv": "always"}
-
-
 @pytest.mark.gpu
 @needs_cuda
 class TestTritonAttentionOnCuda(AttentionBackendContract):
@@ -96,15 +88,16 @@ class TestTritonAttentionOnCuda(AttentionBackendContract):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window", [None, 50])
-def test_fold_and_split_modes_give_identical_bits(interpreter, window):
-    """The split partials folded by the combine kernel equal the splits folded in registers."""
+@pytest.mark.parametrize("window, page_size", [(None, 16), (50, 1), (None, 64)])
+def test_fold_and_split_modes_give_identical_bits(interpreter, window, page_size):
+    """The split partials folded by the combine kernel equal the splits folded in registers
+    (and the float64 oracle), for every page size the kit tries."""
     layer = make_layer(window=window)
     prefix, extend = [150, 0, 70, 131], [1, 90, 4, 1]
     outs = []
     for mode in ("never", "always"):
-        case = build_batch(prefix, extend, layer=layer, seeds=[7, 8, 9, 10])
-        outs.append(run(make_backend(split_size=64, split_kv=mode), case))
+        case = build_batch(prefix, extend, layer=layer, seeds=[7, 8, 9, 10], page_size=page_size)
+        outs.append(run(make_backend(split_size=64, split_kv=mode, page_size=page_size), case))
     expected = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
     assert float((outs[0].double() - expected).abs().max()) < 2e-5
     assert torch.equal(outs[0], outs[1])
