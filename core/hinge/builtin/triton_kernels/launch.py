@@ -93,7 +93,9 @@ def paged_attention(
     cfg = tile_config(h, num_kv_heads, d)
     if cfg.block_n > split_size or split_size % cfg.block_n:
         raise ValueError(f"triton attention: split_size {split_size} must be a multiple of {cfg.block_n}")
-    assert q.stride(2) == 1 and k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "head_dim must be contiguous"
+    if q.stride(2) != 1:
+        q = q.contiguous()
+    assert k_cache.stride(2) == 1 and v_cache.stride(2) == 1, "the KV pool's head_dim must be contiguous"
     assert page_table.stride(1) == 1, "page_table rows must be contiguous"
     out = torch.empty(t, h, d, dtype=q.dtype, device=q.device)
     tiles = cfg.max_tiles(t, num_requests)

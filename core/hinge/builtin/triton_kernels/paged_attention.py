@@ -107,6 +107,13 @@ def _tile_span(tok0, q_len, kv_len, window, TPT: tl.constexpr, SPLIT: tl.constex
 
 
 @triton.jit
+def _rescale(m_old, m_new):
+    """``2 ** (m_old - m_new)``, exactly 1 when the maximum did not move: a block or split a row
+    cannot see then leaves its state bit-identical whatever ``exp2``'s rounding."""
+    return tl.where(m_old == m_new, 1.0, tl.exp2(m_old - m_new))
+
+
+@triton.jit
 def _split_state(q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageTable,
                  stride_kt, stride_kh, stride_vt, stride_vh, stride_pt, qk_scale, window,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -138,7 +145,7 @@ def _split_state(q, pos, row_ok, req, kvh, s, k_first, n_hi, kv_len, K, V, PageT
         m_new = tl.maximum(m, _max(scores, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(scores - m_safe[:, None])
-        alpha = tl.exp2(m - m_safe)
+        alpha = _rescale(m, m_safe)
         l_sum = l_sum * alpha + _sum(p, 1)
         v = tl.load(V + slot[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
                     mask=kv_ok[:, None] & d_ok[None, :], other=0.0)
@@ -153,8 +160,8 @@ def _fold(m_run, l_run, o_run, m_s, l_s, acc_s):
     """Merge one split's state into the running state (splits in ascending order)."""
     m_new = tl.maximum(m_run, m_s)
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    a = tl.exp2(m_run - m_safe)
-    c = tl.exp2(m_s - m_safe)
+    a = _rescale(m_run, m_safe)
+    c = _rescale(m_s, m_safe)
     l_new = l_run * a + l_s * c
     o_new = o_run * a[:, None] + acc_s * c[:, None]
     return m_new, l_new, o_new
