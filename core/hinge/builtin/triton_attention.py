@@ -122,18 +122,18 @@ class TritonAttentionBackend(AttentionBackend):
         if not layer.causal:
             raise ValueError(f"triton attention: layer {layer.kv_layer_id} is not causal; use "
                              "attention=torch for bidirectional layers")
+        interpret = q.device.type != "cuda"
+        if interpret and not interpreter_requested():
+            raise RuntimeError("the triton attention backend runs on CUDA; on CPU only under "
+                               "Triton's interpreter (TRITON_INTERPRET=1, for tests)")
+        assert kv.page_size == self.page_size, (
+            f"backend built for page_size {self.page_size}, KV pool has {kv.page_size}")
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         k_cache.index_copy_(0, batch.out_loc, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
         v_cache.index_copy_(0, batch.out_loc, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)
-        assert kv.page_size == self.page_size, (
-            f"backend built for page_size {self.page_size}, KV pool has {kv.page_size}")
-        interpret = q.device.type != "cuda"
-        if interpret and not interpreter_requested():
-            raise RuntimeError("the triton attention backend runs on CUDA; on CPU only under "
-                               "Triton's interpreter (TRITON_INTERPRET=1, for tests)")
         return paged_attention(
             self._kernels(interpret), q, k_cache, v_cache, batch.page_table, meta.cu_q, meta.kv_lens,
             num_requests=meta.num_requests, num_kv_heads=layer.num_kv_heads, scale=layer.scale,
