@@ -183,9 +183,10 @@ class _Wrapper:
             s = torch.einsum("qhd,khd->hqk", qi, keys) * scale
             if p["soft_cap"]:
                 s = p["soft_cap"] * torch.tanh(s / p["soft_cap"])
-            pos = torch.arange(kv_len - n, kv_len)[:, None]
-            k_pos = torch.arange(kv_len)[None, :]
-            visible = k_pos <= pos if p["causal"] else torch.ones(n, kv_len, dtype=torch.bool)
+            pos = torch.arange(kv_len - n, kv_len, device=s.device)[:, None]
+            k_pos = torch.arange(kv_len, device=s.device)[None, :]
+            visible = k_pos <= pos if p["causal"] else torch.ones(n, kv_len, dtype=torch.bool,
+                                                                    device=s.device)
             if p["window_left"] >= 0:
                 visible &= k_pos >= pos - p["window_left"]
             probs = s.masked_fill(~visible, float("-inf")).softmax(-1)

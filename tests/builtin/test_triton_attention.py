@@ -141,10 +141,12 @@ def test_split_size_must_be_a_multiple_of_the_key_block():
         TRITON_ATTENTION.validate_options({"split_size": 100})
 
 
-def test_spec_claims_cuda_only_with_graphs_and_batch_invariance():
+def test_spec_claims_cuda_only_with_decode_graphs_and_batch_invariance():
+    """Prefill graphs stay unclaimed until their H200 replay matches eager (see the xfail in
+    test_triton_attention_graphs.py), and the plan says why."""
     caps = TRITON_ATTENTION.capabilities
     assert caps.devices == frozenset({"cuda"})
-    assert caps.decode_graph and caps.prefill_graph and caps.graph_note == ""
+    assert caps.decode_graph and not caps.prefill_graph and "prefill" in caps.graph_note
     assert caps.batch_invariant and caps.sliding_window
 
 

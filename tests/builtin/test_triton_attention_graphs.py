@@ -190,6 +190,8 @@ def test_cuda_verify_graph_replays_equal_eager_bits():
 
 @pytest.mark.gpu
 @needs_cuda
+@pytest.mark.xfail(strict=True, reason="H200 2026-12-01: the prefill graph replay differs from "
+                   "eager and an index assert follows; triton's prefill_graph claim is off until fixed")
 def test_cuda_prefill_graph_replays_equal_eager_bits():
     steps = [[(0, 200), (1000, 50), (3, 6)], [(1500, 1)], [(0, 77), (600, 1), (1290, 130)]]
     replay_against_eager(GraphShape.prefill(256, 3), steps, device="cuda", dtype=torch.bfloat16,

@@ -35,7 +35,10 @@ TRITON_ATTENTION = AttentionBackendSpec(
         sliding_window=True,
         batch_invariant=True,
         decode_graph=True,
-        prefill_graph=True,
+        # NOTE: on the H200 (2026-12-01) a prefill graph's replay differed from eager (three
+        # requests of 200/50/6 new tokens over 0/1000/3 cached) and an index assert followed
+        prefill_graph=False,
+        graph_note="prefill graphs: replay did not match eager on the H200; off until fixed",
     ),
     options_model=TritonAttentionOptions,
     description="paged attention in Triton: KV split at absolute positions (batch invariant, "

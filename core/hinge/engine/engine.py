@@ -110,10 +110,13 @@ class Engine:
                                   max_pages=self.kv.pages_needed(self.max_model_len))
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic,
                                max_rows=config.max_running_requests + 1)
-        # attention kernels compile (or load from their JIT cache) now, not on the first request
-        self.attn.warmup(self.model.attention_layers, self.kv)
-        # CUDA graphs: the ladders of the phases the plan allows (hinge.engine.graphs)
-        self.runner.graphs = capture_graphs(dict(self.plan.graphs), self.runner)
+        # NOTE: start-up and steps run in inference mode: buffers a kernel library allocates there
+        # (flashinfer's plan buffers) may only be updated in inference mode later
+        with torch.inference_mode():
+            # attention kernels compile (or load from their JIT cache) now, not on the first request
+            self.attn.warmup(self.model.attention_layers, self.kv)
+            # CUDA graphs: the ladders of the phases the plan allows (hinge.engine.graphs)
+            self.runner.graphs = capture_graphs(dict(self.plan.graphs), self.runner)
         #: overlap scheduling: collect step n's results after launching step n + 1 (CUDA)
         self.overlap = self.device == "cuda"
         self._inflight: LaunchedStep | None = None
@@ -189,6 +192,10 @@ class Engine:
         With ``overlap`` the results of the step just launched are collected by the next call,
         so detokenization and stop checks of step n run while step n + 1 runs on the device.
         """
+        with torch.inference_mode():
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
         outputs = [make_output(r, [], True) for r in self._aborted]
         self._aborted = []
         sched = self.scheduler.schedule()
