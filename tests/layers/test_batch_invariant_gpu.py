@@ -34,7 +34,7 @@ def assert_rows_invariant(fn, x: torch.Tensor, big: int = 4099):
     for i in (0, 1, 31, 63):
         assert torch.equal(fn(x[i : i + 1])[0], full[i]), f"row {i} alone differs"
     crowd = torch.randn(big, *x.shape[1:], device="cuda").to(x.dtype)
-    places = (0, 63, 64, 1000, big - 1)
+    places = tuple(p for p in (0, 63, 64, 1000, big - 1) if p < big)  # 1000 only in a big crowd
     crowd[list(places)] = x[7]
     out = fn(crowd)
     for p in places:
