@@ -204,3 +204,27 @@ def _with_mode(decision, mode):
 def test_graph_shape_phases():
     assert GraphShape.decode(4).phase == "decode" and GraphShape.decode(4, 3).phase == "verify"
     assert GraphShape.prefill(64, 8) == GraphShape(9, 64, 8, None)
+
+
+def test_a_capture_that_runs_out_of_memory_says_what_to_lower(monkeypatch):
+    """Out of memory during capture is an error with advice under require, not a bare OOM."""
+    import torch
+
+    from hinge.engine import graphs as g
+    from hinge.plugins.plan import GraphDecision
+
+    class Boom(g.GraphRunner):
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def capture(self):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(g, "GraphRunner", Boom)
+    monkeypatch.setattr(g, "ladder_shapes", lambda decisions: ["shape"])
+    required = {"decode": GraphDecision("decode", True, "require", ())}
+    runner = type("R", (), {"model": None, "attn": None, "kv": None, "states": None,
+                            "builder": None})()
+    with pytest.raises(g.GraphCaptureError, match="mem_fraction_static.*graphs.prefill = off"):
+        g.capture_graphs(required, runner)
+    assert g.capture_graphs({"decode": GraphDecision("decode", True, "auto", ())}, runner) is None

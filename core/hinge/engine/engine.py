@@ -92,6 +92,8 @@ class Engine:
             self.model, self.attn, num_tokens=step_tokens, page_size=config.page_size,
             dtype=self.dtype, device=self.device,
             state_pool_factory=self._state_pool_factory(config))
+        if self.plan.graphs["prefill"].enabled:
+            activations *= 2  # NOTE: the graph pool keeps the largest prefill step's activations
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
                                  mem_fraction_static=config.mem_fraction_static,
                                  free_before_weights=free_before, activation_bytes=activations)

@@ -213,6 +213,10 @@ def capture_graphs(decisions: dict[str, GraphDecision], runner: Any, *,
     except Exception as exc:
         required = [p for p, d in decisions.items() if d.enabled and d.mode == "require"]
         what = f"capturing CUDA graphs failed: {type(exc).__name__}: {exc}"
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            what = ("capturing CUDA graphs ran out of GPU memory after the KV pool was sized: "
+                    "lower mem_fraction_static (more room for graphs), max_running_requests or "
+                    "chunked_prefill_size, or set graphs.prefill = off (its pool holds a whole step)")
         if required:
             raise GraphCaptureError(
                 f"graphs.{required[0]} = require, but {what}; lower max_running_requests or "
