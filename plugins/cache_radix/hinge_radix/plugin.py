@@ -1,0 +1,1 @@
+"""Hookimpls of the ``radix`` plugin (registered through the ``hinge.plugins`` entry point)."""

@@ -1,0 +1,1 @@
+"""Hookimpls of the ``nvfp4`` plugin (registered through the ``hinge.plugins`` entry point)."""
