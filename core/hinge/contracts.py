@@ -450,3 +450,12 @@ class Speculator(ABC):
     def commit(self, batch: Any, accepted: list[list[int]]) -> None:
         """Update drafter state after the engine kept exactly ``accepted``."""
         return None  # optional: stateless drafters need nothing
+
+
+# ---------------------------------------------------------------------------------------------
+# structured outputs (defined in hinge.grammar; re-exported so plugins import one module)
+# ---------------------------------------------------------------------------------------------
+
+from hinge.grammar import GrammarBackend, GrammarError, GrammarMatcher  # noqa: E402
+
+__all__ += ["GrammarBackend", "GrammarError", "GrammarMatcher"]

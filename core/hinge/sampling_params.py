@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Literal
+
+GrammarKind = Literal["json_schema", "json_object", "regex", "ebnf"]
+GRAMMAR_KINDS: tuple[str, ...] = ("json_schema", "json_object", "regex", "ebnf")
 
 #: below this a temperature samples as greedy (as in sglang): dividing the logits by it would
 #: overflow float32 and turn the sampling distribution into NaN.
 GREEDY_TEMPERATURE = 1e-5
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A structured-output constraint: the grammar backend compiles ``source`` as ``kind``
+    (a JSON schema as JSON text, a regex, an EBNF grammar; ``json_object``: any JSON object,
+    ``source`` unused)."""
+
+    kind: GrammarKind
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        _check(self.kind in GRAMMAR_KINDS,
+               f"grammar kind must be one of {', '.join(GRAMMAR_KINDS)}, got {self.kind!r}")
+        _check(isinstance(self.source, str), f"grammar source must be text, got {self.source!r}")
 
 
 @dataclass
@@ -30,12 +50,32 @@ class SamplingParams:
     #: False: no text for this request (``text``/``new_text`` stay empty), tokens only; saves the
     #: host's detokenization (benchmarks; ids the tokenizer does not know). No stop strings then.
     detokenize: bool = True
+    #: eos and stop tokens are masked (and stop strings not checked) before this many tokens
+    min_new_tokens: int = 0
+    #: False: special tokens keep their text in ``text`` (True: dropped, as transformers does)
+    skip_special_tokens: bool = True
+    #: accepted for sglang/vLLM; a fast tokenizer (all hinge has) decodes the same either way
+    spaces_between_special_tokens: bool = True
+    #: regular expressions that stop generation where they match (the text is cut there)
+    stop_regex: list[str] | str | None = None
+    #: True: a matched stop string stays in ``text`` (sglang's ``no_stop_trim``)
+    no_stop_trim: bool = False
+    #: token id -> bias added to its logit before sampling (OpenAI's ``logit_bias``)
+    logit_bias: dict[int, float] | None = None
+    #: with ``prompt_logprobs_start``: also this many most likely tokens per prompt position
+    prompt_top_logprobs: int = 0
+    #: structured output: generation follows this grammar (``hinge.sampling_params.Grammar``)
+    grammar: Grammar | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if isinstance(self.stop_regex, str):
+            self.stop_regex = [self.stop_regex]
+        self.stop_regex = list(self.stop_regex or [])
+        self.logit_bias = {int(k): float(v) for k, v in (self.logit_bias or {}).items()} or None
         for name in ("temperature", "top_p", "min_p", "repetition_penalty",
                      "frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
@@ -68,6 +108,24 @@ class SamplingParams:
         _check(self.detokenize or not self.stop,
                f"stop strings {self.stop!r} need detokenize=True (they match text); with "
                "detokenize=False stop on token ids instead (stop_token_ids)")
+        _check(isinstance(self.min_new_tokens, int) and self.min_new_tokens >= 0,
+               f"min_new_tokens must be an integer >= 0, got {self.min_new_tokens!r}")
+        _check(isinstance(self.prompt_top_logprobs, int) and 0 <= self.prompt_top_logprobs <= 20,
+               f"prompt_top_logprobs must be an integer in [0, 20], got {self.prompt_top_logprobs!r}")
+        _check(all(math.isfinite(v) and -100 <= v <= 100 for v in (self.logit_bias or {}).values()),
+               f"logit_bias values must be in [-100, 100], got {self.logit_bias!r}")
+        _check(all(k >= 0 for k in (self.logit_bias or {})),
+               f"logit_bias keys must be token ids >= 0, got {sorted(self.logit_bias or {})[:5]}")
+        for pattern in self.stop_regex:
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                raise ValueError(f"stop_regex {pattern!r} is not a valid regular expression: "
+                                 f"{exc}") from None
+        _check(self.detokenize or not self.stop_regex,
+               "stop_regex needs detokenize=True (it matches text)")
+        _check(self.grammar is None or isinstance(self.grammar, Grammar),
+               f"grammar must be a hinge.sampling_params.Grammar, got {self.grammar!r}")
 
     @property
     def is_greedy(self) -> bool:

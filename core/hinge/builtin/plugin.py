@@ -7,13 +7,20 @@ from __future__ import annotations
 
 from hinge.builtin.flashinfer_options import FlashInferOptions
 from hinge.builtin.triton_options import TritonAttentionOptions
+from hinge.builtin.xgrammar_backend import XGrammarOptions
 from hinge.plugins.capabilities import (
     AttentionCapabilities,
     CacheCapabilities,
+    GrammarCapabilities,
     QuantizerCapabilities,
 )
 from hinge.plugins.hookspecs import hookimpl
-from hinge.plugins.specs import AttentionBackendSpec, CachePolicySpec, QuantizerSpec
+from hinge.plugins.specs import (
+    AttentionBackendSpec,
+    CachePolicySpec,
+    GrammarBackendSpec,
+    QuantizerSpec,
+)
 
 TORCH_ATTENTION = AttentionBackendSpec(
     name="torch",
@@ -87,6 +94,16 @@ NO_CACHE = CachePolicySpec(
 )
 
 
+XGRAMMAR = GrammarBackendSpec(
+    name="xgrammar",
+    factory="hinge.builtin.xgrammar_backend:build_xgrammar_backend",
+    capabilities=GrammarCapabilities(),
+    options_model=XGrammarOptions,
+    description="structured outputs with xgrammar: JSON schema (any_whitespace off by "
+    "default), any JSON object, regex and EBNF compiled to token bitmasks on the host",
+)
+
+
 @hookimpl
 def register_attention_backends(register):
     register(TORCH_ATTENTION)
@@ -102,3 +119,8 @@ def register_quantizers(register):
 @hookimpl
 def register_cache_policies(register):
     register(NO_CACHE)
+
+
+@hookimpl
+def register_grammar_backends(register):
+    register(XGRAMMAR)

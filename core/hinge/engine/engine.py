@@ -111,7 +111,8 @@ class Engine:
                                   max_rows=config.max_running_requests + 1,
                                   max_pages=self.kv.pages_needed(self.max_model_len))
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic,
-                               max_rows=config.max_running_requests + 1)
+                               max_rows=config.max_running_requests + 1, eos_ids=self.eos_ids)
+        self._grammar_backend: Any = None  #: built when the first request with a grammar arrives
         # NOTE: start-up and steps run in inference mode: buffers a kernel library allocates there
         # (flashinfer's plan buffers) may only be updated in inference mode later
         with torch.inference_mode():
@@ -168,11 +169,27 @@ class Engine:
         validate_request(prompt_ids, params, vocab_size=self.vocab_size,
                          max_model_len=self.max_model_len, kv_tokens=self.kv.num_usable_tokens)
         req = Request(rid, prompt_ids, params, arrival=next(self._arrivals))
+        if params.grammar is not None:
+            backend = self.grammar_backend()
+            req.grammar = backend.matcher(backend.compile(params.grammar))  # GrammarError: 400
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
             req.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.scheduler.add(req)
         return rid
+
+    def grammar_backend(self) -> Any:
+        """The structured-output backend (``hinge.grammar.GrammarBackend``), built on first use
+        from the plugin registry (``grammar_backend`` config field, default ``xgrammar``)."""
+        if self._grammar_backend is None:
+            from dataclasses import replace
+
+            name = getattr(self.config, "grammar_backend", "xgrammar")
+            spec = self.plugin_manager.get_component("grammar", name).spec
+            options = spec.validate_options(getattr(self.config, "grammar_backend_options", {}))
+            build = replace(self.plan.build_context(self.model.config), tokenizer=self.tokenizer)
+            self._grammar_backend = spec.build(options, build)
+        return self._grammar_backend
 
     def abort_request(self, rid: str) -> bool:
         req = self.scheduler.find(rid)
@@ -200,6 +217,10 @@ class Engine:
     def _step(self) -> list[RequestOutput]:
         outputs = [make_output(r, [], True) for r in self._aborted]
         self._aborted = []
+        if self._inflight is not None and any(r.grammar is not None for r in self.scheduler.running):
+            # NOTE: a grammar mask needs the request's last token on the host: no overlap
+            outputs += self._collect(self._inflight)
+            self._inflight = None
         sched = self.scheduler.schedule()
         launched = self._launch(sched) if sched is not None else None
         previous, self._inflight = self._inflight, None
@@ -223,11 +244,14 @@ class Engine:
         self._stats.forward_steps += 1
         for req, n in zip(sched.reqs, sched.extend_lens, strict=True):
             req.num_computed += n
-        prompt_lp = None
+        prompt_lp = prompt_top = None
         if logits.prompt_logits is not None:
             lp = self.sampler.log_softmax(logits.prompt_logits)
             targets = [t for _, _, ts in logits.prompt_rows for t in ts]
             prompt_lp = lp.gather(1, to_device(targets, torch.int64, lp.device)[:, None])[:, 0]
+            k = max(r.params.prompt_top_logprobs for r, _, _ in logits.prompt_rows)
+            if k:  # NOTE: from the same tensor as prompt_lp: a greedy token's logprob equals the top
+                prompt_top = lp.topk(k, dim=-1)
         live = [i for i, r in enumerate(logits.sample_reqs) if r.params.max_new_tokens > 0]
         reqs = [logits.sample_reqs[i] for i in live]
         sampled = None
@@ -245,16 +269,20 @@ class Engine:
             finish_now=[r for r in logits.sample_reqs if r.params.max_new_tokens == 0],
             sample_reqs=reqs,
             prompt_reqs=[(req, len(ts)) for req, _, ts in logits.prompt_rows],
-            results=HostResults.send(sampled, prompt_lp, self._ring),
+            results=HostResults.send(sampled, prompt_lp, self._ring, prompt_top),
         )
 
     def _collect(self, step: LaunchedStep) -> list[RequestOutput]:
         """Host side of a launched step: logprobs, detokenization, stops, finished requests."""
         tokens, logprobs, top, prompt_lp = ([], None, None, []) if step.results is None else \
             step.results.unpack()
+        prompt_top = step.results.prompt_top() if step.results is not None else None
         at = 0
         for req, n in step.prompt_reqs:
             req.prompt_logprobs.extend(prompt_lp[at:at + n])
+            if prompt_top is not None and req.params.prompt_top_logprobs:
+                k = req.params.prompt_top_logprobs
+                req.prompt_top_logprobs.extend(row[:k] for row in prompt_top[at:at + n])
             at += n
         outputs: list[RequestOutput] = []
         finished: list[Request] = []

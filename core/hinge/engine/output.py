@@ -4,8 +4,14 @@ Stop rules, checked in this order after each token:
 
 - a stop token (``stop_token_ids``, or the model's eos unless ``ignore_eos``): the token stays in
   ``token_ids`` (it was generated and its KV is cached), its text is not added;
-- a stop string in the text: the text is cut where the string starts;
+- a stop string in the text: the text is cut where the string starts (where it ends with
+  ``no_stop_trim``); then a ``stop_regex`` match: the text is cut where the match starts;
+- a grammar (structured output) that has accepted a complete value: finish reason ``stop``;
 - ``max_new_tokens`` reached: finish reason ``length``.
+
+Before ``min_new_tokens`` tokens no stop token can be drawn (the sampler masks them) and stop
+strings and patterns are not checked. A request with a grammar advances its matcher with every
+token it keeps (``GrammarMatcher.accept_token``), here on the host, before its next mask is made.
 
 With ``detokenize=False`` no text is made (``text`` stays empty) and no stop string can be set
 (``SamplingParams`` refuses them); the token rules are unchanged.
@@ -18,6 +24,7 @@ only in the final output (``OutputAccumulator`` rebuilds them for streaming cons
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -33,17 +40,30 @@ def append_token(req: Request, token: int, tokenizer: Tokenizer | None,
     """Add one sampled token to ``req`` and set ``finish_reason`` if it stops here."""
     params = req.params
     req.output_ids.append(token)
+    grammar = getattr(req, "grammar", None)
+    if grammar is not None and not grammar.is_terminated() and not grammar.accept_token(token):
+        # NOTE: the sampler masked every token the grammar refuses; only a bug gets here
+        req.text += req.detok.flush() if req.detok is not None else ""
+        req.finish_reason, req.matched_stop = "abort", None
+        return
+    early = req.num_output < params.min_new_tokens
     if token in params.stop_token_ids or (not params.ignore_eos and token in eos_ids):
         _finish(req, "stop", token, tokenizer)
         return
     if tokenizer is not None and params.detokenize:
         if req.detok is None:
-            req.detok = tokenizer.decode_stream(req.prompt_ids)
+            req.detok = tokenizer.decode_stream(req.prompt_ids,
+                                                skip_special_tokens=params.skip_special_tokens)
         delta = req.detok.step(token)
         if delta:
             req.text += delta
-            if params.stop and _trim_stop_string(req, len(delta)):
+            if not early and params.stop and _trim_stop_string(req, len(delta)):
                 return
+            if not early and params.stop_regex and _trim_stop_regex(req):
+                return
+    if grammar is not None and grammar.is_terminated():
+        _finish(req, "stop", token, tokenizer)
+        return
     if req.num_output >= params.max_new_tokens:
         _finish(req, "length", None, tokenizer)
 
@@ -55,8 +75,21 @@ def _trim_stop_string(req: Request, delta_len: int) -> bool:
     if not hits:
         return False
     idx, stop = min(hits)
-    req.text = req.text[:idx]
+    req.text = req.text[:idx + (len(stop) if req.params.no_stop_trim else 0)]
     req.finish_reason, req.matched_stop = "stop", stop
+    return True
+
+
+def _trim_stop_regex(req: Request) -> bool:
+    """Cut the text where the earliest ``stop_regex`` match starts (whole text searched: a
+    pattern may match across any number of tokens)."""
+    hits = [(m.start(), m.end(), p) for p in req.params.stop_regex
+            if (m := re.search(p, req.text)) is not None]
+    if not hits:
+        return False
+    start, end, pattern = min(hits)
+    req.text = req.text[:end if req.params.no_stop_trim else start]
+    req.finish_reason, req.matched_stop = "stop", pattern
     return True
 
 
@@ -92,6 +125,8 @@ def make_output(req: Request, new_token_ids: list[int], finished: bool) -> Reque
         top_logprobs=(list(req.top_logprobs) if params.top_logprobs else None) if finished else None,
         prompt_logprobs=(list(req.prompt_logprobs) if params.prompt_logprobs_start is not None
                          and finished else None),
+        prompt_top_logprobs=(list(req.prompt_top_logprobs) if params.prompt_top_logprobs
+                             and params.prompt_logprobs_start is not None and finished else None),
         cached_tokens=req.cached_tokens,
         spec_verify_ct=req.spec_verify_ct,
         spec_accepted_tokens=req.spec_accepted_tokens,

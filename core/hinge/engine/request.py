@@ -60,6 +60,9 @@ class Request:
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[tuple[int, float]]] = []
         self.prompt_logprobs: list[float] = []
+        self.prompt_top_logprobs: list[list[tuple[int, float]]] = []
+        #: structured output: the grammar backend's matcher (``hinge.grammar.GrammarMatcher``)
+        self.grammar: Any = None
         self.detok: Any = None  #: incremental detokenizer state, owned by the engine
         self.num_emitted_chars = 0  #: text already streamed (a possible stop-string prefix waits)
         self.spec_verify_ct = 0
@@ -164,6 +167,8 @@ class RequestOutput:
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
     prompt_logprobs: list[float] | None = None
+    #: per prompt logprob position, the most likely (token id, logprob) pairs
+    prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
     cached_tokens: int = 0
     spec_verify_ct: int = 0
     spec_accepted_tokens: int = 0

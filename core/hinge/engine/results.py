@@ -3,7 +3,8 @@
 A launched step leaves on the device the sampled tokens, their logprobs, the top logprobs and
 the prompt logprobs. They travel in one float64 tensor (token ids below 2**53 are exact)::
 
-    [ tokens B | logprobs B? | top ids B*K | top logprobs B*K | prompt logprobs P ]
+    [ tokens B | logprobs B? | top ids B*K | top logprobs B*K | prompt logprobs P
+      | prompt top ids P*Kp | prompt top logprobs P*Kp ]
 
 On CUDA the copy goes into a pinned buffer without blocking and an event marks when it lands, so
 the host can prepare and launch the next step first (overlap); ``HostResults.wait`` blocks.
@@ -57,11 +58,13 @@ class HostResults:
     num_top: int
     num_prompt: int
     event: torch.cuda.Event | None = None
+    num_prompt_top: int = 0  #: Kp: top logprobs per prompt position (0: none)
     _values: list[float] | None = field(default=None, repr=False)
 
     @classmethod
     def send(cls, sampled: SampledTokens | None, prompt_logprobs: torch.Tensor | None,
-             ring: PinnedRing) -> HostResults | None:
+             ring: PinnedRing, prompt_top: tuple[torch.Tensor, torch.Tensor] | None = None
+             ) -> HostResults | None:
         parts: list[torch.Tensor] = []
         b = k = 0
         has_lp = False
@@ -78,16 +81,20 @@ class HostResults:
         if prompt_logprobs is not None:
             p = prompt_logprobs.shape[0]
             parts.append(prompt_logprobs)
+        kp = 0
+        if prompt_top is not None:  # (values, indices) of topk
+            kp = prompt_top[0].shape[1]
+            parts += [prompt_top[1].flatten(), prompt_top[0].flatten()]
         if not parts:
             return None
         packed = torch.cat([x.to(torch.float64) for x in parts])
         if packed.device.type == "cpu":
-            return cls(packed, b, has_lp, k, p)
+            return cls(packed, b, has_lp, k, p, num_prompt_top=kp)
         host = ring.take(packed.numel())
         host.copy_(packed, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
-        return cls(host, b, has_lp, k, p, event)
+        return cls(host, b, has_lp, k, p, event, num_prompt_top=kp)
 
     def wait(self) -> list[float]:
         if self._values is None:
@@ -111,3 +118,13 @@ class HostResults:
             top = [[(int(ids[i * k + j]), vals[i * k + j]) for j in range(k)] for i in range(b)]
             at += 2 * b * k
         return tokens, logprobs, top, v[at:at + self.num_prompt]
+
+    def prompt_top(self) -> list[list[tuple[int, float]]] | None:
+        """Per prompt logprob position, its top (token id, logprob) pairs, or None."""
+        kp, p = self.num_prompt_top, self.num_prompt
+        if not kp:
+            return None
+        v = self.wait()
+        at = len(v) - 2 * p * kp
+        ids, vals = v[at:at + p * kp], v[at + p * kp:]
+        return [[(int(ids[i * kp + j]), vals[i * kp + j]) for j in range(kp)] for i in range(p)]

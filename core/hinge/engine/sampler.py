@@ -1,8 +1,14 @@
 """Token sampling: penalties, temperature, top-k, top-p, min-p, per-request generators, logprobs.
 
-Order (vLLM's): repetition/frequency/presence penalties on the model logits, then greedy argmax
-(temperature 0 or top_k 1) or temperature, then top-k, top-p and min-p masks, then a draw from
-the renormalised distribution with the request's own ``torch.Generator``.
+Order (vLLM's): repetition/frequency/presence penalties on the model logits, then the host-made
+edits (``LogitEdits``: ``logit_bias``, stop tokens masked before ``min_new_tokens``, grammar
+masks), then greedy argmax (temperature 0 or top_k 1) or temperature, then top-k, top-p and
+min-p masks, then a draw from the renormalised distribution with the request's own
+``torch.Generator``.
+
+Grammar masks (structured outputs, ``hinge.grammar``) are filled on the host by each request's
+matcher in ``prepare`` (one int32 bitmask row per constrained request), copied to the logits'
+device and applied here, in the eager sampler, after the forward: never inside a captured graph.
 
 Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
 and masks), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
@@ -43,6 +49,41 @@ class SamplingArgs:
     #: (B,) int64 device-table rows (``Request.row``) and which batch rows keep penalty counts
     rows: torch.Tensor | None = None
     penalty_rows: torch.Tensor | None = None
+    #: bias, banned stop tokens and grammar masks of the sampling logits, or None
+    edits: LogitEdits | None = None
+
+
+@dataclass
+class LogitEdits:
+    """One step's host-made changes to the sampling logits (the logprobs never see them)."""
+
+    #: (batch rows, token ids, values) added to the logits: ``logit_bias``
+    bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    #: (batch rows, token ids) set to -inf: stop tokens of requests short of ``min_new_tokens``
+    banned: tuple[torch.Tensor, torch.Tensor] | None = None
+    grammar_rows: torch.Tensor | None = None  #: (G,) int64 batch rows with a grammar
+    grammar_mask: torch.Tensor | None = None  #: (G, ceil(V / 32)) int32 bitmask, on the device
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """A copy of ``logits`` (B, V) with the edits made."""
+        x = logits.clone()
+        if self.bias is not None:
+            rows, cols, values = self.bias
+            x.index_put_((rows, cols), values, accumulate=True)
+        if self.banned is not None:
+            x.index_put_(self.banned, torch.tensor(float("-inf"), device=x.device))
+        if self.grammar_rows is not None:
+            allowed = unpack_bitmask(self.grammar_mask, x.shape[1])
+            rows = self.grammar_rows
+            x[rows] = x[rows].masked_fill(~allowed, float("-inf"))
+        return x
+
+
+def unpack_bitmask(mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """int32 ``(G, W)`` bitmask (bit ``t % 32`` of word ``t // 32``) -> bool ``(G, vocab_size)``."""
+    shifts = torch.arange(32, dtype=torch.int32, device=mask.device)
+    bits = (mask.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(mask.shape[0], -1)[:, :vocab_size].bool()
 
 
 @dataclass
@@ -104,8 +145,9 @@ class PenaltyCounts:
 
 class Sampler:
     def __init__(self, vocab_size: int, device: str | torch.device, deterministic: bool = False,
-                 max_rows: int = 65):
+                 max_rows: int = 65, eos_ids: frozenset[int] = frozenset()):
         self.vocab_size = vocab_size
+        self.eos_ids = eos_ids  #: masked with the stop token ids before ``min_new_tokens``
         self.device = torch.device(device)
         self.deterministic = deterministic
         self.max_rows = max_rows
@@ -118,7 +160,8 @@ class Sampler:
         penalties, penalty_rows = self._prepare_penalties(reqs, rows)
         common = dict(greedy=greedy, penalties=penalties, rows=rows, penalty_rows=penalty_rows,
                       num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
-                      need_logprobs=any(p.logprobs or p.top_logprobs for p in ps))
+                      need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
+                      edits=self._prepare_edits(reqs))
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
             return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
                                 generators=[None] * len(reqs), **common)
@@ -149,6 +192,46 @@ class Sampler:
                      col([p.presence_penalty for p in ps]))
         return penalties, to_device(users, torch.int64, self.device)
 
+    def _prepare_edits(self, reqs: list[Request]) -> LogitEdits | None:
+        """Bias, min_new_tokens bans and grammar masks of this step's rows (host lists, one copy
+        each), or None when no request has any."""
+        bias_r: list[int] = []
+        bias_c: list[int] = []
+        bias_v: list[float] = []
+        ban_r: list[int] = []
+        ban_c: list[int] = []
+        grammar: list[tuple[int, object]] = []
+        for i, req in enumerate(reqs):
+            p = req.params
+            if p.logit_bias:
+                bias_r += [i] * len(p.logit_bias)
+                bias_c += list(p.logit_bias)
+                bias_v += list(p.logit_bias.values())
+            matcher = getattr(req, "grammar", None)
+            if matcher is not None and not matcher.is_terminated():
+                grammar.append((i, matcher))
+            elif p.min_new_tokens and req.num_generated < p.min_new_tokens:
+                stops = set(p.stop_token_ids) | (set() if p.ignore_eos else set(self.eos_ids))
+                stops = sorted(t for t in stops if t < self.vocab_size)
+                ban_r += [i] * len(stops)
+                ban_c += stops
+        if not (bias_r or ban_r or grammar):
+            return None
+        edits = LogitEdits()
+        dev = self.device
+        if bias_r:
+            edits.bias = (to_device(bias_r, torch.int64, dev), to_device(bias_c, torch.int64, dev),
+                          to_device(bias_v, torch.float32, dev))
+        if ban_r:
+            edits.banned = (to_device(ban_r, torch.int64, dev), to_device(ban_c, torch.int64, dev))
+        if grammar:
+            mask = torch.full((len(grammar), (self.vocab_size + 31) // 32), -1, dtype=torch.int32)
+            for j, (_, matcher) in enumerate(grammar):
+                matcher.fill_bitmask(mask, j)
+            edits.grammar_rows = to_device([i for i, _ in grammar], torch.int64, dev)
+            edits.grammar_mask = mask.to(dev)
+        return edits
+
     def log_softmax(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
         if self.deterministic:
@@ -162,6 +245,8 @@ class Sampler:
         without the host) and writes nothing else; no device sync."""
         raw = logits.float()
         x = apply_penalties(raw, *args.penalties) if args.penalties is not None else raw
+        if args.edits is not None:
+            x = args.edits.apply(x)
         tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
         sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
         if sampled_rows:

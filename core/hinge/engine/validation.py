@@ -20,6 +20,13 @@ def validate_request(prompt_ids: list[int], params: SamplingParams, *, vocab_siz
     if bad:
         raise ValueError(f"prompt token ids must be integers in [0, {vocab_size}) (the model's "
                          f"vocab size); got {bad[:5]}")
+    bias = [t for t in (params.logit_bias or {}) if t >= vocab_size]
+    if bias:
+        raise ValueError(f"logit_bias names token ids outside the vocabulary [0, {vocab_size}): "
+                         f"{bias[:5]}")
+    if params.prompt_logprobs_start is not None and params.prompt_logprobs_start >= n:
+        raise ValueError(f"the prompt logprobs start at position {params.prompt_logprobs_start}, "
+                         f"but the prompt has {n} tokens; start below {n}")
     if n > limit:
         raise ValueError(f"the prompt has {n} tokens, more than max_model_len={limit}; "
                          "shorten the prompt")

@@ -103,6 +103,18 @@ class CacheCapabilities(Capabilities):
     page_size_multiple: int = Field(1, ge=1)
 
 
+class GrammarCapabilities(Capabilities):
+    """A grammar backend's masks are made on the host and applied outside captured graphs, so
+    its graph flags stay False; what it declares is the constraints it compiles."""
+
+    #: ``Grammar.kind`` values it compiles
+    kinds: frozenset[Literal["json_schema", "json_object", "regex", "ebnf"]] = frozenset(
+        {"json_schema", "json_object", "regex", "ebnf"}
+    )
+    #: its matchers undo accepted tokens (``GrammarMatcher.rollback``; speculative decoding)
+    rollback: bool = True
+
+
 class GraphVerdict(BaseModel):
     """Returned by ``graph_capture_eligibility``: ``allow=False`` is a veto and carries a reason."""
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from hinge.plugins.specs import (
         AttentionBackendSpec,
         CachePolicySpec,
+        GrammarBackendSpec,
         QuantizerSpec,
         SpeculatorSpec,
     )
@@ -89,6 +90,25 @@ def register_cache_policies(register: Callable[[CachePolicySpec], None]) -> None
 
     Implementing this hook: claim ``recurrent_state`` only if the policy stores hybrid models'
     state checkpoints; ``hinge.testing.CachePolicyContract`` checks what you claim.
+    """
+
+
+@hookspec
+def register_grammar_backends(register: Callable[[GrammarBackendSpec], None]) -> None:
+    """Make structured-output (grammar) backends available by name.
+
+    Called once, after every plugin has loaded. Call ``register(GrammarBackendSpec(...))`` once
+    per backend; the return value is ignored. The engine builds the selected backend
+    (``grammar_backend``, default ``xgrammar``) when the first request with a grammar arrives:
+    ``factory(options, build)`` gets ``build.tokenizer`` and ``build.model_config`` and returns a
+    :class:`hinge.grammar.GrammarBackend` that compiles JSON schemas, regexes and EBNF into
+    per-request :class:`hinge.grammar.GrammarMatcher` objects (token bitmasks on the host).
+
+    :param register: callback taking a :class:`hinge.plugins.GrammarBackendSpec`.
+
+    Implementing this hook: declare in ``GrammarCapabilities.kinds`` only what ``compile``
+    accepts, and ``rollback`` only if matchers undo tokens; ``hinge.testing.GrammarBackendContract``
+    checks both. No grammar library import here; the factory imports it.
     """
 
 

@@ -19,6 +19,7 @@ from hinge.plugins.capabilities import (
     AttentionCapabilities,
     CacheCapabilities,
     Capabilities,
+    GrammarCapabilities,
     QuantizerCapabilities,
     SpeculatorCapabilities,
 )
@@ -40,6 +41,7 @@ class BuildContext:
     model_config: Any = None  # hinge.models.base.ModelConfig when known
     rank: int = 0  # tensor-parallel rank of this process (weight loaders cut this rank's shard)
     world_size: int = 1  # tensor-parallel size; 1 = no tensor parallelism
+    tokenizer: Any = None  # hinge's Tokenizer (grammar backends: ``backend``, ``eos_token_ids``)
 
 
 class OptionsError(ValueError):
@@ -144,12 +146,22 @@ class CachePolicySpec(ComponentSpec):
     capabilities: CacheCapabilities = CacheCapabilities()
 
 
+class GrammarBackendSpec(ComponentSpec):
+    """A structured-output backend: its factory returns a ``hinge.grammar.GrammarBackend``
+    built for ``build.tokenizer`` and ``build.model_config.vocab_size``."""
+
+    kind: ClassVar[str] = "grammar"
+    hook: ClassVar[str] = "register_grammar_backends"
+    capabilities: GrammarCapabilities = GrammarCapabilities()
+
+
 #: slot name (as in EngineConfig) -> spec class
 SPEC_TYPES: dict[str, type[ComponentSpec]] = {
     "attention": AttentionBackendSpec,
     "quantizer": QuantizerSpec,
     "cache": CachePolicySpec,
     "speculator": SpeculatorSpec,
+    "grammar": GrammarBackendSpec,
 }
 
 KIND_LABELS = {
@@ -157,4 +169,5 @@ KIND_LABELS = {
     "quantizer": "quantizer",
     "cache": "cache policy",
     "speculator": "speculator",
+    "grammar": "grammar backend",
 }
