@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 # the floor: what a step carries and the pool views (re-exported so plugins import one module)
 from hinge.forward import (
@@ -26,13 +26,14 @@ from hinge.forward import (
 )
 
 __all__ = [
-    "AttentionBackend", "AttentionLayer", "CacheHit", "CachePolicy", "ForwardBatch", "ForwardContext",
+    "AttentionBackend", "AttentionLayer", "CacheContext", "CacheHit", "CachePolicy", "CheckpointPlan",
+    "CheckpointSlots", "ForwardBatch", "ForwardContext", "PagePoolView",
     "ForwardOutput", "KVCache", "Phase", "PositionStates", "Quantizer", "RecurrentLayerSpec",
     "RecurrentStates", "Speculator",
 ]
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     import torch
     from torch import nn
@@ -326,6 +327,16 @@ class Quantizer(ABC):
         reads, ``bias`` (``spec.output_size_per_partition``) when ``spec.bias``, else ``bias = None``.
         Each carries its ``weight_loader``; nothing is filled yet (the loader does that)."""
 
+    def load_checkpoint_config(self, config: Any) -> None:
+        """Read what this checkpoint's quantization config says, before the model is built.
+
+        Called once by the model loader (``hinge.models.load_model``), after the claim check and
+        before any ``create_weights``, with the checkpoint's ``hinge.models.base.ModelConfig``
+        (``quantization_config``, ``hf_quant_config``, ``path``): excluded modules, which scales
+        the files hold, KV-cache scales. A quantizer built without a checkpoint (the contract
+        kit) is never told. Default: nothing (a format with no per-checkpoint settings)."""
+        return None
+
     def map_checkpoint_name(self, name: str) -> str | None:
         """Rename a checkpoint tensor (after the model's own mapping), or None to ignore it.
 
@@ -386,42 +397,149 @@ class CacheHit:
 
     length: int = 0  #: tokens covered by the hit (page aligned)
     pages: tuple[int, ...] = ()  #: KV page ids holding those tokens, in order
-    state_slot: int | None = None  #: recurrent-state checkpoint at ``length`` (hybrid models)
+    #: hybrid models: the checkpoint slot holding the recurrent state after exactly ``length``
+    #: tokens (every state kind: conv windows and SSM states of every layer). A hybrid hit without
+    #: one cannot resume and is ignored; the request copies it into its own slot (never writes it).
+    state_slot: int | None = None
+    #: hybrid models: KV matched past ``length`` (the last state); the position on the checkpoint
+    #: grid where the next prefill should keep a checkpoint so later requests can hit there
+    branch: int | None = None
     handle: Any = None  #: policy-private; passed back to lock/unlock
 
 
+class CheckpointSlots(Protocol):
+    """The checkpoint region of the state pool as a cache policy sees it
+    (``hinge.engine.state_pool.SlotAllocator``): each slot holds one recurrent state of every
+    recurrent layer. The scheduler allocates a running request's checkpoint slots here; a slot
+    handed to ``CachePolicy.insert`` belongs to the policy from then on, which frees it here when
+    it evicts or drops that state."""
+
+    num_total: int
+
+    @property
+    def num_free(self) -> int: ...
+
+    @property
+    def num_used(self) -> int: ...
+
+    def allocate(self) -> int | None:
+        """A free slot, or None when the region is full."""
+
+    def free(self, slot: int) -> None: ...
+
+
+class PagePoolView(Protocol):
+    """The KV page allocator, read only (pages reach a policy through ``insert``)."""
+
+    @property
+    def num_usable(self) -> int: ...
+
+    @property
+    def num_free(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CacheContext:
+    """What a cache policy may use, given once by the engine after the pools exist
+    (``CachePolicy.attach``)."""
+
+    page_size: int
+    pages: PagePoolView
+    #: checkpoint grid of hybrid models (tokens, a multiple of ``page_size``); 0 for dense models
+    track_interval: int = 0
+    #: the state pool's checkpoint region; None for dense models (or no checkpoint budget)
+    checkpoint_slots: CheckpointSlots | None = None
+
+    @property
+    def recurrent(self) -> bool:
+        """Hybrid model with a checkpoint budget: hits need a state checkpoint."""
+        return self.checkpoint_slots is not None and self.track_interval > 0
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """A checkpoint a step should keep for one request (``CachePolicy.plan_checkpoint``)."""
+
+    position: int  #: keep the recurrent state after this many tokens of the request
+    #: keep it until the request is inserted, even when the request takes later checkpoints
+    #: (a branch point); otherwise a later confirmed checkpoint replaces it
+    keep: bool = False
+
+
 class CachePolicy(ABC):
-    """Decides which finished tokens stay in the KV pool for later requests to share."""
+    """Decides which tokens' KV (and, for hybrid models, which recurrent states) stay in the pools
+    for later requests to share.
+
+    Lifecycle: built by its factory, then ``attach(context)`` once the KV and state pools exist.
+    Per request: ``match`` at admission, ``lock`` while it runs, ``plan_checkpoint`` for each of its
+    steps (hybrid models), ``insert`` with what the client received when it leaves (finished,
+    aborted, retracted), then ``unlock``. Pages and checkpoint slots are conserved: every page
+    offered to ``insert`` comes back exactly once (returned by ``insert``, ``evict`` or
+    ``flush``), every checkpoint slot offered is freed exactly once into
+    ``context.checkpoint_slots`` (by the policy, when it drops or evicts that state).
+    """
 
     capabilities: CacheCapabilities
+    context: CacheContext | None = None
+
+    def attach(self, context: CacheContext) -> None:
+        """The pools the policy works over; called once by the engine before any request."""
+        self.context = context
 
     @abstractmethod
-    def match(self, tokens: list[int]) -> CacheHit:
-        """Longest cached prefix of ``tokens``. Does not mutate; lock before using pages."""
+    def match(self, tokens: list[int], *, salt: str | None = None) -> CacheHit:
+        """Longest reusable prefix of ``tokens`` (hybrid: the deepest position with KV and a state
+        checkpoint). Requests with different ``salt`` never share. Does not mutate what is cached
+        (it may refresh recency); lock before using pages."""
 
     @abstractmethod
     def lock(self, hit: CacheHit) -> None:
-        """Protect the hit's pages (and state) from eviction until ``unlock``."""
+        """Protect the hit's pages and state checkpoint from eviction until ``unlock``."""
 
     @abstractmethod
     def unlock(self, hit: CacheHit) -> None: ...
 
     @abstractmethod
-    def insert(self, tokens: list[int], pages: list[int]) -> list[int]:
-        """Offer a finished request's KV (``tokens`` already trimmed to what the client
-        received, invariant 2). Returns the pages the policy does not keep: the caller frees them.
+    def insert(self, tokens: list[int], pages: list[int],
+               checkpoints: Mapping[int, int] | None = None, *, salt: str | None = None) -> list[int]:
+        """Offer a request's KV and state checkpoints (finished, or still running: then its pages
+        stay in use by it and it stays locked on its own hit).
+
+        :param tokens: what the client received (invariant 2): prompt + returned output, trimmed
+            past a stop or ``max_new_tokens``, never more than the tokens whose KV was computed.
+        :param pages: the request's pages in order, covering at least ``tokens`` (pages past
+            them are returned).
+        :param checkpoints: position -> checkpoint slot, each written by the runner (receipt
+            confirmed) and at most ``len(tokens)``; the policy keeps them or frees them.
+        :returns: the pages the policy does not keep: the caller frees them.
         """
 
     @abstractmethod
     def evict(self, num_pages: int) -> list[int]:
-        """Free at least ``num_pages`` unlocked pages if possible; returns the freed page ids."""
+        """Free at least ``num_pages`` unlocked pages if possible (with the states on them);
+        returns the freed page ids."""
+
+    def evict_checkpoints(self, num_slots: int) -> int:
+        """Free up to ``num_slots`` unlocked state checkpoints into ``context.checkpoint_slots``
+        (their KV may stay cached); returns how many were freed. Default: none held."""
+        return 0
 
     @abstractmethod
     def flush(self) -> list[int]:
-        """Drop everything unlocked; returns the freed page ids."""
+        """Drop everything unlocked (checkpoint slots freed); returns the freed page ids."""
 
     def num_evictable_pages(self) -> int:
         return 0
+
+    def plan_checkpoint(self, start: int, end: int, branch: int | None = None) -> CheckpointPlan | None:
+        """Hybrid models: the checkpoint a request whose step covers tokens ``start..end - 1``
+        should keep (``start < position <= end``), or None. ``branch`` is its hit's
+        ``CacheHit.branch``. Default: none (no recurrent-state caching)."""
+        return None
+
+    def stats(self) -> dict[str, int]:
+        """Counters for ``/metrics`` (e.g. cached pages, nodes, checkpoints, evictions)."""
+        return {}
 
 
 # ---------------------------------------------------------------------------------------------

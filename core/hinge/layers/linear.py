@@ -102,7 +102,8 @@ class Linear(nn.Module):
 
     def checkpoint_routes(self, module_name: str) -> dict[str, Route]:
         """``{checkpoint tensor name: Route}`` for every tensor the quantizer registered: tensor
-        ``{shard_names[i]}.{name}`` loads into ``{module_name}.{name}`` as partition ``i``."""
+        ``{shard_names[i]}.{name}`` loads into ``{module_name}.{name}`` as partition ``i`` (only
+        the partitions the tensor's ``checkpoint_shards`` names, when it names some)."""
         spec, routes = self.spec, {}
         for name, tensor in loadable(self).items():
             if getattr(tensor, "weight_loader", None) is None and (
@@ -113,8 +114,10 @@ class Linear(nn.Module):
                     f"{type(self.quantizer).__name__}.create_weights must attach one "
                     "(hinge.layers.weights.linear_parameter)"
                 )
+            shards = getattr(tensor, "checkpoint_shards", None)  # None: every partition
             for shard_id, shard_name in enumerate(spec.shard_names):
-                routes[f"{shard_name}.{name}"] = Route(join(module_name, name), shard_id)
+                if shards is None or shard_id in shards:
+                    routes[f"{shard_name}.{name}"] = Route(join(module_name, name), shard_id)
         return routes
 
     def extra_repr(self) -> str:

@@ -37,11 +37,18 @@ class ShapeMismatch(ValueError):
 
 
 def set_weight_attrs(tensor: torch.Tensor, *, weight_loader: Callable | None = None,
-                     output_dim: int | None = None, input_dim: int | None = None) -> torch.Tensor:
-    """Attach a loader and dim roles to a parameter or buffer; returns it."""
+                     output_dim: int | None = None, input_dim: int | None = None,
+                     checkpoint_shards: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Attach a loader and dim roles to a parameter or buffer; returns it.
+
+    ``checkpoint_shards``: the partitions of a fused linear whose checkpoint holds this tensor
+    (None = every partition). A fused layer whose partitions are stored differently (some
+    quantized, some excluded from quantization) declares its scales for the quantized ones
+    only, so the loader neither routes nor expects the others."""
     tensor.weight_loader = weight_loader
     tensor.output_dim = output_dim
     tensor.input_dim = input_dim
+    tensor.checkpoint_shards = checkpoint_shards
     return tensor
 
 

@@ -205,6 +205,7 @@ def load_model(
                          "safetensors) or 'dummy' (random weights, config.json only)")
     files = checkpoint_files(path) if load_format == "auto" else []
     check_quantizer_claims(quantizer, config, path)
+    quantizer.load_checkpoint_config(config)
     with torch.device(device):
         model = cls(config, quantizer=quantizer, dtype=dtype, deterministic=deterministic,
                     tp=TensorParallel(rank, world_size))

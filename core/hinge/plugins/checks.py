@@ -63,12 +63,13 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def quant_config_methods(quant_config: dict[str, Any] | None) -> set[str]:
-    """``quant_method`` / ``quant_algo`` values of one quantization dict, lowercase: config.json's
-    ``quantization_config`` or modelopt's ``hf_quant_config.json`` (which adds ``modelopt``)."""
+    """``quant_method`` / ``quant_algo`` / ``format`` values of one quantization dict, lowercase:
+    config.json's ``quantization_config`` (compressed-tensors names its layout in ``format``,
+    e.g. ``nvfp4-pack-quantized``) or modelopt's ``hf_quant_config.json`` (which adds ``modelopt``)."""
     methods: set[str] = set()
     if not isinstance(quant_config, dict):
         return methods
-    for key in ("quant_method", "quant_algo"):
+    for key in ("quant_method", "quant_algo", "format"):
         if isinstance(quant_config.get(key), str):
             methods.add(quant_config[key].lower())
     modelopt = quant_config.get("quantization")

@@ -11,8 +11,9 @@ Every step follows ModelOpt's recipe (``NVFP4QTensor.quantize``, ``get_weights_s
 the block amax in the weight's dtype, then fp32; the division by ``6 * s2``; zero blocks get
 scale 1.0; the clamp to [2^-9, 448] before the fp8 cast; a true fp32 division of the weight by
 ``fp32(scale) * s2``; round to nearest even with saturation at 6; the sign bit set for every
-negative input (a small negative value becomes code 8, -0). Activations (W4A4 emulation) get
-the same treatment per 16-element block of each row with the static ``input_scale``.
+negative input (a small negative value becomes code 8, -0). Activations (W4A4 emulation,
+``hinge_nvfp4.reference.quantize_activation``) get the same treatment per 16-element block of
+each row with the static ``input_scale``.
 """
 
 from __future__ import annotations
@@ -120,17 +121,3 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor, scale_2: torch.Tensor
         scale_2 = scale_2.reshape(*scale_2.shape, 1)
     return (blocks * scale_2).reshape(values.shape).to(dtype)
 
-
-def fake_quantize_activation(x: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
-    """W4A4 emulation: ``x`` (..., K) quantized to NVFP4 as Blackwell's FP4 GEMM sees it (static
-    per-tensor ``input_scale``, dynamic fp8 scale per 16 elements of each row, saturating at
-    448), dequantized back to ``x``'s dtype. A row's result depends on that row only."""
-    xf = x.float()
-    scale = (block_amax(xf) / (E2M1_MAX * input_scale)).clamp(max=E4M3_MAX)
-    scale = scale.to(torch.float8_e4m3fn).float()
-    denom = (scale * input_scale).unsqueeze(-1)
-    blocks = xf.reshape(*xf.shape[:-1], -1, BLOCK)
-    safe = torch.where(denom == 0, torch.ones_like(denom), denom)
-    codes = cast_fp4(blocks / safe)
-    values = decode(codes) * denom
-    return values.reshape(x.shape).to(x.dtype)

@@ -1,0 +1,21 @@
+"""``quantizer_options`` of the nvfp4 quantizer (pydantic, unknown keys refused)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class NVFP4Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    activations: Literal["w4a16", "w4a4"] = Field(
+        "w4a16", description="w4a16 (default): weights dequantized, activations stay in the compute "
+        "dtype, as Hopper kernels compute; w4a4: activations quantized to NVFP4 with the "
+        "checkpoint's static input_scale and dynamic per-16 fp8 scales, as Blackwell's FP4 GEMM "
+        "computes (emulated on CPU and Hopper; needs input_scale in the checkpoint)")
+    kernel: Literal["auto", "torch", "triton", "flashinfer"] = Field(
+        "auto", description="auto: torch reference on CPU; on CUDA the Triton W4A16 GEMM, or "
+        "flashinfer's FP4 GEMM (mm_fp4) on Blackwell (compute capability >= 10.0) with w4a4; "
+        "torch: dequantize + matmul anywhere; triton / flashinfer: force that kernel")
