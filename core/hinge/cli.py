@@ -220,7 +220,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # serve() binds host:port before it loads the model: a busy or bad port is one error line
     result = serve(config, host=args.host, port=args.port, api_key=args.api_key,
                    served_model_names=args.served_model_name,
-                   decode_log_interval=args.decode_log_interval, **extra)
+                   decode_log_interval=args.decode_log_interval,
+                   tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
+                   **extra)
     return result if isinstance(result, int) else 0
 
 
@@ -289,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--decode-log-interval", type=int, default=40, metavar="N",
                      help="log a 'Decode batch.' stats line every N decode steps, as sglang "
                      "(default 40; 0: none)")
+    srv.add_argument("--tool-call-parser", metavar="NAME", default=None,
+                     help="tool-call format of the model's replies: hermes (Qwen3) or qwen3_xml "
+                     "(Qwen3.5); default: from the chat template")
+    srv.add_argument("--reasoning-parser", metavar="NAME", default=None,
+                     help="qwen3 or deepseek_r1: return <think> text as reasoning_content")
     add_engine_flags(srv)
     srv.set_defaults(func=cmd_serve)
 

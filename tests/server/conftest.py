@@ -36,5 +36,5 @@ def llm(model_dir):
     from hinge import LLM
 
     with LLM(str(model_dir), deterministic=True, kv_cache_bytes=32 * 2**20,
-             max_model_len=MAX_MODEL_LEN) as llm:
+             max_model_len=MAX_MODEL_LEN, cache="none") as llm:
         yield llm

@@ -24,15 +24,17 @@ class CharTokenizer:
     eos_token_ids = [EOS]
     vocab_size = VOCAB
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [ord(c) % VOCAB for c in text]
 
-    def decode(self, ids: list[int]) -> str:
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return "".join(chr(i) for i in ids)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True):
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                            tokenize: bool = True, tools: Any = None, **kwargs: Any):
         text = "".join(f"<{m['role']}>{m['content']}" for m in messages)
-        return text + ("<assistant>" if add_generation_prompt else "")
+        text += "<assistant>" if add_generation_prompt else ""
+        return self.encode(text) if tokenize else text
 
 
 @dataclass

@@ -34,7 +34,7 @@ class ServerProcess:
         self.api_key = api_key
         self.log_path = log_dir / f"server-{self.port}.log"
         cmd = [sys.executable, "-m", "hinge.cli", "serve", str(model), "--port", str(self.port),
-               "--deterministic", "--kv-cache-bytes", "32MiB",
+               "--deterministic", "--kv-cache-bytes", "32MiB", "--cache", "none",
                "--max-model-len", str(MAX_MODEL_LEN),
                "--max-request-bytes", str(MAX_REQUEST_BYTES), *extra]
         if api_key:

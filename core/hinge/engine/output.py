@@ -110,6 +110,8 @@ def make_output(req: Request, new_token_ids: list[int], finished: bool) -> Reque
     new_text = req.text[req.num_emitted_chars:end]
     req.num_emitted_chars = end
     n = len(new_token_ids)
+    # the prompt's logprobs are whole once the first token is drawn: sent then and at the end
+    prompt_done = finished or (n > 0 and req.num_output == n)
     new_lps = req.logprobs[len(req.logprobs) - n:] if params.logprobs and n else []
     new_tops = req.top_logprobs[len(req.top_logprobs) - n:] if params.top_logprobs and n else []
     return RequestOutput(
@@ -124,9 +126,10 @@ def make_output(req: Request, new_token_ids: list[int], finished: bool) -> Reque
         logprobs=(list(req.logprobs) if params.logprobs else None) if finished else None,
         top_logprobs=(list(req.top_logprobs) if params.top_logprobs else None) if finished else None,
         prompt_logprobs=(list(req.prompt_logprobs) if params.prompt_logprobs_start is not None
-                         and finished else None),
+                         and prompt_done else None),
         prompt_top_logprobs=(list(req.prompt_top_logprobs) if params.prompt_top_logprobs
-                             and params.prompt_logprobs_start is not None and finished else None),
+                             and params.prompt_logprobs_start is not None and prompt_done
+                             else None),
         cached_tokens=req.cached_tokens,
         spec_verify_ct=req.spec_verify_ct,
         spec_accepted_tokens=req.spec_accepted_tokens,
@@ -145,8 +148,14 @@ class OutputAccumulator:
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
         self.top_logprobs: list[list[tuple[int, float]]] = []
+        self.prompt_logprobs: list[float] | None = None  #: kept from the first output on
+        self.prompt_top_logprobs: list[list[tuple[int, float]]] | None = None
 
     def add(self, out: RequestOutput) -> RequestOutput:
+        if out.prompt_logprobs is not None:
+            self.prompt_logprobs = out.prompt_logprobs
+        if out.prompt_top_logprobs is not None:
+            self.prompt_top_logprobs = out.prompt_top_logprobs
         if out.finished and out.token_ids is not None:
             return out  # the engine's final output is already whole
         self.token_ids += out.new_token_ids
@@ -155,4 +164,5 @@ class OutputAccumulator:
         return replace(out, token_ids=self.token_ids,
                        logprobs=self.logprobs if out.new_logprobs or self.logprobs else None,
                        top_logprobs=self.top_logprobs if out.new_top_logprobs or self.top_logprobs
-                       else None)
+                       else None, prompt_logprobs=self.prompt_logprobs,
+                       prompt_top_logprobs=self.prompt_top_logprobs)

@@ -151,7 +151,8 @@ class RequestOutput:
 
     Per step: ``new_token_ids``, ``new_text``, ``new_logprobs``, ``new_top_logprobs`` (deltas) and
     ``text`` (the whole text so far). The whole lists ``token_ids``, ``logprobs``, ``top_logprobs``
-    and ``prompt_logprobs`` are set only on the final output (``finished``); None before.
+    are set only on the final output (``finished``); None before. ``prompt_logprobs`` (and
+    ``prompt_top_logprobs``) come on the first output that carries a token and on the final one.
     ``prompt_logprobs[i]`` is the logprob of prompt position ``max(prompt_logprobs_start, 1) + i``
     (position 0 has no logprob and is omitted). Logprobs are of the raw model logits.
     """

@@ -19,13 +19,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from hinge.engine.async_engine import AsyncEngine
-from hinge.server import native, openai, service
+from hinge.server import info, native, openai, service
 from hinge.server.batch_log import DEFAULT_DECODE_LOG_INTERVAL
 from hinge.server.context import APIError, ClientDisconnected, ServerContext, error_body
 from hinge.server.listen import bind_socket
 from hinge.server.middleware import GuardMiddleware
 from hinge.server.monitor import EngineMonitor
+from hinge.server.reasoning import check_parser
 from hinge.server.server_metrics import ServerMetrics
+from hinge.server.tool_parsers import parser_name
 
 logger = logging.getLogger("hinge.server")
 
@@ -53,13 +55,16 @@ def build_app(engine: AsyncEngine, *, model_name: str | Sequence[str],
               api_key: str | None = None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
               metrics: ServerMetrics | None = None, plugins_report: Callable[[], Any] | None = None,
               health_timeout_s: float = 30.0,
-              decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL) -> FastAPI:
+              decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL,
+              tool_call_parser: str | None = None,
+              reasoning_parser: str | None = None) -> FastAPI:
     """An app around a (not yet started) AsyncEngine; the app's lifespan starts and stops it.
 
     ``model_name`` is the served name, or several (``/v1/models`` lists them all; the first is
     the primary one); a request's ``model`` may also be one of ``model_aliases``. The engine is
     wrapped in an ``EngineMonitor`` that feeds ``metrics`` and logs batch lines every
-    ``decode_log_interval`` decode steps (0: none).
+    ``decode_log_interval`` decode steps (0: none). ``tool_call_parser`` overrides the parser
+    the chat template implies; ``reasoning_parser`` splits ``<think>`` replies.
     """
     assert not engine.alive, "build_app needs an AsyncEngine that has not started"
     names = [model_name] if isinstance(model_name, str) else list(model_name)
@@ -70,7 +75,9 @@ def build_app(engine: AsyncEngine, *, model_name: str | Sequence[str],
     if not isinstance(monitor, EngineMonitor):
         monitor = engine.engine = EngineMonitor(engine.engine, metrics, decode_log_interval)
     ctx = ServerContext(engine, names, set(model_aliases or ()), metrics, plugins_report,
-                        health_timeout_s, model_root=model_root, monitor=monitor)
+                        health_timeout_s, model_root=model_root, monitor=monitor,
+                        tool_call_parser=parser_name(tool_call_parser) if tool_call_parser else None,
+                        reasoning_parser=check_parser(reasoning_parser) if reasoning_parser else None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +94,7 @@ def build_app(engine: AsyncEngine, *, model_name: str | Sequence[str],
     app.include_router(native.router)
     app.include_router(openai.router)
     app.include_router(service.router)
+    app.include_router(info.router)
     add_error_handlers(app)
     app.add_middleware(GuardMiddleware, api_key=api_key, max_request_bytes=max_request_bytes)
     return app
@@ -176,7 +184,8 @@ def serve(config: Any, host: str = "127.0.0.1", port: int = 30000, api_key: str 
           max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES, graceful_timeout_s: float = 30.0,
           log_level: str = "info", served_model_names: Sequence[str] | None = None,
           decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL,
-          sock: socket.socket | None = None) -> None:
+          sock: socket.socket | None = None, tool_call_parser: str | None = None,
+          reasoning_parser: str | None = None) -> None:
     """Listen on ``host:port`` (or the bound ``sock``), then build the engine from ``config`` and
     serve it until SIGTERM/SIGINT; returns normally.
 
@@ -186,11 +195,15 @@ def serve(config: Any, host: str = "127.0.0.1", port: int = 30000, api_key: str 
     if decode_log_interval < 0:
         raise ValueError(f"--decode-log-interval must be >= 0 (0 turns decode lines off), got "
                          f"{decode_log_interval}")
+    if tool_call_parser:
+        parser_name(tool_call_parser)  # ValueError before anything loads
+    if reasoning_parser:
+        check_parser(reasoning_parser)
     sock = sock if sock is not None else bind_socket(host, port)
     try:
         server = _build_server(config, host, sock.getsockname()[1], api_key, max_request_bytes,
                                graceful_timeout_s, log_level, served_model_names,
-                               decode_log_interval)
+                               decode_log_interval, tool_call_parser, reasoning_parser)
     except BaseException:
         sock.close()
         raise
@@ -223,7 +236,8 @@ class _BoundServer(uvicorn.Server):
 
 def _build_server(config: Any, host: str, port: int, api_key: str | None, max_request_bytes: int,
                   graceful_timeout_s: float, log_level: str,
-                  served_model_names: Sequence[str] | None, decode_log_interval: int) -> Any:
+                  served_model_names: Sequence[str] | None, decode_log_interval: int,
+                  tool_call_parser: str | None = None, reasoning_parser: str | None = None) -> Any:
     from hinge.engine.engine import Engine
 
     engine = Engine(config)
@@ -232,7 +246,8 @@ def _build_server(config: Any, host: str, port: int, api_key: str | None, max_re
     app = build_app(AsyncEngine(engine), model_name=names, model_aliases=aliases,
                     model_root=str(engine.config.model), api_key=api_key,
                     max_request_bytes=max_request_bytes, metrics=metrics,
-                    plugins_report=_plugins_report(config), decode_log_interval=decode_log_interval)
+                    plugins_report=_plugins_report(config), decode_log_interval=decode_log_interval,
+                    tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser)
     return _BoundServer(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="on",
         timeout_graceful_shutdown=graceful_timeout_s))

@@ -43,6 +43,8 @@ class ServerContext:
     model_root: str | None = None  #: the checkpoint the names stand for (``root`` in model cards)
     monitor: Any = None  #: the EngineMonitor wrapping the engine: told when requests arrive
     created: int = field(default_factory=lambda: int(time.time()))
+    tool_call_parser: str | None = None  #: ``--tool-call-parser``; None: from the chat template
+    reasoning_parser: str | None = None  #: ``--reasoning-parser``; None: no reasoning split
 
     @property
     def model_name(self) -> str:
@@ -99,7 +101,8 @@ class ServerContext:
         return ids
 
     def token_text(self, token_id: int) -> str:
-        return self.tokenizer.decode([token_id])
+        """A token's text for logprobs; special tokens keep theirs (``<|im_end|>``, not "")."""
+        return self.tokenizer.decode([token_id], skip_special_tokens=False)
 
     async def submit(self, prompt_ids: list[int], params: Any, rid: str | None) -> RequestHandle:
         """Add a request; its arrival (now) is what queue time, TTFT and latency count from."""

@@ -20,10 +20,7 @@ from hinge.server.context import (
     sse_stream,
     unless_disconnected,
 )
-from hinge.server.protocol import (
-    GenerateRequest,
-    NativeSamplingParams,
-)
+from hinge.server.native_protocol import GenerateRequest, native_sampling_params
 
 router = APIRouter()
 
@@ -57,17 +54,50 @@ def _per_prompt(value: Any, n: int, name: str) -> list[Any]:
     return value
 
 
-def _params(sp: NativeSamplingParams | None, req: GenerateRequest) -> SamplingParams:
-    fields = (sp or NativeSamplingParams()).model_dump()
-    fields["stop_token_ids"] = fields["stop_token_ids"] or []
+def _params(sp: Any, req: GenerateRequest, prompt_len: int) -> SamplingParams:
     try:
-        return SamplingParams(
-            **fields, logprobs=req.return_logprob,
-            top_logprobs=req.top_logprobs_num if req.return_logprob else 0,
-            prompt_logprobs_start=(req.logprob_start_len
-                                   if req.return_logprob and req.logprob_start_len >= 0 else None))
+        return native_sampling_params(sp, req, prompt_len)
     except ValueError as exc:
         raise APIError(400, f"sampling_params: {exc}") from exc
+
+
+def _expand(req: GenerateRequest, prompts: list[list[int]], is_batch: bool
+            ) -> tuple[list[tuple[list[int], SamplingParams, str | None]], list[int], bool]:
+    """sglang's batch x n: one job per prompt and sample (``n`` per prompt), the prompt index of
+    each, and whether the answer is a list (a batch, or one prompt with ``n`` > 1)."""
+    sps = _per_prompt(req.sampling_params, len(prompts), "sampling_params")
+    ns = {(sp.n if sp is not None and sp.n else 1) for sp in sps}
+    if len(ns) > 1:
+        raise APIError(400, f"sampling_params.n must be the same for every prompt, got {sorted(ns)}")
+    n = ns.pop()
+    total = len(prompts) * n
+    if isinstance(req.rid, list):
+        if len(req.rid) != total:
+            raise APIError(400, f"`rid` has {len(req.rid)} entries but the batch has {total} "
+                                "requests (prompts x n)")
+        rids: list[str | None] = list(req.rid)
+    elif req.rid is not None and total > 1:
+        rids = [f"{req.rid}_{i}" for i in range(total)]  # sglang: rid_i on a batch
+    else:
+        rids = [req.rid] * total
+    if len(set(r for r in rids if r is not None)) < len([r for r in rids if r is not None]):
+        raise APIError(400, "`rid` values must be unique")
+    jobs, owners = [], []
+    for i, (ids, sp) in enumerate(zip(prompts, sps, strict=True)):
+        params = _params(sp, req, len(ids))
+        for j in range(n):
+            job_params = params
+            if j and params.seed is not None:
+                job_params = _with_seed(params, (params.seed + j) % 2**63)
+            jobs.append((ids, job_params, rids[i * n + j]))
+            owners.append(i)
+    return jobs, owners, is_batch or n > 1
+
+
+def _with_seed(params: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(params, seed=seed)
 
 
 def check_fit(ctx: ServerContext, ids: list[int], max_new_tokens: int) -> None:
@@ -87,7 +117,7 @@ async def submit_all(ctx: ServerContext, jobs: list[tuple[list[int], SamplingPar
     handles: list[RequestHandle] = []
     try:
         for ids, params, rid in jobs:
-            handles.append(await ctx.submit(ids, params, rid))
+            handles.append(await ctx.submit(ids, params, rid))  # ValueError (GrammarError): 400
     except BaseException:
         for handle in handles:
             handle.abort()
@@ -99,8 +129,14 @@ def _logprob_triples(ctx: ServerContext, ids: list[int], lps: list[Any] | None,
                      with_text: bool) -> list[list[Any]]:
     lps = list(lps or [])
     if len(lps) == len(ids) - 1:
-        lps = [None] + lps  # the first prompt position has no logprob
+        lps = [None] + lps  # entry 0 of sglang's input logprobs is always null
     return [[lp, tid, ctx.token_text(tid) if with_text else None] for lp, tid in zip(lps, ids, strict=False)]
+
+
+def _top_triples(ctx: ServerContext, rows: list[Any] | None, with_text: bool) -> list[Any]:
+    return [None if row is None else
+            [[lp, tid, ctx.token_text(tid) if with_text else None] for tid, lp in row]
+            for row in rows or []]
 
 
 def stream_delta(sent: str, out: Any) -> str:
@@ -130,19 +166,20 @@ def native_item(ctx: ServerContext, req: GenerateRequest, handle: RequestHandle,
         "e2e_latency": time.perf_counter() - t0, "spec_verify_ct": verify,
         "spec_accept_length": len(token_ids) / verify if verify else 0.0,
     }
-    if req.return_logprob:
-        with_text = req.return_text_in_logprobs
-        start = max(req.logprob_start_len, 0)
-        meta["input_token_logprobs"] = (
-            _logprob_triples(ctx, prompt_ids[start:], getattr(out, "prompt_logprobs", None), with_text)
-            if req.logprob_start_len >= 0 and out is not None else [])
+    if req.wants_logprobs:
+        with_text = bool(req.return_text_in_logprobs)
+        start = req.start_len if req.start_len >= 0 else len(prompt_ids) - 1
+        prompt_lps = getattr(out, "prompt_logprobs", None) if out is not None else None
+        meta["input_token_logprobs"] = _logprob_triples(
+            ctx, prompt_ids[start:], [None] + list(prompt_lps or []), with_text)
         meta["output_token_logprobs"] = _logprob_triples(
             ctx, token_ids, getattr(out, "logprobs", None), with_text)
-        if req.top_logprobs_num > 0:
-            tops = getattr(out, "top_logprobs", None) or []
-            meta["output_top_logprobs"] = [
-                [[lp, tid, ctx.token_text(tid) if with_text else None] for tid, lp in row]
-                for row in tops]
+        if req.top_num > 0:
+            prompt_tops = getattr(out, "prompt_top_logprobs", None) if out is not None else None
+            meta["input_top_logprobs"] = _top_triples(
+                ctx, [None] + list(prompt_tops or [])[:len(prompt_ids) - start - 1], with_text)
+            meta["output_top_logprobs"] = _top_triples(
+                ctx, getattr(out, "top_logprobs", None), with_text)
     if text is None:
         text = out.text if out is not None else ""
     return {"text": text, "output_ids": token_ids,
@@ -150,25 +187,26 @@ def native_item(ctx: ServerContext, req: GenerateRequest, handle: RequestHandle,
 
 
 @router.post("/generate")
+@router.put("/generate")
 async def generate(req: GenerateRequest, request: Request) -> Response:
+    """sglang's ``/generate`` (POST or PUT): every field of ``GenerateReqInput`` its clients send."""
     ctx = ctx_of(request)
     prompts, is_batch = _as_batch(req, ctx)
-    sps = _per_prompt(req.sampling_params, len(prompts), "sampling_params")
-    rids = _per_prompt(req.rid, len(prompts), "rid")
-    if is_batch and req.rid is not None and not isinstance(req.rid, list):
-        raise APIError(400, "a batch needs `rid` as a list (one per prompt) or no rid")
-    jobs = [(ids, _params(sp, req), rid) for ids, sp, rid in zip(prompts, sps, rids, strict=True)]
+    if is_batch and not prompts:
+        raise APIError(400, "the batch is empty; send at least one prompt")
+    jobs, _, is_batch = _expand(req, prompts, is_batch)
+    job_prompts = [ids for ids, _, _ in jobs]
     t0 = time.perf_counter()
     handles = await submit_all(ctx, jobs)
     if req.stream:
         return StreamingResponse(
-            sse_stream(_native_items(ctx, req, handles, prompts, t0, is_batch), handles),
+            sse_stream(_native_items(ctx, req, handles, job_prompts, t0, is_batch), handles),
             media_type="text/event-stream")
 
     async def run_all() -> list[dict[str, Any]]:
         outs = await drain_all(handles)
         return [native_item(ctx, req, h, ids, out, t0)
-                for h, ids, out in zip(handles, prompts, outs, strict=True)]
+                for h, ids, out in zip(handles, job_prompts, outs, strict=True)]
 
     items = await unless_disconnected(request, run_all())
     return JSONResponse(items if is_batch else items[0])

@@ -52,7 +52,10 @@ async def engine_stats(ctx: ServerContext) -> dict[str, Any]:
 
 
 @router.get("/server_info")
+@router.get("/get_server_info")
 async def server_info(request: Request) -> JSONResponse:
+    """Resolved config, plan and stats; ``internal_states`` and ``version`` as sglang's
+    clients read them (``bench_serving`` reads ``internal_states[0].avg_spec_accept_length``)."""
     ctx = ctx_of(request)
     try:
         info = await ctx.engine.call(ctx.engine.engine.server_info,
@@ -65,6 +68,11 @@ async def server_info(request: Request) -> JSONResponse:
                       "active_requests": ctx.engine.num_active,
                       "wedged": ctx.engine.is_wedged(ctx.health_timeout_s),
                       "last_error": ctx.engine.last_error}
+    import hinge
+
+    info["version"] = hinge.__version__
+    info["internal_states"] = [{"avg_spec_accept_length": 0.0,
+                                "last_gen_throughput": 0.0}]
     return JSONResponse(jsonable(info))
 
 
