@@ -1,4 +1,4 @@
-"""The ``hinge`` command: generate, serve, bench, plugins, plan.
+"""The ``hinge`` command: generate, serve, bench, plugins, plan, and plugins' commands (quantize).
 
 Each subcommand imports what it needs only when it runs, so ``hinge --help`` and ``hinge plugins``
 stay fast. Engine flags map onto ``EngineConfig`` fields; precedence is command line > ``HINGE_*``
@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_arguments(bch)
     add_engine_flags(bch)
     bch.set_defaults(func=cmd_bench)
+    from hinge.plugins.commands import add_plugin_commands
+
+    add_plugin_commands(sub)  # e.g. `hinge quantize` (plugin nvfp4), hookspec register_commands
     for command in sub.choices.values():
         add_log_flags(command)
     return parser

@@ -14,6 +14,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from hinge.plugins.capabilities import GraphPhase, GraphVerdict
+    from hinge.plugins.commands import CommandSpec
     from hinge.plugins.plan import ResolvedPlan
     from hinge.plugins.specs import (
         AttentionBackendSpec,
@@ -157,4 +158,28 @@ def graph_capture_eligibility(phase: GraphPhase, plan: ResolvedPlan) -> GraphVer
 
     Implementing this hook: decide from the plan alone (no CUDA calls); give a reason a user can
     act on.
+    """
+
+
+# -------------------------------------------------------------------------------------------------
+# commands: once, when the ``hinge`` command line is built
+# -------------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_commands(register: Callable[[CommandSpec], None]) -> None:
+    """Add subcommands to the ``hinge`` command line (e.g. ``hinge quantize``).
+
+    Called once, when ``hinge`` builds its argument parser (``hinge.plugins.commands``). Call
+    ``register(CommandSpec(name, help, add_arguments, run))`` once per command; the return value
+    is ignored. ``add_arguments(parser)`` adds the command's flags to its ``argparse`` parser;
+    ``run(args)`` runs it and returns the exit status. Both may be ``"module:attr"`` strings,
+    imported only when the command is used. A name hinge itself uses, or one two plugins
+    register, is refused with a warning naming the owners; neither plugin's command is added.
+
+    :param register: callback taking a :class:`hinge.plugins.commands.CommandSpec`.
+
+    Implementing this hook: import nothing heavy here (``hinge --help`` builds every parser).
+    ``run`` reports user errors by raising ``ValueError`` / ``FileNotFoundError``: ``hinge``
+    prints them as one ``hinge: error: ...`` line and exits 2, as for its own commands.
     """

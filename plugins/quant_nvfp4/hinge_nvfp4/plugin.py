@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hinge import hookimpl
 from hinge.plugins import QuantizerCapabilities, QuantizerSpec
+from hinge.plugins.commands import CommandSpec
 from hinge_nvfp4.options import NVFP4Options
 
 NVFP4_SPEC = QuantizerSpec(
@@ -32,3 +33,16 @@ NVFP4_SPEC = QuantizerSpec(
 @hookimpl
 def register_quantizers(register):
     register(NVFP4_SPEC)
+
+
+QUANTIZE_COMMAND = CommandSpec(
+    name="quantize",
+    help="quantize a Hugging Face checkpoint to NVFP4 (ModelOpt format)",
+    add_arguments="hinge_nvfp4.command:add_arguments",
+    run="hinge_nvfp4.command:run",
+)
+
+
+@hookimpl
+def register_commands(register):
+    register(QUANTIZE_COMMAND)
