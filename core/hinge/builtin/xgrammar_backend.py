@@ -67,14 +67,14 @@ class XGrammarBackend(GrammarBackend):
 
     def compile(self, grammar: Grammar) -> Any:
         try:
-            if grammar.kind == "json_object":
-                return self.compiler.compile_builtin_json_grammar()
-            if grammar.kind == "json_schema":
-                schema = grammar.source
+            if grammar.kind in ("json_schema", "json_object"):
+                # json_object: OpenAI's "a JSON object", with the same whitespace rule as schemas
+                schema = grammar.source if grammar.kind == "json_schema" else '{"type": "object"}'
                 if isinstance(schema, str):
                     json.loads(schema)  # a readable error before xgrammar's
-                return self.compiler.compile_json_schema(
-                    schema, any_whitespace=self.options.any_whitespace, strict_mode=True)
+                return self.compiler.compile_json_schema(  # strict: no unlisted properties
+                    schema, any_whitespace=self.options.any_whitespace,
+                    strict_mode=grammar.kind == "json_schema")
             if grammar.kind == "regex":
                 return self.compiler.compile_regex(grammar.source)
             if grammar.kind == "ebnf":

@@ -105,8 +105,8 @@ class _NativeSampling(BaseModel):
 
     def grammar(self) -> Grammar | None:
         if self.json_schema is not None:
-            if self.json_schema == "$$ANY$$":  # sglang: any JSON value
-                return Grammar("json_object")
+            if self.json_schema == "$$ANY$$":  # sglang: any JSON value (the empty schema)
+                return Grammar("json_schema", "{}")
             return Grammar("json_schema", dumps_schema(self.json_schema))
         if self.regex is not None:
             return Grammar("regex", self.regex)
