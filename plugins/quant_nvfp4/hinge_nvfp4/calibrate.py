@@ -123,8 +123,9 @@ def calibrate(src: str | Path, prompts: list[str], *, device: str, dtype: str,
         model: Any = llm.engine.model
         recorder = AmaxRecorder(model)
         params = SamplingParams(max_new_tokens=1, temperature=0.0)
+        limit = min(max_tokens, llm.engine.max_model_len - 1)
         for prompt in tqdm(prompts, desc="Calibrating", unit="prompt", disable=not progress):
-            ids = llm.tokenizer.encode(prompt)[:max_tokens] or [0]
+            ids = llm.tokenizer.encode(prompt)[:limit] or [0]
             llm.generate([ids], params)
         recorder.remove()
     finally:

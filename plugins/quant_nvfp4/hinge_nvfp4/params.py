@@ -81,6 +81,7 @@ def create_linear_params(layer: nn.Module, spec: LinearSpec, fmt: CheckpointForm
     if pspec is not None:
         layer.register_buffer("weight_plain", torch.empty(pspec.output_size_per_partition, k, dtype=spec.dtype),
                               persistent=False)
+        set_weight_attrs(layer.weight_plain, output_dim=0, input_dim=1)
 
     def weight_loader(param: torch.Tensor, tensor: torch.Tensor, shard_id: int | None = None) -> None:
         shard = 0 if shard_id is None else shard_id

@@ -1,0 +1,75 @@
+"""End to end on CPU: tiny Qwen3, tiny Qwen3-MoE and the embedded default hybrid (Qwen3.5),
+quantized by ``hinge quantize`` (calibrated through hinge), generate through the engine with
+logits close to the bf16 model's (W4A16 and W4A4 emulation); deterministic logprobs are the
+same alone and batched. KL / top-1 bounds: measured on this machine (docs/nvfp4.md), with room."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from nvfp4_helpers import kl_and_top1
+
+from hinge import LLM, SamplingParams, default_model_path
+from hinge.cli import main
+from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+
+PROMPTS = ["def fibonacci(n):\n    return", "import os\nfor x in range(10):\n", "class Foo:\n    def __init__(self"]
+#: arch -> (largest mean KL(bf16 || nvfp4), smallest top-1 agreement), W4A16; measured values in docs/nvfp4.md
+BOUNDS = {"qwen3": (0.6, 0.45), "qwen3_moe": (2.0, 0.15), "default": (0.3, 0.7)}
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """arch -> (bf16 source, its NVFP4 quantization by `hinge quantize`)."""
+    root, out = tmp_path_factory.mktemp("e2e"), {}
+    for arch in BOUNDS:
+        if arch == "default":
+            src = default_model_path()
+        else:
+            src = make_tiny_checkpoint(arch, root / arch, vocab_size=256)
+            write_byte_tokenizer(src)
+        dst = root / f"{arch}-nvfp4"
+        assert main(["quantize", "--method", "nvfp4", str(src), str(dst), "--calib-samples", "4",
+                     "--log-level", "error"]) == 0
+        out[arch] = (src, dst)
+    return out
+
+
+def engine_logits(path, quantizer: str, **options) -> tuple[torch.Tensor, list[str]]:
+    """Every prompt position's logits through the engine (a hook on the LM head) and a greedy
+    continuation of each prompt."""
+    with LLM(str(path), dtype="bfloat16", quantizer=quantizer, **options) as llm:
+        rows = []
+        hook = llm.engine.model.lm_head.register_forward_hook(lambda m, a, out: rows.append(out.float()))
+        for prompt in PROMPTS:
+            llm.generate([prompt], SamplingParams(max_new_tokens=1, prompt_logprobs_start=0))
+        hook.remove()
+        texts = [o.text for o in llm.generate(PROMPTS, SamplingParams(max_new_tokens=12, temperature=0.0))]
+    return torch.cat(rows), texts
+
+
+@pytest.mark.parametrize("arch", list(BOUNDS))
+def test_quantized_model_generates_with_logits_close_to_bf16(arch, checkpoints):
+    src, dst = checkpoints[arch]
+    ref, _ = engine_logits(src, "none")
+    got, texts = engine_logits(dst, "auto")
+    kl, top1 = kl_and_top1(got, ref)
+    print(f"{arch} w4a16: KL {kl:.4f} top-1 {top1:.3f}")
+    max_kl, min_top1 = BOUNDS[arch]
+    assert kl <= max_kl and top1 >= min_top1, (kl, top1)
+    assert all(len(t) > 0 for t in texts)
+    emulated, _ = engine_logits(dst, "auto", quantizer_options={"activations": "w4a4"})
+    kl4, top14 = kl_and_top1(emulated, ref)
+    print(f"{arch} w4a4: KL {kl4:.4f} top-1 {top14:.3f}")
+    assert kl4 <= 2 * max_kl and not torch.equal(emulated, got), "w4a4 emulation must change the numbers"
+
+
+@pytest.mark.parametrize("arch", ["qwen3_moe", "default"])
+def test_deterministic_logprobs_are_identical_alone_and_batched(arch, checkpoints):
+    _, dst = checkpoints[arch]
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, logprobs=True)
+    with LLM(str(dst), dtype="bfloat16", deterministic=True) as llm:
+        alone = [llm.generate([p], params)[0] for p in PROMPTS]
+        batched = llm.generate(PROMPTS, params)
+    for a, b in zip(alone, batched, strict=True):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
