@@ -1,0 +1,155 @@
+"""The W4A16 fused dequant GEMM in Triton (Hopper; any CUDA GPU Triton supports).
+
+    y[m, n] = (sum_k x[m, k] * e2m1(q[n, k]) * sw[n, k/16]) * row_scale[n]  (+ bias[n])
+
+Each program owns a BLOCK_M x BLOCK_N tile of y and walks K in BLOCK_K steps: it reads
+BLOCK_N x BLOCK_K/2 bytes of packed codes and BLOCK_N x BLOCK_K/16 fp8 scales (the weights are
+read once from HBM, never written dequantized), decodes them in registers (the fp32 bits of a
+magnitude code m >= 2 are ``0x3F000000 + (m << 22)``; the fp8 E4M3 scale is rebuilt from its
+bits), multiplies (exact in bf16: 2 + 4 significant bits), and accumulates ``x @ w^T`` in
+float32 on the tensor cores. The epilogue applies the per-row global scale and the bias in
+float32 and rounds once.
+
+Default mode picks the tile by M (decode sizes get narrow BLOCK_M and, when the tiles alone do
+not fill the GPU, split-K: partial sums in a float32 workspace, summed in a fixed order).
+Deterministic mode uses one tile configuration for every M and no split-K, so a row's result
+does not depend on the batch. No host sync: capturable in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    block_k: int
+    split_k: int = 1
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+DETERMINISTIC = Tile(64, 64, 128)  #: every M, no split-K (batch invariant)
+
+
+def pick_tile(m: int, n: int, k: int, deterministic: bool, num_sms: int = 132) -> Tile:
+    """The tile for an (m, n, k) problem. Decode sizes: 16-row tiles; split K while the tiles
+    alone give fewer programs than SMs (and K leaves at least 2 steps per split)."""
+    if deterministic:
+        return DETERMINISTIC
+    if m <= 16:
+        tile = Tile(16, 64, 128, num_warps=4, num_stages=4)
+    elif m <= 64:
+        tile = Tile(32, 64, 128, num_warps=4, num_stages=4)
+    else:
+        tile = Tile(64, 128, 64, num_warps=8, num_stages=3)
+    programs = triton.cdiv(m, tile.block_m) * triton.cdiv(n, tile.block_n)
+    split = 1
+    while programs * split < num_sms and k // (tile.block_k * split * 2) >= 2:
+        split *= 2
+    return Tile(tile.block_m, tile.block_n, tile.block_k, split, tile.num_warps, tile.num_stages)
+
+
+@triton.jit
+def _decode_e2m1(codes):
+    """uint8 codes (0..15) -> float32 values."""
+    mag = (codes & 7).to(tl.int32)
+    big = (0x3F000000 + (mag << 22)).to(tl.float32, bitcast=True)
+    value = tl.where(mag >= 2, big, mag.to(tl.float32) * 0.5)
+    return tl.where((codes & 8) != 0, -value, value)
+
+
+@triton.jit
+def _decode_e4m3(bits):
+    """uint8 bits of non-negative fp8 E4M3 scales -> float32 (normal and subnormal)."""
+    exp = ((bits >> 3) & 15).to(tl.int32)
+    man = (bits & 7).to(tl.int32)
+    normal = (((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)
+    return tl.where(exp == 0, man.to(tl.float32) * 0.001953125, normal)  # 2^-9
+
+
+@triton.jit
+def _w4a16_kernel(
+    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_sn, stride_sk, stride_om, stride_on,
+    HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = pid // num_n, pid % num_n
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_b = tl.arange(0, BLOCK_K // 2)
+    offs_s = tl.arange(0, BLOCK_K // 16)
+    mask_m, mask_n = offs_m < M, offs_n < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    steps = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(steps, SPLIT_K)
+    for step in range(pid_k * per_split, tl.minimum(steps, (pid_k + 1) * per_split)):
+        k0 = step * BLOCK_K
+        a = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
+                    mask=mask_m[:, None] & ((k0 + offs_k)[None, :] < K), other=0.0)
+        packed = tl.load(w_ptr + offs_n[:, None] * stride_wn + (k0 // 2 + offs_b)[None, :] * stride_wk,
+                         mask=mask_n[:, None] & ((k0 // 2 + offs_b)[None, :] < K // 2), other=0)
+        codes = tl.reshape(tl.join(packed & 15, packed >> 4), (BLOCK_N, BLOCK_K))
+        sbits = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // 16 + offs_s)[None, :] * stride_sk,
+                        mask=mask_n[:, None] & ((k0 // 16 + offs_s)[None, :] < K // 16), other=0)
+        scale = tl.reshape(tl.broadcast_to(_decode_e4m3(sbits)[:, :, None], (BLOCK_N, BLOCK_K // 16, 16)),
+                           (BLOCK_N, BLOCK_K))
+        w = (_decode_e2m1(codes) * scale).to(a.dtype)
+        if IEEE:
+            acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, tl.trans(w), acc)
+    if SPLIT_K == 1:
+        acc = acc * tl.load(rs_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on,
+                 acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        tl.store(ws_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], acc,
+                 mask=mask_m[:, None] & mask_n[None, :])
+
+
+def nvfp4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
+                 bias: torch.Tensor | None, *, deterministic: bool = False,
+                 out_dtype: torch.dtype | None = None, tile: Tile | None = None) -> torch.Tensor:
+    """x (M, K) in bf16/fp16/fp32, packed (N, K/2) uint8, scales (N, K/16) fp8, row_scale (N,)
+    fp32 -> (M, N) in ``out_dtype`` (x's by default)."""
+    m, k = x.shape
+    n = packed.shape[0]
+    out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
+    if m == 0:
+        return out
+    if tile is None:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 132
+        tile = pick_tile(m, n, k, deterministic, sms)
+    sbits = scales.view(torch.uint8)
+    ws = torch.empty(tile.split_k, m, n, dtype=torch.float32, device=x.device) if tile.split_k > 1 else out
+    grid = (triton.cdiv(m, tile.block_m) * triton.cdiv(n, tile.block_n), tile.split_k)
+    _w4a16_kernel[grid](
+        x, packed, sbits, row_scale, bias if bias is not None else row_scale, out, ws,
+        m, n, k,
+        x.stride(0), x.stride(1), packed.stride(0), packed.stride(1), sbits.stride(0), sbits.stride(1),
+        out.stride(0), out.stride(1),
+        HAS_BIAS=bias is not None, SPLIT_K=tile.split_k, IEEE=x.dtype == torch.float32,
+        BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
+    )
+    if tile.split_k > 1:  # NOTE: summed in split order, then the epilogue: no atomics
+        acc = ws.sum(dim=0) * row_scale
+        if bias is not None:
+            acc = acc + bias.float()
+        out.copy_(acc)
+    return out
