@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
+from nvfp4_helpers import FIXTURES
 from safetensors.torch import load_file
 
 from hinge_nvfp4 import format as fp4
 from hinge_nvfp4.reference import quantize_activation
-
-from nvfp4_helpers import FIXTURES
 
 GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
