@@ -1,0 +1,106 @@
+"""NVFP4 W4A16 GEMM (hinge_nvfp4.triton_gemm) against bf16 cuBLAS and the bytes-moved roofline,
+then decode of the Qwen3-8B configuration at batch 1 with nvfp4 against bf16 hinge; one run.
+
+    python tools/gpu/nvfp4_gemm.py [--iters 200] [--skip-e2e]
+
+GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 4096x12288, o
+4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
+CUDA graph that runs the op on ``ROTATE`` copies of the weights in turn, so each call reads its
+weights from HBM (the copies together exceed the 50 MB L2). Roofline = (weight bytes + scale
+bytes + activation and output bytes) / peak HBM bandwidth (``--hbm-tbs``, 4.8 TB/s on an H200);
+``% roofline`` = roofline time / measured time (goal >= 70 % at M <= 16, default mode).
+End to end: ``hinge bench``-style greedy decode of 128 tokens at batch 1 with ``load_format =
+dummy`` weights of the 8B config, quantizer none (bf16) vs nvfp4 (dummy packed weights: the
+speed, not the text, is measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+
+import torch
+
+SHAPES = {"qkv 6144x4096": (6144, 4096), "gate_up 24576x4096": (24576, 4096),
+          "down 4096x12288": (4096, 12288), "o 4096x4096": (4096, 4096)}
+MS = (1, 4, 16, 64, 256)
+ROTATE = 8
+
+
+def graph_time(fn, iters: int) -> float:
+    """Median microseconds per ``fn()`` call, replayed from a CUDA graph of ROTATE calls."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(ROTATE):
+            fn(i)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / ROTATE)
+    return statistics.median(times)
+
+
+def gemm_table(iters: int, hbm_tbs: float) -> None:
+    from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.triton_gemm import nvfp4_linear
+
+    print(f"{'shape':22} {'M':>4} {'bf16 us':>9} {'nvfp4 us':>9} {'det us':>9} {'x bf16':>7} "
+          f"{'roofline us':>11} {'% roofline':>10}")
+    for label, (n, k) in SHAPES.items():
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
+        quant = [fp4.quantize_weight(w) for w in ws]
+        row_scale = torch.ones(n, device="cuda")
+        for m in MS:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), iters)
+            fast = graph_time(lambda i=0, x=x, q=quant, rs=row_scale: nvfp4_linear(x, q[i][0], q[i][1], rs, None),
+                              iters)
+            det = graph_time(lambda i=0, x=x, q=quant, rs=row_scale: nvfp4_linear(
+                x, q[i][0], q[i][1], rs, None, deterministic=True), iters)
+            moved = n * k // 2 + n * k // 16 + 2 * m * (k + n)
+            roof = moved / (hbm_tbs * 1e12) * 1e6
+            print(f"{label:22} {m:>4} {bf16:>9.1f} {fast:>9.1f} {det:>9.1f} {bf16 / fast:>7.2f} "
+                  f"{roof:>11.1f} {100 * roof / fast:>9.0f}%")
+
+
+def decode_e2e(tokens: int = 128) -> None:
+    from hinge import LLM, SamplingParams
+
+    print("\nend to end: Qwen3-8B config, dummy weights, batch 1, greedy decode")
+    if not ARGS.model:
+        print("  skipped: give --model PATH (a Qwen3-8B config directory with its tokenizer)")
+        return
+    for quantizer in ("none", "nvfp4"):
+        path = ARGS.model if quantizer == "none" else (ARGS.model_nvfp4 or ARGS.model)
+        llm = LLM(path, device="cuda", dtype="bfloat16", quantizer=quantizer, load_format="dummy")
+        params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
+        llm.generate([[1, 2, 3, 4]], params)
+        start = datetime.datetime.now()
+        llm.generate([[1, 2, 3, 4]], params)
+        seconds = (datetime.datetime.now() - start).total_seconds()
+        print(f"  {quantizer}: {tokens / seconds:.1f} tokens/s")
+        llm.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--hbm-tbs", type=float, default=4.8)
+    parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
+    parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
+    ARGS = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
+    gemm_table(ARGS.iters, ARGS.hbm_tbs)
+    if not ARGS.skip_e2e:
+        decode_e2e()
