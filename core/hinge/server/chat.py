@@ -67,9 +67,11 @@ def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-def required_schema(tools: list[Any]) -> dict[str, Any]:
-    """``tool_choice: required``: a non-empty list of calls to the given tools (vLLM's form)."""
-    return {"type": "array", "minItems": 1, "items": {"anyOf": [
+def required_schema(tools: list[Any], parallel: bool = True) -> dict[str, Any]:
+    """``tool_choice: required``: a non-empty list of calls to the given tools (vLLM's form);
+    one call only when ``parallel_tool_calls`` is false."""
+    bound = {} if parallel else {"maxItems": 1}
+    return {"type": "array", "minItems": 1, **bound, "items": {"anyOf": [
         {"type": "object", "properties": {
             "name": {"type": "string", "enum": [t.function.name]},
             "parameters": t.function.parameters or {"type": "object"}},
@@ -102,7 +104,8 @@ def build_chat_prompt(ctx: ServerContext, body: ChatCompletionRequest) -> ChatPr
         else list(text)
     forced, grammar = None, None
     if tools and choice == "required":
-        forced, grammar = "required", Grammar("json_schema", json.dumps(required_schema(tools)))
+        schema = required_schema(tools, parallel=body.parallel_tool_calls is not False)
+        forced, grammar = "required", Grammar("json_schema", json.dumps(schema))
     elif tools and choice is not None and not isinstance(choice, str):
         name = choice.function.name
         match = [t for t in tools if t.function.name == name]

@@ -308,8 +308,8 @@ def _forced_calls(text: str, forced: str) -> list[ToolCall] | None:
             for c in value if isinstance(c, dict) and isinstance(c.get("name"), str)]
 
 
-def _chat_message(text: str, prompt: ChatPrompt, in_reasoning: bool, reasoning_on: bool
-                  ) -> tuple[dict[str, Any], bool]:
+def _chat_message(text: str, prompt: ChatPrompt, in_reasoning: bool, reasoning_on: bool,
+                  parallel: bool = True) -> tuple[dict[str, Any], bool]:
     """The whole reply as an assistant message, and whether it holds tool calls."""
     reasoning = None
     if reasoning_on:
@@ -321,6 +321,7 @@ def _chat_message(text: str, prompt: ChatPrompt, in_reasoning: bool, reasoning_o
             text = ""
     elif prompt.tool_parser is not None:
         text, calls = parse_tool_calls(text, prompt.tool_parser)
+        calls = calls[:1] if calls and not parallel else calls
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if reasoning is not None:
         message["reasoning_content"] = reasoning
@@ -344,7 +345,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     if prompt.grammar is not None and own is not None:
         raise APIError(400, "tool_choice required or a named function already constrains the "
                             "reply; leave out response_format (and regex/ebnf/json_schema)")
-    reasoning_on = ctx.reasoning_parser is not None and body.separate_reasoning
+    # NOTE: a grammar constrains the reply from its first token: none of it is reasoning
+    constrained = prompt.grammar is not None or own is not None
+    reasoning_on = ctx.reasoning_parser is not None and body.separate_reasoning and not constrained
     in_reasoning = reasoning_on and starts_in_reasoning(prompt.text)
     parsing = reasoning_on or prompt.tool_parser is not None or prompt.forced is not None
     extra: dict[str, Any] = {"skip_special_tokens": False} if parsing else {}
@@ -360,7 +363,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     def make_message(choice: _Choice, out: Any) -> dict[str, Any]:
         _, ids, lps, tops = _new_part(choice, out, whole=True)
         message, has_calls = _chat_message(out.text if out is not None else "", prompt,
-                                           in_reasoning, reasoning_on)
+                                           in_reasoning, reasoning_on,
+                                           body.parallel_tool_calls is not False)
         return {"index": choice.index, "message": message,
                 "logprobs": _chat_logprobs(ctx, ids, lps, tops) if body.logprobs else None,
                 "finish_reason": finish(choice, has_calls)}

@@ -131,7 +131,12 @@ class _OpenAISampling(BaseModel):
 
     def sampling_params(self, max_new_tokens: int, logprobs: bool, top_logprobs: int,
                         grammar: Grammar | None = None, **extra: Any) -> SamplingParams:
-        """The engine's parameters; ``grammar`` overrides the request's own constraint."""
+        """The engine's parameters; ``grammar`` overrides the request's own constraint and
+        ``extra`` any other field (``skip_special_tokens`` when a parser reads the reply)."""
+        fields: dict[str, Any] = dict(
+            skip_special_tokens=self.skip_special_tokens,
+            spaces_between_special_tokens=self.spaces_between_special_tokens)
+        fields.update(extra)
         return SamplingParams(
             max_new_tokens=max_new_tokens, temperature=self.temperature,
             top_p=self.top_p,
@@ -140,10 +145,8 @@ class _OpenAISampling(BaseModel):
             seed=self.seed, stop=self.stop, stop_token_ids=list(self.stop_token_ids or []),
             ignore_eos=self.ignore_eos, logprobs=logprobs, top_logprobs=top_logprobs,
             logit_bias=parse_logit_bias(self.logit_bias), min_new_tokens=self.min_tokens,
-            skip_special_tokens=self.skip_special_tokens,
-            spaces_between_special_tokens=self.spaces_between_special_tokens,
             no_stop_trim=self.include_stop_str_in_output,
-            grammar=grammar if grammar is not None else self.grammar(), **extra)
+            grammar=grammar if grammar is not None else self.grammar(), **fields)
 
     def unsupported(self) -> str | None:
         """The first parameter hinge refuses (used, not neutral), or None."""

@@ -128,6 +128,8 @@ class StreamingToolCalls:
         start = text.find(TOOL_CALL_START)
         if start < 0:
             end = len(text) if finished else len(text) - _held_back(text)
+            if not finished:  # newlines before a tag are not content: wait and see
+                end = len(text[:end].rstrip("\n"))
             delta, self.sent_content = text[self.sent_content:end], max(self.sent_content, end)
             return delta, []
         content = text[self.sent_content:start].rstrip("\n") if start > self.sent_content else ""
