@@ -7,12 +7,13 @@ from hinge.config import ConfigError, EngineConfig, load_config
 INTERNALS_DEFAULTS = {
     "model": None, "device": "auto", "dtype": "auto", "attention": "auto", "attention_options": {},
     "quantizer": "auto", "quantizer_options": {}, "speculator": None, "speculator_options": {},
-    "cache": "none", "cache_options": {},
+    "cache": "radix", "cache_options": {},
     "plugins": {"allow": None, "block": [], "strict": False},
     "graphs": {"prefill": "auto", "decode": "auto", "draft": "auto", "tokens_per_request": (1,)},
     "deterministic": False, "page_size": None, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
     "max_running_requests": 64, "chunked_prefill_size": None, "max_model_len": None,
     "state_dtype": "float32", "seed": 0, "load_format": "auto", "cpu_threads": None,
+    "track_interval": None, "checkpoint_slots": None,
 }
 
 
@@ -27,13 +28,14 @@ def test_auto_device_and_per_device_defaults_are_decided_by_resolved(monkeypatch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cpu = load_config(env={}).resolved()
-    assert (cpu.device, cpu.page_size, cpu.chunked_prefill_size) == ("cpu", 16, 512)
+    assert (cpu.device, cpu.page_size, cpu.chunked_prefill_size, cpu.track_interval) == ("cpu", 16, 512, 64)
     assert cpu.resolved_dtype == "float32"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     gpu = load_config(env={}).resolved()
     assert (gpu.device, gpu.chunked_prefill_size) == ("cuda", DEVICE_DEFAULTS["cuda"]["chunked_prefill_size"])
     assert gpu.resolved_dtype == "bfloat16" and gpu.state_dtype == "float32"
-    mine = load_config(env={}, overrides={"device": "cpu", "page_size": 32, "chunked_prefill_size": 0})
+    mine = load_config(env={}, overrides={"device": "cpu", "page_size": 32, "chunked_prefill_size": 0,
+                                          "track_interval": 96})
     assert mine.resolved().model_dump() == mine.model_dump(), "explicit values are never changed"
 
 

@@ -29,7 +29,13 @@ Staging layout of one step (T new tokens, N logit rows, B requests, U page-table
 D device-side tokens; padded to the shape's sizes with ``into``)::
 
     [ input_ids T | positions T | out_loc T | logits_indices N | extend B | prefix B |
-      rows B | state_slots B | upd_row U | upd_col U | upd_page U | dev_tok_idx D | dev_tok_row D ]
+      rows B | state_slots B | write_slots B | checkpoint_slots B | stamps B |
+      upd_row U | upd_col U | upd_page U | dev_tok_idx D | dev_tok_row D ]
+
+Recurrent state (hybrid models): a request reads ``state_slot`` and its state after the step is
+written to ``state_write_slot`` (the same slot unless a checkpoint is kept at the step's end);
+``checkpoint_len``/``checkpoint_slot`` keep the state after that many of its new tokens too (a
+checkpoint inside the step); every state write also writes the step's ``stamp`` (the receipt).
 """
 
 from __future__ import annotations
@@ -46,6 +52,10 @@ from hinge.static_batch import GraphShape, StaticBatch, pad_extend_lens
 __all__ = ["ForwardBatchBuilder", "GraphShape", "StaticBatch", "StepSeq", "infer_phase",
            "pad_extend_lens"]
 
+#: per-request columns of the staging block: extend, prefix, rows, state slots read, state slots
+#: written, checkpoint slots, stamps
+NUM_ROW_COLUMNS = 7
+
 
 @dataclass
 class StepSeq:
@@ -61,6 +71,13 @@ class StepSeq:
     #: (``ForwardBatchBuilder.last_tokens[row]``, written by the sampler of the previous step).
     new_tokens: Sequence[int] | None = None
     state_slot: int | None = None
+    #: slot the state after the step is written to; None = ``state_slot`` (a checkpoint at the
+    #: step's end is a write into a slot other than the one read)
+    state_write_slot: int | None = None
+    #: keep the state after this many new tokens (``1..extend_len - 1``) in ``checkpoint_slot``
+    #: too; 0 = no checkpoint inside the step
+    checkpoint_len: int = 0
+    checkpoint_slot: int = 0
     #: rows of this request (0-based within its new tokens) whose logits are computed, besides
     #: the sampling row (prompt logprobs, or every row in model tests)
     logits_rows: Sequence[int] = ()
@@ -156,8 +173,11 @@ class ForwardBatchBuilder:
 
     def build(self, seqs: Sequence[StepSeq], *, phase: Phase | None = None,
               track_states: bool = False, capture_hidden_layers: tuple[int, ...] = (),
-              into: StaticBatch | None = None) -> ForwardBatch:
+              into: StaticBatch | None = None, stamp: int = 0) -> ForwardBatch:
         """The ``ForwardBatch`` of one step over ``seqs`` (in that order).
+
+        ``stamp`` is written beside every recurrent state the step writes (``state_stamps``):
+        the runner numbers its steps and reads the stamps of checkpoint slots back as receipts.
 
         With ``into`` (a captured shape's tensors, ``static_batch``) the step is written into them,
         padded to the shape (the caller checked that it fits), and the batch returned is their view
@@ -179,7 +199,7 @@ class ForwardBatchBuilder:
         u = len(upd_rows)
         dev_idx = [i for i, s in enumerate(seqs) if s.new_tokens is None]
         d = len(dev_idx)
-        block = 3 * big_t + big_n + 4 * big_b
+        block = 3 * big_t + big_n + NUM_ROW_COLUMNS * big_b
         total = block + 3 * u + 2 * d
         buf = self._stage(total)
         ids, pos, loc = buf[:big_t], buf[big_t:2 * big_t], buf[2 * big_t:3 * big_t]
@@ -212,6 +232,15 @@ class ForwardBatchBuilder:
         buf[at + big_b:at + big_b + b] = pre
         buf[at + 2 * big_b:at + 2 * big_b + b] = [s.row for s in seqs]
         buf[at + 3 * big_b:at + 3 * big_b + b] = [0 if s.state_slot is None else s.state_slot for s in seqs]
+        buf[at + 4 * big_b:at + 4 * big_b + b] = [
+            (s.state_slot or 0) if s.state_write_slot is None else s.state_write_slot for s in seqs]
+        buf[at + 5 * big_b:at + 5 * big_b + b] = [s.checkpoint_slot if s.checkpoint_len else 0
+                                                  for s in seqs]
+        buf[at + 6 * big_b:at + 6 * big_b + b] = stamp
+        for s in seqs:
+            assert 0 <= s.checkpoint_len < max(s.extend_len, 1), (
+                f"row {s.row}: a checkpoint after {s.checkpoint_len} of {s.extend_len} new tokens "
+                "(one at the step's end is a state_write_slot)")
         if into is not None:
             self._stage_padding(buf, b, t, n, big_b, big_t, big_n)
         at = block
@@ -235,7 +264,8 @@ class ForwardBatchBuilder:
                 into.batch.input_ids.index_copy_(
                     0, dev[at:at + d], self.last_tokens.index_select(0, dev[at + d:at + 2 * d]))
             return into.view(ext, pre, phase or infer_phase(seqs), track_states=track_states,
-                             capture_hidden_layers=tuple(capture_hidden_layers))
+                             capture_hidden_layers=tuple(capture_hidden_layers),
+                             checkpoint_lens_cpu=[s.checkpoint_len for s in seqs])
         input_ids = dev[:t]
         if d:
             input_ids.index_copy_(0, dev[at:at + d], self.last_tokens.index_select(0, dev[at + d:at + 2 * d]))
@@ -243,6 +273,8 @@ class ForwardBatchBuilder:
         rows = dev[at + 2 * b:at + 3 * b]
         max_pages = max(-(-(pr + e) // ps) for pr, e in zip(pre, ext, strict=True))
         has_state = any(s.state_slot is not None for s in seqs)
+        mid = any(s.checkpoint_len for s in seqs)
+        cols = at + 4 * b
         return ForwardBatch(
             phase=phase or infer_phase(seqs),
             input_ids=input_ids,
@@ -253,10 +285,14 @@ class ForwardBatchBuilder:
             out_loc=dev[2 * t:3 * t],
             logits_indices=dev[3 * t:3 * t + n],
             state_slots=dev[at + 3 * b:at + 4 * b] if has_state else None,
+            state_write_slots=dev[cols:cols + b] if has_state else None,
+            checkpoint_slots=dev[cols + b:cols + 2 * b] if mid else None,
+            state_stamps=dev[cols + 2 * b:cols + 3 * b] if has_state else None,
             track_states=track_states,
             capture_hidden_layers=tuple(capture_hidden_layers),
             extend_lens_cpu=ext,
             prefix_lens_cpu=pre,
+            checkpoint_lens_cpu=[s.checkpoint_len for s in seqs],
             rows=rows,
         )
 
@@ -264,7 +300,8 @@ class ForwardBatchBuilder:
                        big_n: int) -> None:
         """Padded rows ``b..big_b-1`` and tokens ``t..big_t-1`` (``pad_extend_lens``): prefix 0,
         positions ``0..k-1`` within each padded row, KV slots in the reserved page 0, table row 0,
-        state slot 0, token id 0; padded logit rows read token row 0. Every value is written on
+        state slot 0 read and written, no checkpoint (slot 0), stamp 0, token id 0; padded logit
+        rows read token row 0. Every value is written on
         every step, so nothing of an earlier, larger step survives (invariant 4)."""
         pad = pad_extend_lens([], big_t - t, big_b - b)
         if big_t > t:
@@ -276,7 +313,7 @@ class ForwardBatchBuilder:
         buf[3 * big_t + n:3 * big_t + big_n] = 0
         at = 3 * big_t + big_n
         buf[at + b:at + big_b] = pad
-        for k in (1, 2, 3):  # prefix 0, table row 0, state slot 0
+        for k in range(1, NUM_ROW_COLUMNS):  # prefix 0, table row 0, state slots 0, stamp 0
             buf[at + k * big_b + b:at + (k + 1) * big_b] = 0
 
     def static_batch(self, shape: GraphShape, *, page_table: torch.Tensor | None = None) -> StaticBatch:
@@ -286,7 +323,7 @@ class ForwardBatchBuilder:
             share one; a replay rewrites all R rows it reads); None allocates its own.
         """
         r, t, n = shape.num_requests, shape.num_tokens, shape.num_logits
-        flat = torch.zeros(3 * t + n + 4 * r, dtype=torch.int64, device=self.device)
+        flat = torch.zeros(3 * t + n + NUM_ROW_COLUMNS * r, dtype=torch.int64, device=self.device)
         if page_table is None:
             page_table = torch.zeros(r, self.max_pages, dtype=torch.int64, device=self.device)
         assert page_table.shape[0] >= r and page_table.shape[1] == self.max_pages, (
@@ -302,9 +339,13 @@ class ForwardBatchBuilder:
             prefix_lens=flat[at + r:at + 2 * r],
             rows=flat[at + 2 * r:at + 3 * r],
             state_slots=flat[at + 3 * r:at + 4 * r],
+            state_write_slots=flat[at + 4 * r:at + 5 * r],
+            checkpoint_slots=flat[at + 5 * r:at + 6 * r],
+            state_stamps=flat[at + 6 * r:at + 7 * r],
             page_table=page_table[:r],
             extend_lens_cpu=pad_extend_lens([], t, r),
             prefix_lens_cpu=[0] * r,
+            checkpoint_lens_cpu=[0] * r,
         )
         static = StaticBatch(shape, flat, page_table[:r], batch)
         self.build([], into=static, phase=shape.phase)

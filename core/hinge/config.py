@@ -72,9 +72,18 @@ class GraphSettings(BaseModel):
 #: small so a 2-core machine interleaves decodes with prefill chunks; a GPU step of 8192 tokens
 #: keeps the GEMMs large (sglang's and vLLM's default for big cards).
 DEVICE_DEFAULTS: dict[str, dict[str, int]] = {
-    "cpu": {"page_size": 16, "chunked_prefill_size": 512},
-    "cuda": {"page_size": 16, "chunked_prefill_size": 8192},
+    "cpu": {"page_size": 16, "chunked_prefill_size": 512, "track_interval": 64},
+    "cuda": {"page_size": 16, "chunked_prefill_size": 8192, "track_interval": 256},
 }
+
+#: the default prefix cache (plugin ``radix``, ``plugins/cache_radix`` of hinge-llm)
+DEFAULT_CACHE = "radix"
+#: added to the error when the default cache is selected but its plugin is not loaded
+MISSING_CACHE_HINT = (
+    "cache 'radix' (the default) is the prefix cache of the plugin 'radix' (hinge-llm's "
+    "plugins/cache_radix, installed by `pip install -c constraints.txt -e .`; allowed by "
+    "HINGE_PLUGINS when that is set); set cache=\"none\" (--cache none, HINGE_CACHE=none) to turn "
+    "prefix caching off")
 
 
 class EngineConfig(BaseModel):
@@ -94,8 +103,16 @@ class EngineConfig(BaseModel):
     quantizer_options: dict[str, Any] = Field(default_factory=dict)
     speculator: str | None = None
     speculator_options: dict[str, Any] = Field(default_factory=dict)
-    cache: str = "none"
+    #: prefix cache policy; ``radix`` (the default) is the plugin of hinge-llm's
+    #: plugins/cache_radix, ``none`` turns prefix caching off
+    cache: str = DEFAULT_CACHE
     cache_options: dict[str, Any] = Field(default_factory=dict)
+    #: hybrid models: recurrent-state checkpoints every this many tokens (a multiple of
+    #: page_size); None = the device's default (``DEVICE_DEFAULTS``) rounded up to whole pages
+    track_interval: int | None = Field(None, ge=1)
+    #: hybrid models: state-pool slots kept for prefix-cache checkpoints (counted in the memory
+    #: budget); None = 2 per running request, at most 10% of the KV+state budget
+    checkpoint_slots: int | None = Field(None, ge=0)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     graphs: GraphSettings = Field(default_factory=GraphSettings)
     deterministic: bool = False
@@ -157,10 +174,18 @@ class EngineConfig(BaseModel):
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
         defaults = DEVICE_DEFAULTS[device]
-        update = {"device": device}
+        update: dict[str, Any] = {"device": device}
         for name in ("page_size", "chunked_prefill_size"):
             if getattr(self, name) is None:
                 update[name] = defaults[name]
+        page = update.get("page_size", self.page_size)
+        if self.track_interval is None:
+            update["track_interval"] = -(-defaults["track_interval"] // page) * page
+        elif self.track_interval % page:
+            raise ConfigError(
+                f"track_interval {self.track_interval} is not a multiple of page_size {page}: "
+                "recurrent-state checkpoints sit at page boundaries; set track_interval to a "
+                f"multiple of {page} (e.g. {-(-self.track_interval // page) * page})")
         return self.model_copy(update=update)
 
     @property
@@ -192,7 +217,8 @@ _ENV_SPECIAL = {
     "HINGE_GRAPHS_DECODE": ("graphs", "decode"),
     "HINGE_GRAPHS_DRAFT": ("graphs", "draft"),
 }
-_NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len", "cpu_threads"}
+_NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len", "cpu_threads",
+             "track_interval", "checkpoint_slots"}
 
 
 def env_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

@@ -87,13 +87,17 @@ class RecurrentStates(Protocol):
     ssm: list[torch.Tensor | None]
     conv_dtype: torch.dtype
     ssm_dtype: torch.dtype
+    #: (num_layers, num_slots) int64: the stamp of the step that last wrote each layer's slot
+    stamps: torch.Tensor
 
     def read(self, state_id: int, slots: torch.Tensor, fresh: torch.Tensor | None = None):
         """Initial (conv, ssm) of the step's requests; rows with ``fresh`` start from zeros."""
 
     def write(self, state_id: int, slots: torch.Tensor, conv: torch.Tensor,
-              ssm: torch.Tensor | None = None) -> None:
-        """Store the state after the step for every request (rows of ``slots``)."""
+              ssm: torch.Tensor | None = None, stamps: torch.Tensor | None = None) -> None:
+        """Store a state per request (rows of ``slots``), and ``stamps`` beside it: the step's
+        receipt (``ForwardBatch.state_stamps``), which the engine reads back to learn which
+        checkpoint slots were really written. The one write path of recurrent state."""
 
 
 @dataclass
@@ -144,7 +148,15 @@ class ForwardBatch:
     page_table: torch.Tensor  #: (B, max_pages) int64, page ids per request (unused entries 0)
     out_loc: torch.Tensor  #: (T,) int64, flat KV slot each new token is written to
     logits_indices: torch.Tensor  #: (N,) int64, rows of T whose logits are computed
-    state_slots: torch.Tensor | None = None  #: (B,) int64, recurrent-state slot per request
+    state_slots: torch.Tensor | None = None  #: (B,) int64, recurrent-state slot each request reads
+    #: (B,) int64, slot the state after the step is written to; None = ``state_slots``. A slot
+    #: other than the one read is how a checkpoint at the end of a step is kept (no copy).
+    state_write_slots: torch.Tensor | None = None
+    #: (B,) int64, slot receiving request ``i``'s state after its first ``checkpoint_lens_cpu[i]``
+    #: new tokens, for a checkpoint inside the step (0 = none: slot 0 is reserved); None = none.
+    checkpoint_slots: torch.Tensor | None = None
+    #: (B,) int64, the step's stamp, written by every state write beside the state (the receipt)
+    state_stamps: torch.Tensor | None = None
     #: (B,) int64, each request's row in the builder's device tables (page table, last tokens)
     rows: torch.Tensor | None = None
     #: hybrid models: also return the recurrent state after every position of each request
@@ -155,6 +167,9 @@ class ForwardBatch:
     #: host copies (python ints) so kernels and loops need no device sync.
     extend_lens_cpu: list[int] = field(default_factory=list)
     prefix_lens_cpu: list[int] = field(default_factory=list)
+    #: per request: keep the state after this many new tokens in ``checkpoint_slots`` (0 = none;
+    #: a checkpoint at the step's end goes through ``state_write_slots`` instead)
+    checkpoint_lens_cpu: list[int] = field(default_factory=list)
     #: filled by the attention backend's ``prepare_metadata`` once per step.
     attn_metadata: Any = None
 

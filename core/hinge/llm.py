@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hinge.config import DEFAULT_CACHE
 from hinge.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class LLM:
 
     def __init__(self, model: str | None = None, device: str = "cpu", dtype: str = "auto",
                  attention: str = "torch", quantizer: str = "auto", speculator: str | None = None,
-                 cache: str = "none", deterministic: bool = False, *, progress: bool = False,
+                 cache: str = DEFAULT_CACHE, deterministic: bool = False, *, progress: bool = False,
                  **engine_options: Any):
         from hinge.config import EngineConfig
         from hinge.engine.engine import Engine

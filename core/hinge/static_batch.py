@@ -68,7 +68,8 @@ class StaticBatch:
     """The fixed tensors of one captured shape (``ForwardBatchBuilder.static_batch``).
 
     ``flat`` holds, in the builder's staging order, ``[input_ids N | positions N | out_loc N |
-    logits_indices L | extend_lens R | prefix_lens R | rows R | state_slots R]``; ``batch`` is the
+    logits_indices L | extend_lens R | prefix_lens R | rows R | state_slots R |
+    state_write_slots R | checkpoint_slots R | state_stamps R]``; ``batch`` is the
     all-padding step over views of ``flat`` and ``page_table`` (its host lists describe every row:
     the batch a graph is captured with).
     """

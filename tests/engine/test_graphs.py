@@ -77,7 +77,7 @@ def test_the_smallest_verdict_max_batch_caps_the_decode_ladder(monkeypatch):
 
     import hinge.plugins.manager as manager
 
-    config = load_config(env={}, overrides={"device": "cuda", "attention": NAME})
+    config = load_config(env={}, overrides={"device": "cuda", "attention": NAME, "cache": "none"})
     pm = manager.get_plugin_manager(config.plugins, entry_points=[_EntryPoint("cap", Cap())])
     plan = resolve_plan(config, pm, DENSE_INFO, device_capability=(9, 0))
     assert plan.graphs["decode"].sizes == (1, 2, 4, 8, 10)

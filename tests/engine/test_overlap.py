@@ -38,7 +38,8 @@ def _run(engine: Engine, prompts, params, abort_after: dict[int, int] | None = N
         for i, at in (abort_after or {}).items():
             if steps == at:
                 engine.abort_request(rids[i])
-    assert engine.scheduler.allocator.num_used == 0, "every page is returned"
+    assert engine.stats().kv_pages_used == 0, "no page is held but by the prefix cache"
+    assert engine.flush_cache() and engine.scheduler.allocator.num_used == 0, "every page is returned"
     outs = [done[r] for r in rids]
     for out in outs:
         assert streamed[out.rid] == out.token_ids, "deltas add up to the final token list"

@@ -14,13 +14,13 @@ from hinge.sampling_params import SamplingParams
 PAGE = 4
 
 
-def _scheduler(num_pages: int, *, chunk: int = 64, max_running: int = 64) -> Scheduler:
+def _scheduler(num_pages: int, *, chunk: int = 64, max_running: int = 64, states=None) -> Scheduler:
     layer = AttentionLayer(0, 1, 1, 2, 1.0)
     per_page = 2 * 2 * 4 * PAGE
     kv = KVPool.create([layer], budget_bytes=per_page * num_pages, page_size=PAGE,
                         dtype=torch.float32, device="cpu")
     return Scheduler(kv, NoCachePolicy(), max_running_requests=max_running,
-                     chunked_prefill_size=chunk)
+                     chunked_prefill_size=chunk, states=states)
 
 
 def _req(i: int, prompt_len: int, new: int) -> Request:
@@ -142,8 +142,7 @@ def test_hybrid_requests_hold_a_state_slot_while_running_only():
 
     spec = RecurrentLayerSpec(layer_id=0, state_id=0, conv_dim=2, conv_kernel=3)
     states = StatePool.create([spec], max_requests=2, conv_dtype=torch.float32)
-    sched = _scheduler(9, max_running=2)
-    sched.states = states
+    sched = _scheduler(9, max_running=2, states=states)
     reqs = [_req(0, 4, 20), _req(1, 4, 20), _req(2, 3, 2)]
     for r in reqs:
         sched.add(r)
@@ -171,7 +170,7 @@ class _SharingCache(NoCachePolicy):
         self.refs: dict[int, int] = {}
         self.evict_calls = 0
 
-    def match(self, tokens):
+    def match(self, tokens, *, salt=None):
         from hinge.contracts import CacheHit
 
         best = CacheHit()
@@ -192,7 +191,7 @@ class _SharingCache(NoCachePolicy):
         if hit.handle is not None:
             hit.handle[2] -= 1
 
-    def insert(self, tokens, pages):
+    def insert(self, tokens, pages, checkpoints=None, *, salt=None):
         kept = len(tokens) // PAGE
         self.entries.append([list(tokens[:kept * PAGE]), list(pages[:kept]), 0])
         for p in pages[:kept]:

@@ -75,7 +75,7 @@ def test_retracted_request_gives_back_its_slot_and_readmission_plans_its_zeroing
 
 def test_a_hit_with_a_state_checkpoint_plans_a_copy_into_the_new_slot():
     class OneHit(NoCachePolicy):
-        def match(self, tokens):
+        def match(self, tokens, *, salt=None):
             return CacheHit(length=4, pages=(self.page,), state_slot=3)
 
     sched = _scheduler(num_state_slots=4)

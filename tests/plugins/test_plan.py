@@ -79,6 +79,7 @@ class Veto:
 
 def plan_for(make_pm, *plugins, model_info=None, capability=H200, **overrides):
     eps = [in_process(f"p{i}", p, f"acme-p{i}") for i, p in enumerate(plugins)]
+    overrides.setdefault("cache", "none")  # NOTE: no entry point is loaded; the default radix is a plugin
     config = load_config(env={}, overrides=overrides)
     return resolve_plan(config, make_pm(*eps), model_info or {}, device_capability=capability)
 
@@ -249,7 +250,7 @@ def test_auto_quantizer_picks_the_one_that_claims_the_checkpoint(make_pm, tmp_pa
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
     (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "NVFP4"}}))
     eps = [in_process("q", Components(_quant("fp4", "nvfp4"), _quant("fp8", "fp8")), "acme-q")]
-    config = load_config(env={}, overrides={"model": str(tmp_path)})
+    config = load_config(env={}, overrides={"model": str(tmp_path), "cache": "none"})
     assert resolve_plan(config, make_pm(*eps)).quantizer.name == "fp4"
 
 

@@ -37,7 +37,7 @@ def test_plugins_json_is_the_listing(installed):
 
 
 def test_plan_text_gives_each_selection_and_graph_reason(installed):
-    config = load_config(env={}, overrides={"attention": "good-attn",
+    config = load_config(env={}, overrides={"attention": "good-attn", "cache": "none",
                                             "attention_options": {"block_size": 32}})
     lines = cmd_plan(config).splitlines()
     assert lines[1] == ("attention: good-attn (plugin good, distribution hinge-fixture-good 0.1.0) "

@@ -71,8 +71,9 @@ def test_hinge_plugins_lists_the_installed_template_ok(template_installed):
 
 
 def test_config_selects_the_template_backend_by_name(template_installed):
-    config = load_config(env={"HINGE_PLUGINS": "template"},
-                         overrides={"attention": "template-sdpa", "attention_options": {"upcast": True}})
+    config = load_config(env={"HINGE_PLUGINS": "template"},  # only the template: no radix cache
+                         overrides={"attention": "template-sdpa", "attention_options": {"upcast": True},
+                                    "cache": "none"})
     plan = resolve_plan(config, model_info={})
     assert (plan.attention.plugin, plan.attention.distribution) == ("template", DIST)
     assert plan.build_attention(plan.build_context()).options.upcast is True

@@ -18,7 +18,7 @@ class NoCachePolicy(CachePolicy):
         self.options = options
         self.build = build
 
-    def match(self, tokens: list[int]) -> CacheHit:
+    def match(self, tokens: list[int], *, salt: str | None = None) -> CacheHit:
         return CacheHit()
 
     def lock(self, hit: CacheHit) -> None:
@@ -27,7 +27,12 @@ class NoCachePolicy(CachePolicy):
     def unlock(self, hit: CacheHit) -> None:
         pass
 
-    def insert(self, tokens: list[int], pages: list[int]) -> list[int]:
+    def insert(self, tokens: list[int], pages: list[int], checkpoints: Any = None, *,
+               salt: str | None = None) -> list[int]:
+        slots = self.context.checkpoint_slots if self.context is not None else None
+        for slot in (checkpoints or {}).values():  # offered states are freed, as pages are returned
+            if slots is not None:
+                slots.free(slot)
         return list(pages)
 
     def evict(self, num_pages: int) -> list[int]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hinge.devices import to_device
+from hinge.engine.cache_stats import cache_context, checkpoint_slot_count, prefix_cache_stats
 from hinge.engine.graphs import capture_graphs
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
 from hinge.engine.memory import profile_step_bytes
@@ -79,7 +80,6 @@ class Engine:
         mcfg = self.model.config
         build = self.plan.build_context(mcfg)
         self.attn = self.plan.build_attention(build)
-        self.cache = self.plan.build_cache(build)
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.vocab_size = mcfg.vocab_size
         self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
@@ -102,6 +102,9 @@ class Engine:
             budget -= self.states.nbytes
         self.kv = KVPool.create(self.model.attention_layers, budget_bytes=budget,
                                  page_size=config.page_size, dtype=self.dtype, device=self.device)
+        # prefix cache: built after the pools it works over (hinge.contracts.CacheContext)
+        self.cache = self.plan.build_cache(build)
+        self.cache.attach(cache_context(config, self.kv, self.states))
         # loop parts
         self.scheduler = Scheduler(self.kv, self.cache,
                                    max_running_requests=config.max_running_requests,
@@ -128,6 +131,8 @@ class Engine:
         self._arrivals = itertools.count()
         self._aborted: list[Request] = []
         self._stats = EngineStats(0, 0, config.page_size, 0, 0)
+        #: checkpoints the receipts confirmed, by path (eager, graph) and batch phase
+        self.checkpoint_writes: dict[str, dict[str, int]] = {}
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
 
     def _state_pool_factory(self, config: EngineConfig):
@@ -149,16 +154,21 @@ class Engine:
         from hinge.engine.state_pool import StatePool
 
         ssm_dtype = getattr(torch, config.state_dtype)
-        need = config.max_running_requests + 1
         per_slot = StatePool.bytes_per_slot(layers, self.dtype, ssm_dtype)
+        caps = self.plan.cache.spec.capabilities
+        checkpoints = checkpoint_slot_count(
+            config, per_slot, budget, recurrent_cache=caps.prefix_sharing and caps.recurrent_state)
+        need = config.max_running_requests + 1 + checkpoints
         if need * per_slot >= budget:
             raise ValueError(
-                f"the recurrent-state pool needs {need} slots x {per_slot / 2**20:.2f} MiB = "
-                f"{need * per_slot / 2**20:.2f} MiB, not less than the whole KV+state budget of "
-                f"{budget / 2**20:.2f} MiB; lower max_running_requests or raise kv_cache_bytes "
-                "(CPU) / mem_fraction_static (CUDA)")
+                f"the recurrent-state pool needs {need} slots ({checkpoints} of them checkpoint "
+                f"slots) x {per_slot / 2**20:.2f} MiB = {need * per_slot / 2**20:.2f} MiB, not less "
+                f"than the whole KV+state budget of {budget / 2**20:.2f} MiB; lower "
+                "max_running_requests or raise kv_cache_bytes (CPU) / mem_fraction_static (CUDA), "
+                "or lower checkpoint_slots")
         return StatePool.create(layers, max_requests=config.max_running_requests,
-                                conv_dtype=self.dtype, ssm_dtype=ssm_dtype, device=self.device)
+                                conv_dtype=self.dtype, ssm_dtype=ssm_dtype, device=self.device,
+                                num_checkpoint_slots=checkpoints)
 
     # requests -------------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams,
@@ -274,6 +284,8 @@ class Engine:
 
     def _collect(self, step: LaunchedStep) -> list[RequestOutput]:
         """Host side of a launched step: logprobs, detokenization, stops, finished requests."""
+        if step.sched.receipt is not None:  # first: a request finishing now inserts its checkpoints
+            self._confirm_checkpoints(step.sched)
         tokens, logprobs, top, prompt_lp = ([], None, None, []) if step.results is None else \
             step.results.unpack()
         prompt_top = step.results.prompt_top() if step.results is not None else None
@@ -314,6 +326,14 @@ class Engine:
             outputs.append(make_output(req, new, True))
         return outputs
 
+    def _confirm_checkpoints(self, sched) -> None:
+        """The step's receipt: which checkpoint slots every recurrent layer wrote (counted by path
+        and phase; only those can enter the prefix cache)."""
+        confirmed = self.scheduler.confirm_checkpoints(sched, sched.receipt.written())
+        by_phase = self.checkpoint_writes.setdefault(sched.path, {})
+        by_phase[sched.phase] = by_phase.get(sched.phase, 0) + confirmed
+        sched.receipt = None
+
     # control --------------------------------------------------------------------------------
     def flush_cache(self) -> bool:
         if self.scheduler.has_unfinished():
@@ -326,7 +346,10 @@ class Engine:
     def stats(self) -> EngineStats:
         s = self._stats
         s.kv_pages_total = self.kv.allocator.num_usable
-        s.kv_pages_used = self.kv.allocator.num_used
+        # NOTE: pages only the prefix cache holds are evictable, i.e. available (as sglang and vLLM count)
+        s.kv_pages_cached = self.cache.num_evictable_pages()
+        s.kv_pages_used = self.kv.allocator.num_used - s.kv_pages_cached
+        s.prefix_cache = prefix_cache_stats(self)
         s.num_running = len(self.scheduler.running)
         s.num_waiting = len(self.scheduler.waiting)
         s.num_retractions = self.scheduler.num_retractions

@@ -8,7 +8,7 @@ smaller graphs reuse the largest one's activation memory.
 
 Per step (``ModelRunner.forward``): ``find`` picks the smallest captured shape the step fits, or
 None (the step runs eager: no graph for its phase, too many requests or tokens, prompt logprobs,
-hidden-state capture, per-position states); ``replay`` writes the live step into that shape's
+hidden-state capture, per-position states, a recurrent-state checkpoint inside the step); ``replay`` writes the live step into that shape's
 static tensors through the batch builder (padded rows cleared on every replay, invariant 4), lets
 the attention backend refill its static metadata (``prepare_for_replay``), replays, and returns
 the logits of the live rows only.
@@ -177,6 +177,8 @@ class GraphRunner:
             return None
         if any(s.logits_rows for s in seqs):  # prompt logprobs: logits of many rows
             return None
+        if any(s.checkpoint_len for s in seqs):  # a checkpoint inside the step: split on the host
+            return None
         b, q = len(seqs), seqs[0].extend_len
         if all(s.extend_len == q for s in seqs):
             for g in self._decode.get(q, ()):
@@ -189,9 +191,16 @@ class GraphRunner:
                     return g
         return None
 
-    def replay(self, graph: CapturedGraph, seqs: Sequence[StepSeq], phase: str) -> torch.Tensor:
-        """Run ``seqs`` through ``graph``: (live logit rows, vocab), rows as an eager step's."""
-        batch = self.builder.build(seqs, phase=phase, into=graph.static)  # type: ignore[arg-type]
+    def replay(self, graph: CapturedGraph, seqs: Sequence[StepSeq], phase: str, *,
+               stamp: int = 0) -> torch.Tensor:
+        """Run ``seqs`` through ``graph``: (live logit rows, vocab), rows as an eager step's.
+
+        Recurrent state: the static ``state_slots`` / ``state_write_slots`` / ``state_stamps``
+        rows are rewritten on every replay (live rows, then padded rows reading and writing the
+        reserved slot 0 with stamp 0), so a checkpoint at the step's end is the captured state
+        write itself and no stale row of an earlier replay writes anywhere but slot 0."""
+        batch = self.builder.build(seqs, phase=phase, into=graph.static,  # type: ignore[arg-type]
+                                   stamp=stamp)
         self.attn.prepare_for_replay(batch, graph.shape.num_requests)
         graph.graph.replay()
         self.replays[graph.phase] += 1

@@ -48,8 +48,18 @@ class Request:
         self.num_computed = 0  #: tokens whose KV is in ``pages`` (or is being written)
         self.pages: list[int] = []
         self.row: int | None = None  #: row in the runner's device tables while running
-        self.state_slot: int | None = None
+        self.state_slot: int | None = None  #: its own recurrent-state slot (hybrid models)
+        #: read the state from this slot in the next step (the last step ended on a checkpoint)
+        self.state_source: int | None = None
+        #: the latest confirmed checkpoint it holds: (position, checkpoint slot)
+        self.checkpoint: tuple[int, int] | None = None
+        #: checkpoints held until insert whatever comes later (branch points): position -> slot
+        self.kept_checkpoints: dict[int, int] = {}
+        #: checkpoints written by steps whose receipt has not been read yet
+        self.pending_checkpoints: list[PlannedCheckpoint] = []
         self.cache_hit: CacheHit | None = None  #: locked prefix-cache hit while running
+        #: prefix-cache namespace: requests with different salts never share cached tokens
+        self.cache_salt: str | None = getattr(params, "cache_salt", None)
         self.cached_tokens = 0  #: prompt tokens served from the prefix cache (first admission)
         self.num_retractions = 0
         self.generator: torch.Generator | None = None
@@ -131,6 +141,27 @@ class Request:
 
 
 @dataclass
+class PlannedCheckpoint:
+    """A recurrent-state checkpoint a step writes for a request: the state after ``position``
+    tokens into ``slot``; it counts once the step's receipt says every layer wrote it."""
+
+    position: int
+    slot: int
+    keep: bool = False  #: a branch point: held until insert even when later ones are confirmed
+
+
+@dataclass
+class StatePlan:
+    """One request's recurrent-state slots in a step (hybrid models)."""
+
+    read_slot: int
+    write_slot: int  #: the slot read, or the checkpoint slot when the step ends on a checkpoint
+    checkpoint_len: int = 0  #: a checkpoint inside the step: after this many of its new tokens
+    checkpoint_slot: int = 0
+    checkpoint: PlannedCheckpoint | None = None
+
+
+@dataclass
 class ScheduledBatch:
     """What ``Scheduler.schedule`` picked: each request runs ``extend_lens[i]`` new tokens."""
 
@@ -139,6 +170,20 @@ class ScheduledBatch:
     extend_lens: list[int]
     #: state-slot zeroing and copies to run before the step (``hinge.engine.state_pool``)
     state_moves: Any = None
+    #: hybrid models: per request, its state slots and checkpoint (None for dense models)
+    state_plans: list[StatePlan] | None = None
+    #: set by the runner: which checkpoint slots the step really wrote (``CheckpointReceipt``),
+    #: and whether it ran eager or replayed a CUDA graph
+    receipt: Any = None
+    path: str = "eager"
+
+    @property
+    def checkpoints(self) -> list[tuple[Request, PlannedCheckpoint]]:
+        """The step's checkpoints, in batch order."""
+        if not self.state_plans:
+            return []
+        return [(r, p.checkpoint) for r, p in zip(self.reqs, self.state_plans, strict=True)
+                if p.checkpoint is not None]
 
     @property
     def num_tokens(self) -> int:

@@ -10,6 +10,11 @@ it decodes). Row ``p`` (absolute position ``p``) gives the logprob of prompt tok
 With CUDA graphs (``graphs``, a ``hinge.engine.graphs.GraphRunner`` the engine captured at start)
 a step that fits a captured shape replays it; any other step runs eager and is counted in
 ``eager_steps`` by its batch phase.
+
+Hybrid models: every step is numbered (its stamp, written by every recurrent layer beside each
+state it writes); a step with checkpoints leaves a receipt on ``ScheduledBatch.receipt`` (which
+checkpoint slots every layer really wrote, eager or graph: ``StatePool.receipt``) and says which
+path ran in ``ScheduledBatch.path``. The engine reads the receipt with the step's results.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class ModelRunner:
         self.num_forward_steps = 0
         self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays count apart
         self.graphs: GraphRunner | None = None  #: set by the engine when the plan allows graphs
+        self.stamp = 0  #: the last step's stamp (recurrent-state receipts)
 
     @property
     def graph_replays(self) -> dict[str, int]:
@@ -87,11 +93,16 @@ class ModelRunner:
             if samples:
                 sample_reqs.append(req)
             assert req.row is not None, f"{req} was scheduled without a table row"
-            seqs.append(StepSeq(
+            seq = StepSeq(
                 row=req.row, prefix_len=start, extend_len=n, pages=req.pages,
                 new_tokens=None if n == 1 and req.num_pending else req.token_slice(start, start + n),
                 state_slot=req.state_slot,
-                logits_rows=[p - 1 - start for p in targets], sample=samples))
+                logits_rows=[p - 1 - start for p in targets], sample=samples)
+            if sched.state_plans is not None:
+                plan = sched.state_plans[len(seqs)]
+                seq.state_slot, seq.state_write_slot = plan.read_slot, plan.write_slot
+                seq.checkpoint_len, seq.checkpoint_slot = plan.checkpoint_len, plan.checkpoint_slot
+            seqs.append(seq)
         return seqs, sample_reqs, prompt_rows
 
     @staticmethod
@@ -107,14 +118,20 @@ class ModelRunner:
         if sched.state_moves:
             self.states.apply(sched.state_moves)
         seqs, sample_reqs, prompt_rows = self.step_seqs(sched)
+        self.stamp += 1
         graph = self.graphs.find(seqs) if self.graphs is not None else None
         if graph is not None:
-            logits = self.graphs.replay(graph, seqs, sched.phase)
+            logits = self.graphs.replay(graph, seqs, sched.phase, stamp=self.stamp)
+            sched.path = "graph"
         else:
-            batch = self.builder.build(seqs, phase=sched.phase)
+            batch = self.builder.build(seqs, phase=sched.phase, stamp=self.stamp)
             batch.attn_metadata = self.attn.prepare_metadata(batch)
             ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)
             logits = self._run_model(ctx).logits
+            sched.path = "eager"
+        checkpoints = sched.checkpoints
+        if checkpoints:
+            sched.receipt = self.states.receipt([ck.slot for _, ck in checkpoints], self.stamp)
         num_prompt = sum(len(rows) for _, rows, _ in prompt_rows)
         self.num_forward_steps += 1
         return StepLogits(

@@ -9,6 +9,11 @@ One ``schedule()`` per step builds a batch in three passes (all in arrival order
    budget (``chunked_prefill_size`` new tokens per step, decode tokens included).
 3. ``# admission``: waiting requests join while the budget, ``max_running_requests`` and free
    pages allow; a request that does not fit waits (nothing is admitted in a step that retracted).
+
+Hybrid models: every scheduled request gets a ``StatePlan`` (its state slots and the checkpoint
+the prefix cache wants kept this step; ``hinge.engine.state_plans``). A request that leaves
+(finished, aborted, retracted) offers the cache what the client received: prompt + returned
+output, never past the tokens whose KV was computed, with its confirmed checkpoints up to there.
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from hinge.contracts import CacheHit
 from hinge.engine.request import RequestStatus, ScheduledBatch
+from hinge.engine.state_plans import StatePlanner
 from hinge.engine.state_pool import StateMoves
 
 if TYPE_CHECKING:
@@ -48,6 +53,11 @@ class Scheduler:
         self.moves = StateMoves()
         self.running: list[Request] = []
         self.num_retractions = 0
+        #: hybrid models: state slots and checkpoints of running requests
+        self.planner = StatePlanner(states, cache) if states is not None else None
+        #: prefix-cache counters (first admissions): tokens looked up and tokens served from it
+        self.cache_query_tokens = 0
+        self.cache_hit_tokens = 0
 
     # queue management -----------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -130,7 +140,10 @@ class Scheduler:
         decoding = [r.is_decoding for r in reqs]
         phase = "decode" if all(decoding) else "prefill" if not any(decoding) else "mixed"
         moves, self.moves = self.moves, StateMoves()
-        return ScheduledBatch(phase=phase, reqs=reqs, extend_lens=lens, state_moves=moves), retracted
+        plans = None if self.planner is None else [
+            self.planner.plan(r, r.num_computed, n) for r, n in zip(reqs, lens, strict=True)]
+        return ScheduledBatch(phase=phase, reqs=reqs, extend_lens=lens, state_moves=moves,
+                              state_plans=plans), retracted
 
     # pages ----------------------------------------------------------------------------------
     def _pages_short(self, req: Request, num_tokens: int) -> int:
@@ -169,31 +182,30 @@ class Scheduler:
         """Move the head of ``waiting`` to ``running`` with its first chunk; 0 if it must wait."""
         if req.num_pending:
             return 0  # retracted while its last token was in flight: wait for its id
-        if self.states is not None and not self.states.can_allocate():
+        if self.planner is not None and not self.planner.can_admit():
             return 0  # hybrid: no free recurrent-state slot, wait for a request to finish
-        hit = self.cache.match(self._matchable(req))
-        if self.states is not None and hit.length and hit.state_slot is None:
-            hit = CacheHit()  # NOTE: a hybrid hit without a state checkpoint cannot resume
+        hit = self.cache.match(self._matchable(req), salt=req.cache_salt)
+        if self.planner is not None:
+            hit = self.planner.usable_hit(hit)
         n = min(req.num_tokens - hit.length, budget)
         # NOTE: keep a page of headroom per decoding request so admission does not force retraction
         headroom = sum(1 for r in self.running if r.is_decoding)
         need = self.kv.pages_needed(hit.length + n) - len(hit.pages) + headroom
+        self.cache.lock(hit)  # NOTE: before making room, so eviction cannot take the hit's pages
         if not self._make_room(need):
+            self.cache.unlock(hit)
             return 0
         self.waiting.popleft()
         req.row = self.free_rows.pop()
-        self.cache.lock(hit)
         req.cache_hit = hit
         req.pages = list(hit.pages)
         req.num_computed = hit.length
-        if self.states is not None:
-            req.state_slot = self.states.allocate(zero=False)
-            if hit.state_slot is not None:
-                self.moves.copy.append((hit.state_slot, req.state_slot))  # resume the checkpoint
-            else:
-                self.moves.zero.append(req.state_slot)  # a fresh recurrent state
+        if self.planner is not None:
+            self.planner.admit(req, hit, self.moves)
         if req.num_retractions == 0:
             req.cached_tokens = hit.length
+            self.cache_query_tokens += req.num_prompt
+            self.cache_hit_tokens += hit.length
         assert self._reserve(req, hit.length + n)
         req.status = RequestStatus.RUNNING
         self.running.append(req)
@@ -220,10 +232,17 @@ class Scheduler:
         self.num_retractions += 1
 
     def _release(self, req: Request) -> None:
+        # invariant 2: cache what the client received, never KV that was not computed
+        cached = min(req.num_computed, req.num_prompt + req.num_output)
+        checkpoints = self.planner.release(req, cached) if self.planner is not None else {}
         if req.pages:
-            to_free = self.cache.insert(req.all_ids[:req.num_computed], list(req.pages))
+            to_free = self.cache.insert(req.all_ids[:cached], list(req.pages), checkpoints,
+                                        salt=req.cache_salt)
             if to_free:
                 self.allocator.free(to_free)
+        else:
+            for slot in checkpoints.values():
+                self.states.checkpoints.free(slot)
         if req.cache_hit is not None:
             self.cache.unlock(req.cache_hit)
             req.cache_hit = None
@@ -231,6 +250,10 @@ class Scheduler:
         if req.row is not None:
             self.free_rows.append(req.row)
             req.row = None
-        if req.state_slot is not None and self.states is not None:
-            self.states.free(req.state_slot)
-            req.state_slot = None
+
+    def confirm_checkpoints(self, sched: ScheduledBatch, written: list[bool]) -> int:
+        """A launched step's receipt (``CheckpointReceipt.written``): its checkpoints that every
+        recurrent layer wrote become the requests' own; returns how many."""
+        if self.planner is None:
+            return 0
+        return self.planner.confirm(sched.checkpoints, written)

@@ -1,4 +1,5 @@
-"""Recurrent-state pool of hybrid models: one slot per running request, beside the KV pool.
+"""Recurrent-state pool of hybrid models: one slot per running request, beside the KV pool, and
+a region of checkpoint slots (the prefix cache's states, with a budget of their own).
 
 A slot holds, for every recurrent layer, its conv window (the last ``K - 1`` inputs, in the model
 dtype: the inputs themselves, so storing them loses nothing) and, for gated-DeltaNet layers, the
@@ -7,13 +8,23 @@ back to an earlier position: it is overwritten in place by every step, so keepin
 means copying it (``copy_slot``) or writing a per-position state (``PositionStates.write``).
 
 Slot 0 is reserved (a dummy slot padded graph rows may point at); usable slots are
-``1..num_slots-1``, handed out lowest first and zeroed on allocation (a fresh request).
+``1..num_slots-1``, handed out lowest first and zeroed on allocation (a fresh request). Checkpoint
+slots follow: ``num_slots..num_slots+num_checkpoint_slots-1``, handed out by ``checkpoints`` (a
+``SlotAllocator``) to the scheduler for a running request's checkpoint and to the prefix cache,
+which keeps them in its tree and frees them when it evicts their state.
+
+Receipts: every state write also writes the step's stamp into ``stamps[layer, slot]`` (the same
+``write`` call, eager or inside a CUDA graph). ``receipt(slots, stamp)`` compares the stamps of a
+step's checkpoint slots with the step's own on the device and brings the answer to the host
+without waiting (``CheckpointReceipt``): a slot enters the prefix cache only when every recurrent
+layer stamped it, so a path that skipped the write cannot hand the cache a slot nobody wrote.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -22,28 +33,68 @@ from hinge.forward import PositionStates, RecurrentLayerSpec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PositionStates", "RecurrentLayerSpec", "StateMoves", "StatePool"]
+__all__ = ["CheckpointReceipt", "PositionStates", "RecurrentLayerSpec", "SlotAllocator", "StateMoves",
+           "StatePool"]
 
 
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+class SlotAllocator:
+    """Hands out the slots of one region of the pool, lowest first; each slot once."""
+
+    def __init__(self, first: int, count: int, what: str = "checkpoint slot") -> None:
+        self.first, self.num_total, self.what = first, count, what
+        self._free = list(range(first + count - 1, first - 1, -1))  # pop(): lowest id first
+        self._used: set[int] = set()
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return len(self._used)
+
+    def owns(self, slot: int) -> bool:
+        return self.first <= slot < self.first + self.num_total
+
+    def allocate(self) -> int | None:
+        """A free slot, or None when the region is full (the caller evicts or goes without)."""
+        if not self._free:
+            return None
+        slot = self._free.pop()
+        self._used.add(slot)
+        return slot
+
+    def free(self, slot: int) -> None:
+        assert slot in self._used, f"{self.what} {slot} freed but not allocated (double free?)"
+        self._used.remove(slot)
+        self._free.append(slot)
+
+
 class StatePool:
     def __init__(self, layers: list[RecurrentLayerSpec], num_slots: int, *,
                  conv_dtype: torch.dtype, ssm_dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", num_checkpoint_slots: int = 0):
         assert num_slots >= 2, f"a state pool needs at least 2 slots (one is reserved), got {num_slots}"
         assert [spec.state_id for spec in layers] == list(range(len(layers))), "state ids must be 0..n-1"
         self.layers = layers
-        self.num_slots = num_slots
+        self.num_slots = num_slots  #: working slots, the reserved slot 0 included
+        self.num_checkpoint_slots = num_checkpoint_slots
+        total = num_slots + num_checkpoint_slots
         self.conv_dtype, self.ssm_dtype = conv_dtype, ssm_dtype
-        self.conv = [torch.zeros(num_slots, s.conv_dim, s.conv_kernel - 1, dtype=conv_dtype, device=device)
+        self.conv = [torch.zeros(total, s.conv_dim, s.conv_kernel - 1, dtype=conv_dtype, device=device)
                      for s in layers]
-        self.ssm = [torch.zeros(num_slots, *s.ssm_shape, dtype=ssm_dtype, device=device)
+        self.ssm = [torch.zeros(total, *s.ssm_shape, dtype=ssm_dtype, device=device)
                     if s.ssm_shape else None for s in layers]
+        #: stamp of the step that last wrote each (layer, slot): the receipts' evidence
+        self.stamps = torch.zeros(len(layers), total, dtype=torch.int64, device=device)
         self._free = list(range(num_slots - 1, 0, -1))  # pop() from the end: lowest id first
         self._used: set[int] = set()
+        #: the checkpoint region (prefix-cache states)
+        self.checkpoints = SlotAllocator(num_slots, num_checkpoint_slots)
 
     # sizing
     @staticmethod
@@ -55,16 +106,21 @@ class StatePool:
 
     @property
     def nbytes(self) -> int:
-        return self.num_slots * self.bytes_per_slot(self.layers, self.conv_dtype, self.ssm_dtype)
+        total = self.num_slots + self.num_checkpoint_slots
+        return total * self.bytes_per_slot(self.layers, self.conv_dtype, self.ssm_dtype)
 
     @classmethod
     def create(cls, layers: list[RecurrentLayerSpec], *, max_requests: int, conv_dtype: torch.dtype,
-               ssm_dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> StatePool:
-        """One slot per request that may run at once, plus the reserved slot; logs the size."""
-        pool = cls(layers, max_requests + 1, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, device=device)
+               ssm_dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+               num_checkpoint_slots: int = 0) -> StatePool:
+        """One slot per request that may run at once, plus the reserved slot, plus the checkpoint
+        slots of the prefix cache; logs the sizes."""
+        pool = cls(layers, max_requests + 1, conv_dtype=conv_dtype, ssm_dtype=ssm_dtype, device=device,
+                   num_checkpoint_slots=num_checkpoint_slots)
         per_slot = cls.bytes_per_slot(layers, conv_dtype, ssm_dtype)
-        logger.info("state pool: %d slots x %.3f MiB = %.2f MiB (%d recurrent layers, ssm %s)",
-                    max_requests, per_slot / 2**20, pool.nbytes / 2**20, len(layers), ssm_dtype)
+        logger.info("state pool: %d slots + %d checkpoint slots, x %.3f MiB = %.2f MiB "
+                    "(%d recurrent layers, ssm %s)", max_requests, num_checkpoint_slots,
+                    per_slot / 2**20, pool.nbytes / 2**20, len(layers), ssm_dtype)
         return pool
 
     # slots
@@ -135,10 +191,46 @@ class StatePool:
         return conv, ssm
 
     def write(self, state_id: int, slots: torch.Tensor, conv: torch.Tensor,
-              ssm: torch.Tensor | None = None) -> None:
+              ssm: torch.Tensor | None = None, stamps: torch.Tensor | None = None) -> None:
+        """The one write path of recurrent state: a step's final states, a checkpoint inside it,
+        eager or replayed from a CUDA graph. ``stamps`` (the step's, ``ForwardBatch.state_stamps``)
+        are written beside the state: the receipt ``receipt`` reads back."""
         self.conv[state_id].index_copy_(0, slots, conv.to(self.conv_dtype))
         if ssm is not None:
             self.ssm[state_id].index_copy_(0, slots, ssm.to(self.ssm_dtype))
+        if stamps is not None:
+            self.stamps[state_id].index_copy_(0, slots, stamps)
+
+    def receipt(self, slots: list[int], stamp: int) -> CheckpointReceipt:
+        """Which of ``slots`` every recurrent layer stamped with ``stamp`` (call after the step
+        was launched; nothing waits for the device until ``CheckpointReceipt.written``)."""
+        idx = to_device(slots, torch.int64, self.stamps.device)
+        ok = (self.stamps.index_select(1, idx) == stamp).all(0)
+        return CheckpointReceipt.send(list(slots), ok)
+
+
+class CheckpointReceipt:
+    """The answer of ``StatePool.receipt`` on its way to the host (one small non-blocking copy;
+    on CUDA an event marks when it landed)."""
+
+    def __init__(self, slots: list[int], host: torch.Tensor, event: Any = None) -> None:
+        self.slots, self._host, self._event = slots, host, event
+
+    @classmethod
+    def send(cls, slots: list[int], ok: torch.Tensor) -> CheckpointReceipt:
+        if ok.device.type == "cpu":
+            return cls(slots, ok)
+        host = torch.empty(ok.shape, dtype=ok.dtype, pin_memory=True)
+        host.copy_(ok, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return cls(slots, host, event)
+
+    def written(self) -> list[bool]:
+        """Per slot, in order: whether every recurrent layer wrote it in the step (waits)."""
+        if self._event is not None:
+            self._event.synchronize()
+        return [bool(x) for x in self._host.tolist()]
 
 
 @dataclass

@@ -19,6 +19,11 @@ class EngineStats:
     prompt_tokens: int = 0  #: prompt tokens of finished requests
     generation_tokens: int = 0  #: output tokens produced
     cached_tokens: int = 0  #: prompt tokens served from the prefix cache
+    #: pages only the prefix cache holds (evictable, so counted as free: not in kv_pages_used)
+    kv_pages_cached: int = 0
+    #: prefix cache: tokens queried and hit, the policy's own counters (tree size, checkpoints,
+    #: evictions), checkpoint slots, checkpoint writes by path and phase (``engine.cache_stats``)
+    prefix_cache: dict[str, Any] = field(default_factory=dict)
     forward_steps: int = 0
     #: steps run eagerly (no captured CUDA graph fits them), by batch phase (prefill, decode, mixed, verify)
     eager_steps: dict[str, int] = field(default_factory=dict)

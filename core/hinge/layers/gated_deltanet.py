@@ -6,8 +6,9 @@
 The two checkpoint layouts differ only in the projections: Qwen3.5 has ``in_proj_qkv``,
 ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; Qwen3-Next fuses them per key-head group into
 ``in_proj_qkvz`` and ``in_proj_ba``. Either way they load into one ``in_proj`` (one GEMM). Each request reads its state slot (``ctx.batch.state_slots``)
-from ``ctx.states``; a request with no prefix starts from zeros; the final state is written back,
-and with ``track_states`` the state after every row goes to ``ctx.position_states``.
+from ``ctx.states``; a request with no prefix starts from zeros; the final state and the step's
+checkpoints are written through ``hinge.layers.recurrent_kernels.checkpoints`` (the one write
+path), and with ``track_states`` the state after every row goes to ``ctx.position_states``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 from hinge.forward import RecurrentLayerSpec
 from hinge.layers import batch_invariant
 from hinge.layers.linear import Linear
+from hinge.layers.recurrent_kernels.checkpoints import run_split, write_step_states
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -124,23 +126,34 @@ class GatedDeltaNet(nn.Module):
     def forward(self, h: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         batch, sid = ctx.batch, self.spec.state_id
         slots, fresh = recurrent_inputs(ctx, "gated DeltaNet")
-        cu, track = batch.cu_extend_cpu, batch.track_states
+        track = batch.track_states
         t = h.shape[0]
         mixed, z, b, a = self.project(h)
         conv0, ssm0 = ctx.states.read(sid, slots, fresh)
-        conv = self.kernels.causal_conv1d(
-            mixed, self.conv1d.weight[:, 0], None, conv0, cu, activation="silu", track_states=track
-        )
-        q, k, v = torch.split(conv.out, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        weight = self.conv1d.weight[:, 0]
+
+        def conv_run(rows, states, cu_seqlens):
+            r = self.kernels.causal_conv1d(rows[0], weight, None, states[0], cu_seqlens,
+                                           activation="silu", track_states=track)
+            return (r.out, r.position_windows), (r.final_window,)
+
+        (conv_out, windows), (window,), conv_ck = run_split(conv_run, (mixed,), (conv0,), batch)
+        q, k, v = torch.split(conv_out, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(t, self.num_v_heads, self.head_v_dim)
         beta = b.sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-        rule = self.kernels.gated_delta_rule(q, k, v, g, beta, ssm0, cu, track_states=track)
-        ctx.states.write(sid, slots, conv.final_window, rule.final_state)
+
+        def rule_run(rows, states, cu_seqlens):
+            r = self.kernels.gated_delta_rule(*rows, states[0], cu_seqlens, track_states=track)
+            return (r.out, r.position_states), (r.final_state,)
+
+        (rule_out, positions), (state,), rule_ck = run_split(rule_run, (q, k, v, g, beta), (ssm0,), batch)
+        write_step_states(ctx, sid, window, state,
+                          None if conv_ck is None else (conv_ck[0], rule_ck[0]))
         if track:
-            ctx.position_states.conv[sid] = conv.position_windows
-            ctx.position_states.ssm[sid] = rule.position_states
-        out = self.norm(rule.out, z)
+            ctx.position_states.conv[sid] = windows
+            ctx.position_states.ssm[sid] = positions
+        out = self.norm(rule_out, z)
         return self.out_proj(out.reshape(t, self.value_dim))

@@ -1,7 +1,8 @@
 """LFM2's gated short convolution: ``out_proj(C * conv(B * x))`` with ``B, C, x = in_proj(h)``.
 
 The conv window (the last ``L - 1`` values of ``B * x``) lives in the state pool, one slot per
-request (``ctx.batch.state_slots``); a request with no prefix starts from zeros.
+request (``ctx.batch.state_slots``); a request with no prefix starts from zeros. States are
+written through ``hinge.layers.recurrent_kernels.checkpoints`` (the one write path).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import nn
 from hinge.forward import RecurrentLayerSpec
 from hinge.layers.gated_deltanet import DepthwiseConv, recurrent_inputs
 from hinge.layers.linear import Linear
+from hinge.layers.recurrent_kernels.checkpoints import run_split, write_step_states
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -40,11 +42,14 @@ class ShortConv(nn.Module):
         slots, fresh = recurrent_inputs(ctx, "short conv")
         gate_b, gate_c, x = self.in_proj(h).chunk(3, dim=-1)
         window, _ = ctx.states.read(sid, slots, fresh)
-        conv = self.kernels.causal_conv1d(
-            gate_b * x, self.conv.weight[:, 0], self.conv.bias, window, batch.cu_extend_cpu,
-            track_states=batch.track_states,
-        )
-        ctx.states.write(sid, slots, conv.final_window)
+
+        def run(rows, states, cu_seqlens):
+            r = self.kernels.causal_conv1d(rows[0], self.conv.weight[:, 0], self.conv.bias, states[0],
+                                           cu_seqlens, track_states=batch.track_states)
+            return (r.out, r.position_windows), (r.final_window,)
+
+        (out, windows), (final,), ck = run_split(run, (gate_b * x,), (window,), batch)
+        write_step_states(ctx, sid, final, None, None if ck is None else (ck[0], None))
         if batch.track_states:
-            ctx.position_states.conv[sid] = conv.position_windows
-        return self.out_proj(gate_c * conv.out)
+            ctx.position_states.conv[sid] = windows
+        return self.out_proj(gate_c * out)

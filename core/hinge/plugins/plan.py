@@ -183,7 +183,10 @@ def _select(pm: PluginManager, slot: str, name: str, options: dict[str, Any]) ->
     try:
         record = pm.get_component(slot, name)
     except PluginError as exc:
-        raise PlanError(str(exc)) from None
+        from hinge.config import DEFAULT_CACHE, MISSING_CACHE_HINT
+
+        hint = f"\n{MISSING_CACHE_HINT}" if (slot, name) == ("cache", DEFAULT_CACHE) else ""
+        raise PlanError(f"{exc}{hint}") from None
     return SelectedComponent(
         slot=slot,
         name=name,

@@ -24,8 +24,9 @@ class TestTemplateSDPA(AttentionBackendContract):
 
 @pytest.mark.parametrize("options", [{}, {"upcast": True}])
 def test_config_selects_the_backend_by_name(options):
-    config = load_config(env={"HINGE_PLUGINS": "template"},
-                         overrides={"attention": "template-sdpa", "attention_options": options})
+    config = load_config(env={"HINGE_PLUGINS": "template"},  # only the template: no radix cache
+                         overrides={"attention": "template-sdpa", "attention_options": options,
+                                    "cache": "none"})
     plan = resolve_plan(config, model_info={})
     assert (plan.attention.name, plan.attention.plugin) == ("template-sdpa", "template")
     assert plan.attention.distribution == "hinge-plugin-template"
