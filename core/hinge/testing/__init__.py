@@ -25,6 +25,7 @@ _LAZY = {
     "QuantizerContract": "hinge.testing.quantizer_contract",
     "SpeculatorContract": "hinge.testing.speculator_contract",
     "CachePolicyContract": "hinge.testing.cache_contract",
+    "GrammarBackendContract": "hinge.testing.grammar_contract",
     "PluginPackagingContract": "hinge.testing.packaging_contract",
     "BatchCase": "hinge.testing.batches",
     "build_batch": "hinge.testing.batches",
