@@ -10,8 +10,8 @@ import torch
 from nvfp4_helpers import kl_and_top1
 
 from hinge import LLM, SamplingParams, default_model_path
-from hinge.cli import main
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge_nvfp4.export import quantize_checkpoint
 
 PROMPTS = ["def fibonacci(n):\n    return", "import os\nfor x in range(10):\n", "class Foo:\n    def __init__(self"]
 #: arch -> (largest mean KL(bf16 || nvfp4), smallest top-1 agreement), W4A16; measured values in docs/nvfp4.md
@@ -29,8 +29,7 @@ def checkpoints(tmp_path_factory):
             src = make_tiny_checkpoint(arch, root / arch, vocab_size=256)
             write_byte_tokenizer(src)
         dst = root / f"{arch}-nvfp4"
-        assert main(["quantize", "--method", "nvfp4", str(src), str(dst), "--calib-samples", "4",
-                     "--log-level", "error"]) == 0
+        quantize_checkpoint(src, dst, calib_samples=4, progress=False)  # what `hinge quantize` runs
         out[arch] = (src, dst)
     return out
 
