@@ -1,6 +1,12 @@
 """CachePolicyContract: pages are conserved (every page offered comes back exactly once), hits
-are page aligned and never exceed the tokens, locked hits survive eviction, and a policy that
-claims prefix sharing finds what it kept."""
+are page aligned and never exceed the tokens, locked hits survive eviction, a policy that claims
+prefix sharing finds what it kept and keeps salts apart, and a policy that claims recurrent state
+keeps checkpoints right: a hit ends at the deepest position with KV and a state, every checkpoint
+slot offered is kept or freed exactly once, locked states survive eviction, KV may outlive its
+state, and planned checkpoints sit on page boundaries inside the step.
+
+Every component is attached the way the engine attaches it (``CachePolicy.attach`` with a
+``CacheContext``); recurrent-state tests attach a ``SlotLedger`` as the checkpoint region."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from hinge.contracts import CacheContext
 from hinge.testing.base import ContractBase
 
 
@@ -34,6 +41,13 @@ class PageLedger:
         assert set(back) <= set(pages), f"insert returned pages it was not given: {set(back) - set(pages)}"
         return back
 
+    def offer_with_states(self, policy: Any, tokens: list[int], pages: list[int],
+                          checkpoints: dict[int, int]) -> list[int]:
+        self.offered |= set(pages)
+        back = list(policy.insert(tokens, pages, checkpoints))
+        self.take_back(back, f"insert of {len(tokens)} tokens")
+        return back
+
     def take_back(self, pages: list[int], where: str) -> None:
         dup = [p for p in pages if p in self.returned] + [p for p in set(pages) if pages.count(p) > 1]
         assert not dup, f"{where} returned pages already returned: {sorted(set(dup))}"
@@ -52,12 +66,82 @@ def check_hit(hit: Any, tokens: list[int], page_size: int) -> None:
         f"hit of {hit.length} tokens has {len(hit.pages)} pages (page_size {page_size})")
 
 
+class PagesView:
+    """The page allocator as a policy sees it (read only): a large pool."""
+
+    num_usable = 10_000
+    num_free = 10_000
+
+
+class SlotLedger:
+    """A checkpoint region for tests (``hinge.contracts.CheckpointSlots``): hands out slots
+    ``first..first+count-1`` and checks that each is freed at most once and only after being
+    handed out; ``held()`` is what nobody freed yet."""
+
+    def __init__(self, first: int = 100, count: int = 256) -> None:
+        self.num_total = count
+        self._free = list(range(first + count - 1, first - 1, -1))
+        self.handed: set[int] = set()
+        self.freed: list[int] = []
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return len(self.handed)
+
+    def allocate(self) -> int | None:
+        if not self._free:
+            return None
+        slot = self._free.pop()
+        self.handed.add(slot)
+        return slot
+
+    def free(self, slot: int) -> None:
+        assert slot in self.handed, f"checkpoint slot {slot} freed but not held (double free?)"
+        self.handed.remove(slot)
+        self.freed.append(slot)
+        self._free.append(slot)
+
+    def held(self) -> set[int]:
+        return set(self.handed)
+
+
+def attach(component: Any, page_size: int, slots: SlotLedger | None = None,
+           track_interval: int = 0) -> Any:
+    """Attach ``component`` as the engine does: dense (no checkpoint region) or hybrid."""
+    component.attach(CacheContext(page_size=page_size, pages=PagesView(),
+                                  track_interval=track_interval if slots is not None else 0,
+                                  checkpoint_slots=slots))
+    return component
+
+
 class CachePolicyContract(ContractBase):
     """Subclass with a ``spec`` fixture returning your CachePolicySpec."""
 
     @pytest.fixture
     def page_size(self, spec) -> int:
         return 16 * spec.capabilities.page_size_multiple
+
+    @pytest.fixture
+    def track_interval(self, page_size) -> int:
+        """The checkpoint grid the recurrent-state tests attach with (a multiple of the page)."""
+        return 2 * page_size
+
+    @pytest.fixture
+    def component(self, build_component, page_size) -> Any:
+        return attach(build_component(), page_size)
+
+    @pytest.fixture
+    def recurrent(self, spec, build_component, page_size, track_interval):
+        """(component attached with a checkpoint region, the region's ledger); skips unless the
+        spec claims recurrent_state."""
+        if not spec.capabilities.recurrent_state:
+            pytest.skip(f"{spec.name!r} does not claim recurrent_state")
+        ledger = SlotLedger()
+        return attach(build_component(), page_size, ledger, track_interval), ledger
 
     def test_an_empty_cache_misses(self, component, page_size):
         hit = component.match(list(range(50)))
@@ -114,7 +198,7 @@ class CachePolicyContract(ContractBase):
     @pytest.mark.parametrize("seed", [0, 1, 2])
     def test_random_operations_conserve_pages(self, build_component, page_size, seed):
         """Inserts with shared prefixes, matches, locks, evictions: each page comes back once."""
-        component = build_component()
+        component = attach(build_component(), page_size)
         rng = random.Random(seed)
         ledger = PageLedger(page_size)
         prefixes = [[rng.randrange(50) for _ in range(rng.randrange(1, 3 * page_size))] for _ in range(4)]
@@ -147,7 +231,136 @@ class CachePolicyContract(ContractBase):
         ledger.take_back(list(component.flush()), "final flush")
         assert ledger.held() == set(), f"pages leaked: {sorted(ledger.held())}"
 
-    def test_recurrent_state_claim(self, spec):
-        if not spec.capabilities.recurrent_state:
-            pytest.skip(f"{spec.name!r} does not claim recurrent_state")
-        pytest.skip("recurrent-state checkpoints need the state pool; the kit does not test them yet")
+
+    def test_requests_with_different_salts_never_share(self, spec, component, page_size):
+        if not spec.capabilities.prefix_sharing:
+            pytest.skip(f"{spec.name!r} does not claim prefix_sharing")
+        ledger = PageLedger(page_size)
+        tokens = list(range(3, 3 + 3 * page_size))
+        pages = ledger.new_pages(len(tokens))
+        ledger.offered |= set(pages)
+        ledger.take_back(list(component.insert(tokens, pages, salt="tenant-a")), "insert")
+        query = tokens + [1]
+        assert component.match(query, salt="tenant-a").length == 3 * page_size
+        assert component.match(query, salt="tenant-b").length == 0, "another salt shared a prefix"
+        assert component.match(query).length == 0, "no salt shared a salted prefix"
+        ledger.take_back(list(component.flush()), "flush")
+        assert ledger.held() == set()
+
+    # -- recurrent state (hybrid models) ------------------------------------------------------
+
+    def test_a_recurrent_hit_ends_at_the_deepest_position_with_kv_and_a_state(
+            self, recurrent, page_size, track_interval):
+        component, slots = recurrent
+        pages = PageLedger(page_size)
+        tokens = list(range(1000, 1000 + 5 * page_size))
+        first = slots.allocate()
+        pages.offer_with_states(component, tokens, pages.new_pages(len(tokens)), {2 * page_size: first})
+        hit = component.match(tokens + [7])
+        check_hit(hit, tokens + [7], page_size)
+        assert (hit.length, hit.state_slot) == (2 * page_size, first), (
+            f"KV of {len(tokens)} tokens with a state at {2 * page_size}: hit {hit.length} with "
+            f"state {hit.state_slot}, want {2 * page_size} with state {first}")
+        assert hit.branch is not None and hit.branch % track_interval == 0 and \
+            2 * page_size < hit.branch <= 5 * page_size, f"branch point {hit.branch} for KV past the state"
+        deeper = slots.allocate()
+        pages.offer_with_states(component, tokens, pages.new_pages(len(tokens)), {4 * page_size: deeper})
+        hit = component.match(tokens + [7])
+        assert (hit.length, hit.state_slot) == (4 * page_size, deeper)
+        short = component.match(tokens[:4 * page_size - 1])
+        assert (short.length, short.state_slot) == (2 * page_size, first), "a state past the tokens was used"
+        assert component.match(list(range(1, 50))).state_slot is None
+
+    def test_checkpoint_slots_off_the_pages_or_past_the_tokens_are_freed(self, recurrent, page_size):
+        component, slots = recurrent
+        pages = PageLedger(page_size)
+        tokens = list(range(10, 10 + 3 * page_size + 3))
+        odd, past, kept = slots.allocate(), slots.allocate(), slots.allocate()
+        pages.offer_with_states(component, tokens, pages.new_pages(len(tokens)),
+                                {page_size + 1: odd, 4 * page_size: past, 3 * page_size: kept})
+        assert {odd, past} <= set(slots.freed) and kept in slots.held(), (
+            f"freed {slots.freed}: a state at {page_size + 1} (off a page) and at {4 * page_size} "
+            f"(past {len(tokens)} tokens) must be freed, the one at {3 * page_size} kept")
+        again = slots.allocate()
+        pages.offer_with_states(component, tokens, pages.new_pages(len(tokens)), {3 * page_size: again})
+        assert again in slots.freed and kept in slots.held(), "a second state for one position is freed"
+        pages.take_back(list(component.flush()), "flush")
+        assert slots.held() == set() and pages.held() == set()
+
+    def test_a_locked_state_survives_eviction_and_kv_can_outlive_its_state(self, recurrent, page_size):
+        component, slots = recurrent
+        pages = PageLedger(page_size)
+        a = list(range(0, 4 * page_size))
+        b = list(range(5000, 5000 + 4 * page_size))
+        sa, sb = slots.allocate(), slots.allocate()
+        pages.offer_with_states(component, a, pages.new_pages(len(a)), {4 * page_size: sa})
+        pages.offer_with_states(component, b, pages.new_pages(len(b)), {4 * page_size: sb})
+        hit = component.match(a + [1])
+        assert hit.state_slot == sa
+        component.lock(hit)
+        freed = component.evict_checkpoints(10)
+        assert sa in slots.held(), "evict_checkpoints freed the state of a locked hit"
+        assert freed == 1 and sb in slots.freed, f"evict_checkpoints(10) freed {freed}, want b's one"
+        assert component.match(b + [1]).state_slot is None, "a hit used an evicted state"
+        assert component.num_evictable_pages() >= 4, "KV without its state must stay cached"
+        pages.take_back(list(component.evict(10**6)), "evict")
+        assert sa in slots.held() and component.match(a + [1]).state_slot == sa
+        component.unlock(hit)
+        pages.take_back(list(component.flush()), "flush")
+        assert slots.held() == set() and pages.held() == set(), "flush keeps nothing unlocked"
+
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_random_operations_conserve_checkpoint_slots(self, recurrent, page_size, seed):
+        component, slots = recurrent
+        rng = random.Random(seed)
+        pages = PageLedger(page_size)
+        stems = [[rng.randrange(30) for _ in range(rng.randrange(1, 4 * page_size))] for _ in range(3)]
+        locked: list[Any] = []
+        for step in range(80):
+            tokens = rng.choice(stems) + [rng.randrange(30) for _ in range(rng.randrange(0, 3 * page_size))]
+            op = rng.random()
+            if op < 0.45:
+                states = {}
+                for _ in range(rng.randrange(0, 3)):
+                    position = rng.randrange(1, len(tokens) + page_size)
+                    if position not in states and (slot := slots.allocate()) is not None:
+                        states[position] = slot
+                pages.offer_with_states(component, tokens, pages.new_pages(len(tokens)), states)
+            elif op < 0.65:
+                hit = component.match(tokens)
+                check_hit(hit, tokens, page_size)
+                if hit.state_slot is not None:
+                    assert hit.state_slot in slots.held(), f"step {step}: a hit used a freed state"
+                if hit.length and rng.random() < 0.5:
+                    component.lock(hit)
+                    locked.append(hit)
+            elif op < 0.8 and locked:
+                component.unlock(locked.pop(rng.randrange(len(locked))))
+            elif op < 0.9:
+                component.evict_checkpoints(rng.randrange(1, 3))
+            else:
+                pages.take_back(list(component.evict(rng.randrange(1, 4))), f"step {step}: evict")
+            for h in locked:
+                assert h.state_slot is None or h.state_slot in slots.held(), \
+                    f"step {step}: the state of a locked hit was freed"
+        for h in locked:
+            component.unlock(h)
+        pages.take_back(list(component.flush()), "final flush")
+        assert pages.held() == set(), f"pages leaked: {sorted(pages.held())}"
+        assert slots.held() == set(), f"checkpoint slots leaked: {sorted(slots.held())}"
+
+    def test_planned_checkpoints_sit_on_pages_inside_the_step(self, recurrent, page_size, track_interval):
+        component, _ = recurrent
+        planned = 0
+        for start, end in [(0, 3 * track_interval + 5), (track_interval - 1, track_interval + 1),
+                           (5, 6), (track_interval, 2 * track_interval)]:
+            plan = component.plan_checkpoint(start, end)
+            if plan is None:
+                continue
+            planned += 1
+            assert start < plan.position <= end and plan.position % page_size == 0, (
+                f"step over {start}..{end}: checkpoint at {plan.position}")
+        assert planned, "a policy claiming recurrent_state never plans a checkpoint"
+        branch = component.plan_checkpoint(0, 3 * track_interval, branch=track_interval)
+        assert branch is not None and branch.position == track_interval and branch.keep, (
+            "a branch point inside the step is where the checkpoint goes, and it is kept")
