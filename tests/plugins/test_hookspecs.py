@@ -10,7 +10,8 @@ import hinge
 from hinge.plugins import hookspecs
 
 SPECS = ["register_quantizers", "register_attention_backends", "register_speculators",
-         "register_cache_policies", "graph_capture_eligibility", "validate_plan", "register_commands"]
+         "register_cache_policies", "graph_capture_eligibility", "validate_plan", "register_commands",
+         "register_grammar_backends"]
 
 
 def test_the_hookspecs_are_exactly_those_of_the_design():

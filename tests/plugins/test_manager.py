@@ -38,7 +38,7 @@ def test_builtins_are_listed_first_as_plugin_hinge(make_pm):
     assert listing[0]["name"] == "hinge" and listing[0]["distribution"] == "hinge-llm"
     names = {(c["kind"], c["name"]) for c in listing[0]["components"]}
     assert names == {("attention", "flashinfer"), ("attention", "torch"), ("attention", "triton"),
-                     ("quantizer", "none"), ("cache", "none")}
+                     ("quantizer", "none"), ("cache", "none"), ("grammar", "xgrammar")}
 
 
 def test_importing_a_plugin_does_not_import_its_component_module(make_pm):

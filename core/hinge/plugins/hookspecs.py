@@ -99,8 +99,8 @@ def register_grammar_backends(register: Callable[[GrammarBackendSpec], None]) ->
     """Make structured-output (grammar) backends available by name.
 
     Called once, after every plugin has loaded. Call ``register(GrammarBackendSpec(...))`` once
-    per backend; the return value is ignored. The engine builds the selected backend
-    (``grammar_backend``, default ``xgrammar``) when the first request with a grammar arrives:
+    per backend; the return value is ignored. The engine builds its grammar backend
+    (``xgrammar``, built in) when the first request with a grammar arrives:
     ``factory(options, build)`` gets ``build.tokenizer`` and ``build.model_config`` and returns a
     :class:`hinge.grammar.GrammarBackend` that compiles JSON schemas, regexes and EBNF into
     per-request :class:`hinge.grammar.GrammarMatcher` objects (token bitmasks on the host).
