@@ -41,7 +41,16 @@ class GatedRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         norm = batch_invariant.rmsnorm if self.deterministic else batch_invariant.rmsnorm_reference
-        return (norm(x, self.weight, self.eps) * F.silu(gate.float())).to(x.dtype)
+        return (norm(x, self.weight, self.eps) * pointwise(gate.float(), F.silu, self.deterministic)).to(x.dtype)
+
+
+def pointwise(x: torch.Tensor, op, deterministic: bool) -> torch.Tensor:
+    """An element-wise transcendental op. Deterministic on CPU: in the fixed 16-row blocks of
+    ``hinge.layers.batch_invariant`` (torch rounds its vectorized body and scalar tail apart, and
+    where the tail falls depends on the step's size: a prefix-cache hit resumes at another size)."""
+    if not deterministic or x.is_cuda:
+        return op(x)
+    return batch_invariant._blockwise(x, op)
 
 
 class DepthwiseConv(nn.Module):
@@ -142,8 +151,9 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(t, self.num_v_heads, self.head_v_dim)
-        beta = b.sigmoid()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        det = self.norm.deterministic
+        beta = pointwise(b, torch.sigmoid, det)
+        g = -self.A_log.float().exp() * pointwise(a.float() + self.dt_bias, F.softplus, det)
 
         def rule_run(rows, states, cu_seqlens):
             r = self.kernels.gated_delta_rule(*rows, states[0], cu_seqlens, track_states=track)

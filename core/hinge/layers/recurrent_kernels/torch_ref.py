@@ -49,8 +49,11 @@ def _uniform_len(cu_seqlens: list[int]) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _conv_windows(xs: torch.Tensor, weight, bias, activation, track):
-    """xs: (N, K-1+L, C) window then inputs -> out (N, L, C), final (N, C, K-1), per-row windows."""
+def _conv_windows(xs: torch.Tensor, weight, bias, activation, track, deterministic=False):
+    """xs: (N, K-1+L, C) window then inputs -> out (N, L, C), final (N, C, K-1), per-row windows.
+
+    ``deterministic``: the activation runs in fixed 16-row blocks on CPU (its bits must not depend
+    on the step's size: ``hinge.layers.batch_invariant``)."""
     k = weight.shape[1]
     taps = xs.unfold(1, k, 1)  # (N, L, C, K): taps[:, t] = xs[:, t:t+K]
     w = weight.float()
@@ -59,7 +62,11 @@ def _conv_windows(xs: torch.Tensor, weight, bias, activation, track):
         out = out + taps[..., j].float() * w[:, j]
     if bias is not None:
         out = out + bias.float()
-    if activation == "silu":
+    if activation == "silu" and deterministic and not out.is_cuda:
+        from hinge.layers.batch_invariant import _blockwise
+
+        out = _blockwise(out, F.silu)
+    elif activation == "silu":
         out = F.silu(out)
     elif activation is not None:
         raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
@@ -85,7 +92,8 @@ def _conv_layout(cu_seqlens: tuple[int, ...], k: int, device: torch.device):
 
 
 def torch_causal_conv1d(
-    x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
+    x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False,
+    deterministic=False,
 ):
     """All requests in one pass: each request's window rows go in front of its inputs, the taps
     run over the flat ``(T + B (K-1), C)`` sequence, and only each request's own rows are kept.
@@ -96,13 +104,13 @@ def torch_causal_conv1d(
     n = _uniform_len(cu_seqlens)
     if n is not None:
         xs = torch.cat([window, x.view(b, n, -1)], dim=1)
-        out, final, windows = _conv_windows(xs, weight, bias, activation, track_states)
+        out, final, windows = _conv_windows(xs, weight, bias, activation, track_states, deterministic)
         windows = windows.flatten(0, 1) if windows is not None else None
         return ConvResult(out.flatten(0, 1), final.contiguous(), windows)
     src, out_idx, final_idx = _conv_layout(tuple(cu_seqlens), k, x.device)
     pool = torch.cat([x, window.reshape(-1, x.shape[1])])
     xs = pool.index_select(0, src)[None]
-    out, _, windows = _conv_windows(xs, weight, bias, activation, track_states)
+    out, _, windows = _conv_windows(xs, weight, bias, activation, track_states, deterministic)
     final = xs[0].index_select(0, final_idx).view(b, k - 1, -1)
     windows = windows[0].index_select(0, out_idx) if windows is not None else None
     return ConvResult(out[0].index_select(0, out_idx), final.transpose(1, 2).contiguous(), windows)
@@ -376,6 +384,7 @@ class TorchRecurrentKernels(RecurrentKernels):
             cu_seqlens,
             activation=activation,
             track_states=track_states,
+            deterministic=self.deterministic,
         )
 
     def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
