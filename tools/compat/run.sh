@@ -20,11 +20,16 @@ venv() {  # venv NAME: a venv that sees this machine's packages (the CPU torch a
 }
 
 LMEVAL=$(venv lmeval)
-"$LMEVAL" -m pip install -q -c "$ROOT/constraints.txt" "lm-eval==0.4.13" >"$WORK/lmeval-install.log" 2>&1
+"$LMEVAL" -m pip install -q -c "$ROOT/constraints.txt" "lm-eval[api]==0.4.13" >"$WORK/lmeval-install.log" 2>&1
 SGL=$(venv sglang)
 "$SGL" -m pip install -q --no-deps "sglang==0.5.23" >"$WORK/sglang-install.log" 2>&1
 "$SGL" -m pip install -q -c "$ROOT/constraints.txt" aiohttp requests tqdm numpy pybase64 orjson \
-  setproctitle interegular partial_json_parser IPython >>"$WORK/sglang-install.log" 2>&1
+  setproctitle interegular partial_json_parser IPython psutil msgspec pyzmq datasets sentencepiece \
+  compressed-tensors gguf >>"$WORK/sglang-install.log" 2>&1
+# sglang's client modules import torchvision at module level (multimodal configs) and never call
+# it; PyPI's torchvision does not load beside this CPU torch, so an import-only stand-in is used
+"$SGL" -m pip uninstall -y -q torchvision >>"$WORK/sglang-install.log" 2>&1 || true
+cp -r "$ROOT/tools/compat/stubs/torchvision" "$("$SGL" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 
 MODEL="$(python -c 'from hinge.builtin import default_model_path; print(default_model_path())')"
 python -m hinge.cli serve "$MODEL" --port "$PORT" --cache none --log-level warning \
