@@ -131,7 +131,8 @@ class Engine:
         self._arrivals = itertools.count()
         self._aborted: list[Request] = []
         self._stats = EngineStats(0, 0, config.page_size, 0, 0)
-        #: checkpoints the receipts confirmed, by path (eager, graph) and batch phase
+        #: checkpoints the receipts confirmed, by path (eager, graph) and phase (the request's:
+        #: prefill or decode)
         self.checkpoint_writes: dict[str, dict[str, int]] = {}
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
 
@@ -331,7 +332,8 @@ class Engine:
         and phase; only those can enter the prefix cache)."""
         confirmed = self.scheduler.confirm_checkpoints(sched, sched.receipt.written())
         by_phase = self.checkpoint_writes.setdefault(sched.path, {})
-        by_phase[sched.phase] = by_phase.get(sched.phase, 0) + confirmed
+        for phase, n in confirmed.items():
+            by_phase[phase] = by_phase.get(phase, 0) + n
         sched.receipt = None
 
     # control --------------------------------------------------------------------------------

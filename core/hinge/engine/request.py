@@ -148,6 +148,7 @@ class PlannedCheckpoint:
     position: int
     slot: int
     keep: bool = False  #: a branch point: held until insert even when later ones are confirmed
+    phase: str = "prefill"  #: ``decode`` when written by the request's decode step (counters)
 
 
 @dataclass

@@ -251,9 +251,9 @@ class Scheduler:
             self.free_rows.append(req.row)
             req.row = None
 
-    def confirm_checkpoints(self, sched: ScheduledBatch, written: list[bool]) -> int:
+    def confirm_checkpoints(self, sched: ScheduledBatch, written: list[bool]) -> dict[str, int]:
         """A launched step's receipt (``CheckpointReceipt.written``): its checkpoints that every
-        recurrent layer wrote become the requests' own; returns how many."""
+        recurrent layer wrote become the requests' own; returns how many, by phase."""
         if self.planner is None:
-            return 0
+            return {}
         return self.planner.confirm(sched.checkpoints, written)

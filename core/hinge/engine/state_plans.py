@@ -85,7 +85,8 @@ class StatePlanner:
         if slot is None:
             self.checkpoints_skipped += 1
             return plan
-        plan.checkpoint = PlannedCheckpoint(want.position, slot, want.keep)
+        plan.checkpoint = PlannedCheckpoint(want.position, slot, want.keep,
+                                            "decode" if req.is_decoding else "prefill")
         req.pending_checkpoints.append(plan.checkpoint)
         if want.position == start + n:  # at the step's end: the state write itself lands there
             plan.write_slot = slot
@@ -101,9 +102,11 @@ class StatePlanner:
             slot = slots.allocate()
         return slot
 
-    def confirm(self, entries: list[tuple[Request, PlannedCheckpoint]], written: list[bool]) -> int:
-        """Apply a step's receipt; returns how many checkpoints it confirmed."""
-        confirmed = 0
+    def confirm(self, entries: list[tuple[Request, PlannedCheckpoint]],
+                written: list[bool]) -> dict[str, int]:
+        """Apply a step's receipt; returns how many checkpoints it confirmed, by phase (the
+        request's: prefill or decode)."""
+        confirmed: dict[str, int] = {}
         for (req, ck), ok in zip(entries, written, strict=True):
             if not any(p is ck for p in req.pending_checkpoints):
                 continue  # the request left before the receipt: its slot was freed then
@@ -112,14 +115,14 @@ class StatePlanner:
                 self.checkpoints_unwritten += 1
                 self.states.checkpoints.free(ck.slot)
                 continue
-            confirmed += 1
+            confirmed[ck.phase] = confirmed.get(ck.phase, 0) + 1
             if ck.keep:
                 self._hold(req.kept_checkpoints, ck.position, ck.slot)
                 continue
             if req.checkpoint is not None:
                 self.states.checkpoints.free(req.checkpoint[1])
             req.checkpoint = (ck.position, ck.slot)
-        self.checkpoints_written += confirmed
+        self.checkpoints_written += sum(confirmed.values())
         return confirmed
 
     def _hold(self, held: dict[int, int], position: int, slot: int) -> None:
