@@ -46,9 +46,19 @@ echo "== lm-eval local-completions, multiple_choice (loglikelihood)"
   >"$WORK/lmeval.log" 2>&1 && tail -n 8 "$WORK/lmeval.log" || { status=1; tail -n 30 "$WORK/lmeval.log"; }
 
 echo "== sglang bench_serving --backend sglang"
+# the random dataset samples token ids from ShareGPT-format text: a local file (no download)
+python - "$WORK/sharegpt.json" <<'PY'
+import inspect, json, sys, textwrap
+text = inspect.getsource(textwrap)
+chunks = [text[i:i + 400] for i in range(0, len(text), 400)]
+rows = [{"conversations": [{"from": "human", "value": a}, {"from": "gpt", "value": b}]}
+        for a, b in zip(chunks, chunks[1:])]
+json.dump(rows, open(sys.argv[1], "w"))
+PY
 "$SGL" -m sglang.bench_serving --backend sglang --base-url "$URL" --tokenizer "$MODEL" \
-  --dataset-name random --random-input-len 32 --random-output-len 16 --num-prompts 8 \
-  --random-range-ratio 1.0 >"$WORK/bench_serving.log" 2>&1 \
+  --dataset-name random --dataset-path "$WORK/sharegpt.json" --random-input-len 32 \
+  --random-output-len 16 --num-prompts 8 --random-range-ratio 1.0 \
+  >"$WORK/bench_serving.log" 2>&1 \
   && grep -E "Successful requests|Output token throughput|Benchmark duration" "$WORK/bench_serving.log" \
   || { status=1; tail -n 30 "$WORK/bench_serving.log"; }
 
