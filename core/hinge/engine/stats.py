@@ -68,7 +68,9 @@ def server_info(engine: Any) -> dict[str, Any]:
         "kv_cache": {"tokens": engine.kv.num_usable_tokens,
                      "pages": engine.kv.allocator.num_usable, "page_size": engine.kv.page_size},
         "state_pool": None if states is None else {
-            "slots": states.num_slots - 1, "bytes": states.nbytes,
+            "slots": states.num_slots - 1, "slots_used": states.num_used, "bytes": states.nbytes,
+            "checkpoint_slots": states.num_checkpoint_slots,
+            "checkpoint_slots_used": states.checkpoints.num_used,
             "state_dtype": str(states.ssm_dtype)},
         "stats": engine.stats().to_dict(),
         "versions": {"hinge": getattr(hinge, "__version__", "unknown"),

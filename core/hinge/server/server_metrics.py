@@ -137,5 +137,47 @@ class ServerMetrics:
             self.requests, self.failed, self.prompt_tokens, self.generation_tokens,
             self.cached_tokens, self.spec_verify, self.spec_accept, self.running, self.waiting,
             self.kv_total, self.kv_used, self.kv_pages_used, self.kv_usage, graph, steps, eager,
+            *prefix_cache_series(pick(stats, "prefix_cache", default={}) or {}),
             self.wedged, self.ttft, self.itl, self.tpot, self.e2e, self.queue,
         ])
+
+
+#: ``EngineStats.prefix_cache`` key -> (series, kind, help); vLLM's names where vLLM has the series
+PREFIX_CACHE_SERIES = {
+    "query_tokens": ("prefix_cache_queries_total", "counter",
+                     "Prompt tokens looked up in the prefix cache (first admissions)."),
+    "hit_tokens": ("prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache."),
+    "tree_tokens": ("prefix_cache_tree_tokens", "gauge", "Tokens whose KV the prefix cache holds."),
+    "tree_nodes": ("prefix_cache_tree_nodes", "gauge", "Nodes of the prefix cache's tree."),
+    "tree_checkpoints": ("prefix_cache_checkpoints", "gauge",
+                         "Recurrent-state checkpoints the prefix cache holds (hybrid models)."),
+    "evicted_pages": ("prefix_cache_evicted_pages_total", "counter", "KV pages evicted from the prefix cache."),
+    "evicted_checkpoints": ("checkpoint_evictions_total", "counter",
+                            "Recurrent-state checkpoints evicted or dropped by the prefix cache."),
+    "checkpoint_slots_total": ("checkpoint_slots_total", "gauge", "Checkpoint slots of the state pool."),
+    "checkpoint_slots_used": ("checkpoint_slots_used", "gauge",
+                              "Checkpoint slots in use (prefix cache and running requests)."),
+    "checkpoints_unwritten": ("checkpoints_unwritten_total", "counter",
+                              "Planned checkpoints no receipt confirmed (kept out of the cache)."),
+    "checkpoints_skipped": ("checkpoints_skipped_total", "counter",
+                            "Planned checkpoints skipped for want of a free checkpoint slot."),
+}
+
+
+def prefix_cache_series(cache: dict[str, Any]) -> list[Gauge]:
+    """The prefix cache's series from ``EngineStats.prefix_cache``, plus
+    ``hinge:checkpoint_writes_total{path, phase}`` (eager / graph x prefill / decode)."""
+    out = []
+    for key, (name, kind, help_text) in PREFIX_CACHE_SERIES.items():
+        if key in cache:
+            series = Gauge(name, help_text)
+            series.kind = kind
+            series.set(cache[key])
+            out.append(series)
+    writes = Gauge("checkpoint_writes_total", "Recurrent-state checkpoints written and confirmed "
+                   "by their receipt, by path (eager, graph) and phase (prefill, decode).")
+    writes.kind = "counter"
+    for path, phases in sorted((cache.get("checkpoint_writes") or {}).items()):
+        for phase, count in sorted(phases.items()):
+            writes.set(count, {"path": str(path), "phase": str(phase)})
+    return out + [writes]
