@@ -58,6 +58,7 @@ PY
 "$SGL" -m sglang.bench_serving --backend sglang --base-url "$URL" --tokenizer "$MODEL" \
   --dataset-name random --dataset-path "$WORK/sharegpt.json" --random-input-len 32 \
   --random-output-len 16 --num-prompts 8 --random-range-ratio 1.0 \
+  --output-file "$WORK/bench_serving.jsonl" \
   >"$WORK/bench_serving.log" 2>&1 \
   && grep -E "Successful requests|Output token throughput|Benchmark duration" "$WORK/bench_serving.log" \
   || { status=1; tail -n 30 "$WORK/bench_serving.log"; }
