@@ -66,6 +66,9 @@ class SamplingParams:
     prompt_top_logprobs: int = 0
     #: structured output: generation follows this grammar (``hinge.sampling_params.Grammar``)
     grammar: Grammar | None = None
+    #: prefix-cache namespace: requests with different salts never share cached tokens
+    #: (vLLM's ``cache_salt``, sglang's ``extra_key`` / ``cache_salt``)
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -124,6 +127,8 @@ class SamplingParams:
                                  f"{exc}") from None
         _check(self.detokenize or not self.stop_regex,
                "stop_regex needs detokenize=True (it matches text)")
+        _check(self.cache_salt is None or isinstance(self.cache_salt, str),
+               f"cache_salt must be a string or None, got {self.cache_salt!r}")
         _check(self.grammar is None or isinstance(self.grammar, Grammar),
                f"grammar must be a hinge.sampling_params.Grammar, got {self.grammar!r}")
 

@@ -33,7 +33,7 @@ GENERATE_NEUTRAL_ONLY = (
     "input_embeds", "image_data", "video_data", "audio_data", "mm_hashes", "mm_content_hashes",
     "modalities", "use_audio_in_video", "video_config", "images_config", "min_dynamic_patch",
     "max_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch", "session_id",
-    "session_params", "priority", "extra_key", "cache_salt", "routing_key", "conversation_id",
+    "session_params", "priority", "routing_key", "conversation_id",
     "custom_labels", "background", "require_reasoning", "max_thinking_tokens",
     "token_ids_logprob", "return_sampling_mask", "return_flat_raw_top_logprobs",
     "return_flat_raw_top_logprobs_b64", "return_prompt_token_ids", "return_entropy",
@@ -134,6 +134,9 @@ class _Generate(BaseModel):
     logprob_start_len: int | None = Field(None, ge=-1, le=2**31 - 1)
     top_logprobs_num: int | None = Field(None, ge=0, le=20)
     return_text_in_logprobs: bool | None = None
+    #: prefix-cache namespaces (both given: both count); see SamplingParams.cache_salt
+    extra_key: str | None = None
+    cache_salt: str | None = None
     log_metrics: bool | None = None  #: server-side logging only
     no_logs: bool | None = None  #: server-side logging only
 
@@ -186,11 +189,16 @@ def native_sampling_params(sp: Any, req: Any, prompt_len: int) -> SamplingParams
         ignore_eos=bool(sp.ignore_eos), skip_special_tokens=_default(sp.skip_special_tokens, True),
         spaces_between_special_tokens=_default(sp.spaces_between_special_tokens, True),
         no_stop_trim=bool(sp.no_stop_trim), logit_bias=parse_logit_bias(sp.logit_bias),
-        grammar=sp.grammar(), logprobs=req.wants_logprobs,
+        grammar=sp.grammar(), logprobs=req.wants_logprobs, cache_salt=_salt(req),
         top_logprobs=req.top_num if req.wants_logprobs else 0,
         prompt_logprobs_start=prompt_start,
         prompt_top_logprobs=req.top_num if prompt_start is not None else 0)
     return SamplingParams(**fields)
+
+
+def _salt(req: Any) -> str | None:
+    parts = [p for p in (req.extra_key, req.cache_salt) if p]
+    return "\x00".join(parts) if parts else None
 
 
 def _default(value: Any, default: Any) -> Any:

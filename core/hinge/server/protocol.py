@@ -112,6 +112,7 @@ class _OpenAISampling(BaseModel):
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    cache_salt: str | None = None  #: vLLM: a prefix-cache namespace (SamplingParams.cache_salt)
     # structured outputs: OpenAI's response_format, sglang's regex/ebnf/json_schema, vLLM's
     response_format: ResponseFormat | None = None
     regex: str | None = None
@@ -145,7 +146,7 @@ class _OpenAISampling(BaseModel):
             seed=self.seed, stop=self.stop, stop_token_ids=list(self.stop_token_ids or []),
             ignore_eos=self.ignore_eos, logprobs=logprobs, top_logprobs=top_logprobs,
             logit_bias=parse_logit_bias(self.logit_bias), min_new_tokens=self.min_tokens,
-            no_stop_trim=self.include_stop_str_in_output,
+            no_stop_trim=self.include_stop_str_in_output, cache_salt=self.cache_salt,
             grammar=grammar if grammar is not None else self.grammar(), **fields)
 
     def unsupported(self) -> str | None:
