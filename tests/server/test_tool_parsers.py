@@ -91,3 +91,15 @@ def test_a_generation_prompt_that_opens_think_starts_in_reasoning():
     assert starts_in_reasoning("<|im_start|>assistant\n<think>\n")
     assert not starts_in_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert not starts_in_reasoning("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("flag", ["--tool-call-parser", "--reasoning-parser"])
+def test_an_unknown_parser_is_one_error_line_and_exit_2_before_loading(flag):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "hinge.cli", "serve", "--port", "0", flag, "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hinge: error: unknown") and "'nope'" in lines[0]
