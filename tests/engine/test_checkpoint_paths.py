@@ -52,6 +52,37 @@ def test_the_checkpoint_write_counter_moves_on_every_path(qwen3_5, monkeypatch):
     assert verdict is not None and not verdict.allow
 
 
+def test_no_step_writes_a_state_the_tree_holds(qwen3_5, monkeypatch):
+    """The tree's checkpoint slots are read (copied into a request's own slot), never written:
+    graph replays of every size and eager steps leave each held state as it was inserted (the
+    failure of a stale static row writing an earlier request's checkpoint)."""
+    add_graph_backend(monkeypatch)
+    eng = engine(qwen3_5, decisions(decode=(4,)), **OPTIONS)  # 1..4 live rows: one static shape
+    snapshots: dict[int, list[torch.Tensor]] = {}
+    real_insert = eng.cache.insert
+
+    def state(slot):
+        return [c[slot].clone() for c in eng.states.conv] + \
+            [x[slot].clone() for x in eng.states.ssm if x is not None]
+
+    def insert(tokens, pages, checkpoints=None, *, salt=None):
+        back = real_insert(tokens, pages, checkpoints, salt=salt)
+        held = {n.state for n in eng.cache.tree.nodes()}
+        snapshots.update({s: state(s) for s in (checkpoints or {}).values() if s in held})
+        return back
+
+    eng.cache.insert = insert
+    params = [SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True) for n in (9, 23, 16, 30)]
+    first = run(eng, prompts([19, 26, 11, 30]), params)
+    turn2 = [p + out[0] + [70] for p, out in zip(prompts([19, 26, 11, 30]), first, strict=True)]
+    run(eng, turn2, params[::-1])
+    held = [n.state for n in eng.cache.tree.nodes() if n.state is not None]
+    assert held and eng.stats().prefix_cache["hit_tokens"] > 0
+    for slot in held:
+        for got, want in zip(state(slot), snapshots[slot], strict=True):
+            assert torch.equal(got, want), f"checkpoint slot {slot} was written after its insert"
+
+
 def test_a_checkpoint_nobody_wrote_never_enters_the_cache(qwen3_5):
     """Sabotage the receipt (the stamps of checkpoint slots are not written, as when a path skips
     the write): no state reaches the tree and a follow-up turn cannot hit; the same turn hits
