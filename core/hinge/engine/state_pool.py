@@ -95,6 +95,8 @@ class StatePool:
         self._used: set[int] = set()
         #: the checkpoint region (prefix-cache states)
         self.checkpoints = SlotAllocator(num_slots, num_checkpoint_slots)
+        self._receipt_ring: list[torch.Tensor] = [torch.empty(0, dtype=torch.bool)] * 3
+        self._receipt_turn = 0
 
     # sizing
     @staticmethod
@@ -206,7 +208,14 @@ class StatePool:
         was launched; nothing waits for the device until ``CheckpointReceipt.written``)."""
         idx = to_device(slots, torch.int64, self.stamps.device)
         ok = (self.stamps.index_select(1, idx) == stamp).all(0)
-        return CheckpointReceipt.send(list(slots), ok)
+        host = None
+        if ok.is_cuda:  # NOTE: a ring of pinned buffers: pinning memory per step costs milliseconds
+            if len(slots) > self._receipt_ring[0].numel():
+                self._receipt_ring = [torch.empty(2 * len(slots), dtype=torch.bool, pin_memory=True)
+                                      for _ in range(3)]
+            self._receipt_turn = (self._receipt_turn + 1) % 3
+            host = self._receipt_ring[self._receipt_turn][:len(slots)]
+        return CheckpointReceipt.send(list(slots), ok, host)
 
 
 class CheckpointReceipt:
@@ -217,10 +226,12 @@ class CheckpointReceipt:
         self.slots, self._host, self._event = slots, host, event
 
     @classmethod
-    def send(cls, slots: list[int], ok: torch.Tensor) -> CheckpointReceipt:
+    def send(cls, slots: list[int], ok: torch.Tensor, host: torch.Tensor | None = None) -> CheckpointReceipt:
+        """``ok`` to the host: as is on CPU; on CUDA a non-blocking copy into ``host`` (pinned;
+        read before the ring that owns it comes round again: a receipt is read one step later)."""
         if ok.device.type == "cpu":
             return cls(slots, ok)
-        host = torch.empty(ok.shape, dtype=ok.dtype, pin_memory=True)
+        host = torch.empty(ok.shape, dtype=ok.dtype, pin_memory=True) if host is None else host
         host.copy_(ok, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
