@@ -123,12 +123,16 @@ class PositionStates:
         assert 1 <= num_tokens <= end - start, f"request {request} ran {end - start} tokens, asked {num_tokens}"
         return start + num_tokens - 1
 
-    def write(self, pool: RecurrentStates, row: int, slot: int) -> None:
+    def write(self, pool: RecurrentStates, row: int, slot: int, stamp: int | None = None) -> None:
+        """Keep the state of ``row`` in ``slot`` through the pool's one write path (with the
+        step's ``stamp``, when a receipt is to confirm it: a checkpoint a verify step keeps)."""
+        # NOTE: torch.full, not torch.tensor: a fill kernel, no host copy that waits for the device
+        slots = torch.full((1,), slot, dtype=torch.int64, device=pool.conv[0].device) if pool.conv else None
+        stamps = None if stamp is None else torch.full_like(slots, stamp)
         for state_id, (conv, ssm) in enumerate(zip(self.conv, self.ssm, strict=True)):
             assert conv is not None, f"recurrent layer {state_id} recorded no per-position state"
-            pool.conv[state_id][slot] = conv[row].to(pool.conv_dtype)
-            if ssm is not None:
-                pool.ssm[state_id][slot] = ssm[row].to(pool.ssm_dtype)
+            pool.write(state_id, slots, conv[row:row + 1], None if ssm is None else ssm[row:row + 1],
+                       stamps)
 
 
 # ---------------------------------------------------------------------------------------------
