@@ -502,8 +502,10 @@ class CachePolicy(ABC):
     @abstractmethod
     def insert(self, tokens: list[int], pages: list[int],
                checkpoints: Mapping[int, int] | None = None, *, salt: str | None = None) -> list[int]:
-        """Offer a request's KV and state checkpoints (finished, or still running: then its pages
-        stay in use by it and it stays locked on its own hit).
+        """Offer a request's KV and state checkpoints. The engine offers a request when it leaves
+        (finished, aborted, retracted), then unlocks its hit. (A policy may be offered a running
+        request's prefix too, e.g. after a prefill chunk; the pages that request keeps using are
+        then protected only by what its caller locks next: a new ``match`` + ``lock``.)
 
         :param tokens: what the client received (invariant 2): prompt + returned output, trimmed
             past a stop or ``max_new_tokens``, never more than the tokens whose KV was computed.

@@ -167,3 +167,18 @@ def test_checkpoint_budget_is_counted_in_the_state_pool_and_the_default_is_small
     assert eng.states.nbytes == (4 + 1 + 8) * per_slot
     none = _engine(path, max_running_requests=4, cache="none")
     assert none.states.num_checkpoint_slots == 0, "a cache without recurrent state gets no budget"
+
+
+def test_the_default_cache_is_radix_and_without_its_plugin_the_error_names_it_and_cache_none(tmp_path):
+    import pytest
+
+    from hinge.config import load_config
+    from hinge.plugins.plan import PlanError, resolve_plan
+
+    assert load_config(env={}).cache == "radix"
+    assert resolve_plan(load_config(env={}, overrides={"device": "cpu"}), model_info={}).cache.plugin == "radix"
+    config = load_config(env={"HINGE_PLUGINS": ""}, overrides={"device": "cpu"})
+    with pytest.raises(PlanError, match=r"(?s)unknown cache policy 'radix'.*plugin 'radix'.*cache=\"none\""):
+        resolve_plan(config, model_info={})
+    none = load_config(env={"HINGE_PLUGINS": ""}, overrides={"device": "cpu", "cache": "none"})
+    assert resolve_plan(none, model_info={}).cache.name == "none"
