@@ -124,3 +124,18 @@ def test_bench_cli_compare_hf_prints_json_alone_on_stdout(model_dir: Path) -> No
     assert [r["torch_threads"] for r in data["results"]] == [threads, threads]
     assert all(r["output_tokens"] == 12 and r["completed"] == 3 for r in data["results"])
     assert data["identical_outputs"] == 3 and "output_throughput_ratio" in data
+
+
+def test_bench_compare_hf_without_model_compares_the_embedded_default_model() -> None:
+    """No --model: both sides read the embedded model's directory (transformers once got the
+    path 'None' and tried the hub)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HINGE_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    run = subprocess.run(
+        [sys.executable, "-m", "hinge.cli", "bench", "--num-prompts", "2", "--input-len-range",
+         "4,8", "--output-len", "3", "--compare-hf", "--json", "--disable-tqdm"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads(run.stdout)
+    assert [r["name"] for r in data["results"]] == ["hinge", "transformers"]
+    assert all(r["output_tokens"] == 6 for r in data["results"])

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hinge import default_model_path
 from hinge.bench.arrivals import poisson_arrivals
 from hinge.bench.points import Point, parse_concurrencies, run_points, sweep_points
 from hinge.bench.presets import describe
@@ -112,6 +113,8 @@ def _model(args: argparse.Namespace, config: EngineConfig, directory: str
     """The config to run, a label for the model and (random weights) its shape."""
     if not wants_random_weights(args):
         label = str(config.model or "embedded default")
+        if config.model is None:  # every side (transformers too) reads the same directory
+            config = config.model_copy(update={"model": str(default_model_path())})
         if config.load_format == "dummy":
             return config, label, "load_format=dummy"
         return config, label, ""
@@ -153,7 +156,6 @@ def _comparison(results: list[BenchResult], random_weights: bool) -> dict[str, A
 
 
 def _tokenizer(config: EngineConfig) -> Tokenizer:
-    from hinge import default_model_path
     from hinge.engine.tokenizer import Tokenizer
 
     return Tokenizer.from_pretrained(config.model or default_model_path())
