@@ -91,8 +91,8 @@ class StatePool:
                     if s.ssm_shape else None for s in layers]
         #: stamp of the step that last wrote each (layer, slot): the receipts' evidence
         self.stamps = torch.zeros(len(layers), total, dtype=torch.int64, device=device)
-        self._free = list(range(num_slots - 1, 0, -1))  # pop() from the end: lowest id first
-        self._used: set[int] = set()
+        #: the working region (one slot per running request; slot 0 is reserved)
+        self.working = SlotAllocator(1, num_slots - 1, what="state slot")
         #: the checkpoint region (prefix-cache states)
         self.checkpoints = SlotAllocator(num_slots, num_checkpoint_slots)
         self._receipt_ring: list[torch.Tensor] = [torch.empty(0, dtype=torch.bool)] * 3
@@ -125,32 +125,29 @@ class StatePool:
                     per_slot / 2**20, pool.nbytes / 2**20, len(layers), ssm_dtype)
         return pool
 
-    # slots
+    # working slots (one per running request)
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self.working.num_free
 
     @property
     def num_used(self) -> int:
-        return len(self._used)
+        return self.working.num_used
 
     def can_allocate(self, n: int = 1) -> bool:
-        return n <= len(self._free)
+        return n <= self.working.num_free
 
     def allocate(self, *, zero: bool = True) -> int:
         """A slot for a fresh request, zeroed now; ``zero=False`` leaves the zeroing to a
         ``StateMoves`` plan that the runner executes with the step (the scheduler's way)."""
-        assert self._free, f"no free state slot ({self.num_used} of {self.num_slots - 1} used)"
-        slot = self._free.pop()
-        self._used.add(slot)
+        slot = self.working.allocate()
+        assert slot is not None, f"no free state slot ({self.num_used} of {self.num_slots - 1} used)"
         if zero:
             self.clear(slot)
         return slot
 
     def free(self, slot: int) -> None:
-        assert slot in self._used, f"state slot {slot} freed but not allocated (double free?)"
-        self._used.remove(slot)
-        self._free.append(slot)
+        self.working.free(slot)
 
     def clear(self, slot: int) -> None:
         for conv, ssm in zip(self.conv, self.ssm, strict=True):
