@@ -144,11 +144,23 @@ def test_bad_messages_are_400_in_words(client, messages, needle):
 
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(extra_body={"audio": {"voice": "x"}}), "audio"),
+    (dict(reasoning_effort="high"), "`reasoning_effort` is not supported"),
+    (dict(store=True), "`store` is not supported"),
+    (dict(service_tier="flex"), "`service_tier` 'flex'"),
+    (dict(extra_body={"max_token": 3, "temprature": 0.5}), "unknown field(s) `max_token`, `temprature`"),
     (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "does not support tools"),
     (dict(response_format={"type": "json_object"}, extra_body={"regex": "a"}), "at most one"),
 ])
 def test_unsupported_chat_parameters_are_refused_not_ignored(client, kwargs, needle):
+    """Used, not neutral, or not known at all: a 400 that names the field (never ignored)."""
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
                                        max_tokens=2, **kwargs)
     assert needle in str(err.value)
+
+
+def test_neutral_values_of_parameters_hinge_does_not_do_are_accepted(client):
+    resp = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=2, store=False,
+        service_tier="auto", extra_body={"metadata": None, "reasoning_effort": None})
+    assert resp.choices[0].finish_reason in ("length", "stop")

@@ -90,7 +90,7 @@ def _usage(choices: list[_Choice]) -> dict[str, Any]:
 def _check_body(body: _OpenAISampling) -> None:
     refused = body.unsupported()
     if refused is not None:
-        raise APIError(400, f"`{refused}` is not supported by hinge; leave it out")
+        raise APIError(400, refused)
 
 
 async def _start(ctx: ServerContext, body: _OpenAISampling, prompts: list[list[int]],

@@ -26,9 +26,11 @@ Stop = str | list[str] | None
 
 _STRICT_IGNORE = ConfigDict(strict=True, extra="ignore")
 
-#: OpenAI parameters hinge does not do: accepted when null/empty, else a 400 naming them
+#: OpenAI parameters hinge does not do: accepted when null/empty/false, else a 400 naming them
 NEUTRAL_ONLY = ("audio", "prediction", "web_search_options", "functions", "function_call",
-                "suffix")
+                "suffix", "reasoning_effort", "store", "metadata")
+#: ``service_tier`` values that ask for nothing hinge does not do
+NEUTRAL_SERVICE_TIERS = (None, "auto", "default")
 
 
 def parse_logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
@@ -86,9 +88,12 @@ class StructuredOutputs(BaseModel):
 
 
 class _OpenAISampling(BaseModel):
-    """Fields shared by completions and chat; the last groups are vLLM/sglang extensions."""
+    """Fields shared by completions and chat; the last groups are vLLM/sglang extensions.
 
-    model_config = _STRICT_IGNORE
+    Unknown fields are kept (``extra="allow"``) only so that ``unsupported`` can name them in a
+    400, as OpenAI does: a misspelled parameter is never silently ignored."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=0, le=2**31 - 1)
@@ -123,7 +128,11 @@ class _OpenAISampling(BaseModel):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-    # accepted only when neutral (NEUTRAL_ONLY)
+    # accepted only when neutral (NEUTRAL_ONLY, NEUTRAL_SERVICE_TIERS)
+    reasoning_effort: Any = None
+    store: Any = None
+    metadata: Any = None
+    service_tier: Any = None
     audio: Any = None
     prediction: Any = None
     web_search_options: Any = None
@@ -150,11 +159,19 @@ class _OpenAISampling(BaseModel):
             grammar=grammar if grammar is not None else self.grammar(), **fields)
 
     def unsupported(self) -> str | None:
-        """The first parameter hinge refuses (used, not neutral), or None."""
+        """Why hinge refuses this request's parameters (a field used that hinge does not do, or
+        one it does not know), or None."""
+        unknown = sorted(self.model_extra or {})
+        if unknown:
+            return (f"unknown field(s) {', '.join(f'`{n}`' for n in unknown)}; check the "
+                    "spelling or leave them out")
         for name in NEUTRAL_ONLY:
             value = getattr(self, name, None)
             if value not in (None, False, "", [], {}):
-                return name
+                return f"`{name}` is not supported by hinge; leave it out"
+        if self.service_tier not in NEUTRAL_SERVICE_TIERS:
+            return (f"`service_tier` {self.service_tier!r} is not supported by hinge; use auto or "
+                    "leave it out")
         return None
 
     def grammar(self) -> Grammar | None:
