@@ -6,6 +6,8 @@ from hinge.config import ConfigError, EngineConfig, load_config
 
 INTERNALS_DEFAULTS = {
     "model": None, "device": "auto", "dtype": "auto", "attention": "auto", "attention_options": {},
+    "attention_prefill": None, "attention_prefill_options": {},
+    "attention_decode": None, "attention_decode_options": {},
     "quantizer": "auto", "quantizer_options": {}, "speculator": None, "speculator_options": {},
     "cache": "radix", "cache_options": {},
     "plugins": {"allow": None, "block": [], "strict": False},

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 GraphMode = Literal["auto", "off", "require"]
 
@@ -99,6 +99,14 @@ class EngineConfig(BaseModel):
     #: reference (the plan decides and says why: ``hinge.plugins.auto_attention``)
     attention: str = "auto"
     attention_options: dict[str, Any] = Field(default_factory=dict)
+    #: attention per phase (sglang's prefill/decode attention backends): prefill and mixed steps
+    #: run ``attention_prefill``, decode and verify steps ``attention_decode``; None = ``attention``.
+    #: Options: ``attention_<phase>_options``, else ``attention_options`` when the name is
+    #: ``attention``'s
+    attention_prefill: str | None = None
+    attention_prefill_options: dict[str, Any] = Field(default_factory=dict)
+    attention_decode: str | None = None
+    attention_decode_options: dict[str, Any] = Field(default_factory=dict)
     quantizer: str = "auto"
     quantizer_options: dict[str, Any] = Field(default_factory=dict)
     speculator: str | None = None
@@ -131,6 +139,8 @@ class EngineConfig(BaseModel):
     load_format: Literal["auto", "dummy"] = "auto"
     #: torch intra-op threads on CPU; None (or "auto") = chosen at start (hinge.threads)
     cpu_threads: int | None = Field(None, ge=1)
+    #: fields ``resolved()`` filled from ``DEVICE_DEFAULTS``, with the value it filled in
+    _defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("model", mode="before")
     @classmethod
@@ -165,6 +175,46 @@ class EngineConfig(BaseModel):
             raise ValueError("must name a component (see `hinge plugins`)")
         return value.strip()
 
+    @field_validator("attention_prefill", "attention_decode", mode="before")
+    @classmethod
+    def _phase_attention(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            if value.lower() in ("", "none", "null"):
+                return None
+            if value == "auto":
+                raise ValueError("per-phase attention names a backend; leave it unset to use "
+                                 "`attention` (which may be auto)")
+        return value
+
+    def phase_attention(self, phase: str) -> tuple[str, dict[str, Any]]:
+        """(backend name, options) for ``prefill`` (prefill and mixed steps) or ``decode``
+        (decode and verify steps); ``attention`` itself may still be ``auto``."""
+        name = getattr(self, f"attention_{phase}") or self.attention
+        options = getattr(self, f"attention_{phase}_options")
+        if not options and name == self.attention:
+            options = self.attention_options
+        return name, dict(options)
+
+    @property
+    def page_size_is_default(self) -> bool:
+        """``page_size`` was filled by ``resolved()`` from the device default (not set by the
+        user), so the plan may pick one the attention backends prefer instead."""
+        return self.page_size is None or self._defaults.get("page_size") == self.page_size
+
+    def with_page_size(self, page_size: int) -> EngineConfig:
+        """This resolved config with another page size (the plan's choice); a defaulted
+        ``track_interval`` is re-rounded to whole pages of it."""
+        update: dict[str, Any] = {"page_size": page_size}
+        defaults = dict(self._defaults, page_size=page_size)
+        if "track_interval" in self._defaults and self._defaults["track_interval"] == self.track_interval:
+            base = DEVICE_DEFAULTS[self.device]["track_interval"] if self.device in DEVICE_DEFAULTS \
+                else self.track_interval
+            update["track_interval"] = defaults["track_interval"] = -(-base // page_size) * page_size
+        out = self.model_copy(update=update)
+        out._defaults = defaults
+        return out
+
     def resolved(self) -> EngineConfig:
         """This config with every per-device default decided: ``device`` (auto -> cuda when torch
         sees a GPU), ``page_size`` and ``chunked_prefill_size`` (``DEVICE_DEFAULTS``)."""
@@ -186,7 +236,11 @@ class EngineConfig(BaseModel):
                 f"track_interval {self.track_interval} is not a multiple of page_size {page}: "
                 "recurrent-state checkpoints sit at page boundaries; set track_interval to a "
                 f"multiple of {page} (e.g. {-(-self.track_interval // page) * page})")
-        return self.model_copy(update=update)
+        out = self.model_copy(update=update)
+        # NOTE: which values came from defaults (a field still holding that value is not the
+        # user's choice): the plan may replace a defaulted page size (``with_page_size``)
+        out._defaults = {**self._defaults, **{k: v for k, v in update.items() if k != "device"}}
+        return out
 
     @property
     def resolved_dtype(self) -> str:
@@ -208,7 +262,8 @@ class EngineConfig(BaseModel):
 # loading: defaults < YAML < HINGE_* env < overrides (CLI)
 # -------------------------------------------------------------------------------------------------
 
-_DICT_FIELDS = {"attention_options", "quantizer_options", "speculator_options", "cache_options"}
+_DICT_FIELDS = {"attention_options", "quantizer_options", "speculator_options", "cache_options",
+                "attention_prefill_options", "attention_decode_options"}
 _ENV_SPECIAL = {
     "HINGE_PLUGINS": ("plugins", "allow"),
     "HINGE_PLUGINS_BLOCK": ("plugins", "block"),
@@ -218,7 +273,7 @@ _ENV_SPECIAL = {
     "HINGE_GRAPHS_DRAFT": ("graphs", "draft"),
 }
 _NULLABLE = {"model", "speculator", "kv_cache_bytes", "max_model_len", "cpu_threads",
-             "track_interval", "checkpoint_slots"}
+             "track_interval", "checkpoint_slots", "attention_prefill", "attention_decode"}
 
 
 def env_settings(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:

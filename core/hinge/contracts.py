@@ -62,6 +62,10 @@ class AttentionLayer:
     scale: float
     sliding_window: int | None = None  #: keys older than ``pos - sliding_window + 1`` are masked
     causal: bool = True
+    #: attention-logit softcap (Gemma 2's ``attn_logit_softcapping``): scaled scores ``s`` become
+    #: ``cap * tanh(s / cap)`` before the mask and softmax; None = off. Backends that do not
+    #: declare ``AttentionCapabilities.logit_softcap`` are refused for such models at plan time
+    logit_softcap: float | None = None
 
 
 class AttentionBackend(ABC):

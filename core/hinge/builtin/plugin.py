@@ -27,10 +27,12 @@ TORCH_ATTENTION = AttentionBackendSpec(
     factory="hinge.builtin.torch_attention:TorchAttentionBackend",
     capabilities=AttentionCapabilities(
         sliding_window=True,
+        logit_softcap=True,
         batch_invariant=True,
         graph_note="reference backend: builds its metadata on the host every step",
     ),
-    description="reference paged attention in plain torch (GQA, causal, sliding window)",
+    description="reference paged attention in plain torch (GQA, causal, sliding window, "
+    "logit softcap)",
 )
 
 TRITON_ATTENTION = AttentionBackendSpec(

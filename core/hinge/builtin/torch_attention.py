@@ -8,7 +8,9 @@ work once); every layer then writes its new k/v at ``batch.out_loc`` and attends
 - deterministic path (``build.deterministic``):
   ``hinge.layers.batch_invariant.fixed_split_attention``, a float32 online softmax over a fixed
   KV split at absolute positions. A query's bits then depend only on its own position and keys:
-  the same alone, in any batch, and for any prefill chunking.
+  the same alone, in any batch, and for any prefill chunking;
+- logit softcap (``layer.logit_softcap``; SDPA has none): scores ``cap * tanh(s / cap)`` computed
+  per request in float32 (the deterministic path caps inside its online softmax).
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ class TorchAttentionBackend(AttentionBackend):
             meta = batch.attn_metadata = self.prepare_metadata(batch)
         assert meta.page_size == kv.page_size, (
             f"metadata built for page_size {meta.page_size}, KV pool has {kv.page_size}")
-        if meta.decode_only:  # the common decode step: one batched SDPA, nothing to scatter
+        cap = layer.logit_softcap
+        if meta.decode_only and not cap:  # the common decode step: one batched SDPA, nothing to scatter
             return self._decode_batch(q, k_cache, v_cache, layer, meta, None)
         out = torch.empty_like(q)
         window = layer.sliding_window
@@ -150,8 +153,16 @@ class TorchAttentionBackend(AttentionBackend):
                     out[r.q_start : r.q_start + r.extend_len] = fixed_split_attention(
                         q[r.q_start : r.q_start + r.extend_len], k_cache.index_select(0, r.kv_slots),
                         v_cache.index_select(0, r.kv_slots),
-                        r.prefix_len, layer.scale, window,
+                        r.prefix_len, layer.scale, window, softcap=cap,
                     ).to(q.dtype)
+            return out
+        if cap:
+            for r in meta.requests:
+                if r.extend_len:
+                    rows = slice(r.q_start, r.q_start + r.extend_len)
+                    out[rows] = softcap_attention(
+                        q[rows], k_cache.index_select(0, r.kv_slots),
+                        v_cache.index_select(0, r.kv_slots), r.prefix_len, layer).to(q.dtype)
             return out
         skip = set(meta.decode_ids)
         if skip:
@@ -193,6 +204,26 @@ class TorchAttentionBackend(AttentionBackend):
             return o[:, :, 0, :]
         out.index_copy_(0, meta.decode_rows, o[:, :, 0, :])
         return None
+
+
+def softcap_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prefix_len: int,
+                      layer: AttentionLayer) -> torch.Tensor:
+    """One request's causal attention with ``layer.logit_softcap``, float32 out.
+
+    :param q: (E, H, D) queries at positions ``prefix_len .. prefix_len + E - 1``.
+    :param k: (S, Hkv, D) keys at positions ``0 .. S - 1``; ``v`` likewise.
+    """
+    rep = layer.num_heads // layer.num_kv_heads
+    qf = q.float().transpose(0, 1)  # (H, E, D)
+    kf = k.float().repeat_interleave(rep, dim=1).transpose(0, 1)  # (H, S, D)
+    vf = v.float().repeat_interleave(rep, dim=1).transpose(0, 1)
+    scores = torch.matmul(qf, kf.transpose(1, 2)) * layer.scale
+    cap = layer.logit_softcap
+    scores = torch.tanh(scores / cap) * cap
+    q_pos = torch.arange(prefix_len, prefix_len + q.shape[0], device=q.device)
+    allowed = causal_mask(q_pos, torch.arange(k.shape[0], device=q.device), layer.sliding_window)
+    probs = torch.softmax(scores.masked_fill(~allowed[None], float("-inf")), dim=-1)
+    return torch.matmul(probs, vf).transpose(0, 1)
 
 
 def gather_rows(pool: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -64,6 +64,9 @@ class Engine:
         # plan
         self.plugin_manager = get_plugin_manager(config.plugins)
         self.plan = resolve_plan(config, self.plugin_manager, model_votes=model_votes)
+        # NOTE: the plan may choose the page size the attention backends share (an unset page_size)
+        config = self.config = config.model_copy(update={
+            "page_size": self.plan.config.page_size, "track_interval": self.plan.config.track_interval})
         if self.plan.speculator is not None:
             raise ValueError(
                 f"speculator {config.speculator!r} was selected, but this engine does not run "
@@ -79,7 +82,9 @@ class Engine:
                                 progress=progress, load_format=config.load_format)
         mcfg = self.model.config
         build = self.plan.build_context(mcfg)
-        self.attn = self.plan.build_attention(build)
+        self.attn = self.plan.build_attention(build)  # prefill and mixed steps (every step, unsplit)
+        #: decode and verify steps: ``attention_decode`` when the plan has one, else ``attn``
+        self.attn_decode = self.plan.build_attention_decode(build) or self.attn
         self.tokenizer = Tokenizer.from_pretrained(config.model)
         self.vocab_size = mcfg.vocab_size
         self.max_model_len = config.max_model_len or mcfg.max_position_embeddings
@@ -112,7 +117,8 @@ class Engine:
                                    states=self.states)
         self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states,
                                   max_rows=config.max_running_requests + 1,
-                                  max_pages=self.kv.pages_needed(self.max_model_len))
+                                  max_pages=self.kv.pages_needed(self.max_model_len),
+                                  attn_decode=self.attn_decode)
         self.sampler = Sampler(self.vocab_size, self.device, deterministic=config.deterministic,
                                max_rows=config.max_running_requests + 1, eos_ids=self.eos_ids)
         self._grammar_backend: Any = None  #: built when the first request with a grammar arrives
@@ -120,7 +126,8 @@ class Engine:
         # (flashinfer's plan buffers) may only be updated in inference mode later
         with torch.inference_mode():
             # attention kernels compile (or load from their JIT cache) now, not on the first request
-            self.attn.warmup(self.model.attention_layers, self.kv)
+            for attn in {id(a): a for a in (self.attn, self.attn_decode)}.values():
+                attn.warmup(self.model.attention_layers, self.kv)
             # CUDA graphs: the ladders of the phases the plan allows (hinge.engine.graphs)
             self.runner.graphs = capture_graphs(dict(self.plan.graphs), self.runner)
         #: overlap scheduling: collect step n's results after launching step n + 1 (CUDA)
@@ -369,7 +376,7 @@ class Engine:
             self.abort_request(req.rid)
         self._aborted = []
         # drop every large tensor so a following engine on the same GPU gets the memory back
-        self.model = self.runner = self.kv = self.states = self.attn = None
+        self.model = self.runner = self.kv = self.states = self.attn = self.attn_decode = None
         self.scheduler.kv = self.scheduler.states = None
         if self.device == "cuda":
             import gc

@@ -110,11 +110,17 @@ def capture_order(shapes: Iterable[GraphShape]) -> list[GraphShape]:
 
 
 class GraphRunner:
-    """Captured graphs of one model over one KV pool, state pool and batch builder."""
+    """Captured graphs of one model over one KV pool, state pool and batch builder.
+
+    Attention per phase: decode-shaped graphs capture ``attn_decode``, prefill-shaped ones
+    ``attn`` (the same object unless the plan splits the phases; then a decode step only replays
+    a decode-shaped graph and a prefill or mixed step only a prefill-shaped one)."""
 
     def __init__(self, model: Any, attn: Any, kv: Any, states: Any, builder: ForwardBatchBuilder,
-                 shapes: Sequence[GraphShape], *, graph_type: type = CudaGraph) -> None:
+                 shapes: Sequence[GraphShape], *, graph_type: type = CudaGraph,
+                 attn_decode: Any = None) -> None:
         self.model, self.attn, self.kv, self.states, self.builder = model, attn, kv, states, builder
+        self.attn_decode = attn_decode if attn_decode is not None else attn
         self.shapes = capture_order(shapes)
         self.graph_type = graph_type
         self.graphs: list[CapturedGraph] = []
@@ -132,8 +138,10 @@ class GraphRunner:
         cuda = self.graph_type is CudaGraph
         started, free = time.perf_counter(), torch.cuda.mem_get_info()[0] if cuda else 0
         max_rows = max(s.num_requests for s in self.shapes)
-        self.attn.init_graph_buffers(max_rows, max(s.num_tokens for s in self.shapes),
-                                     self.builder.max_pages)
+        for attn in {id(self.attn_of(s)): self.attn_of(s) for s in self.shapes}.values():
+            mine = [s for s in self.shapes if self.attn_of(s) is attn]
+            attn.init_graph_buffers(max(s.num_requests for s in mine),
+                                    max(s.num_tokens for s in mine), self.builder.max_pages)
         page_table = torch.zeros(max_rows, self.builder.max_pages, dtype=torch.int64,
                                  device=self.builder.device)
         # NOTE: one logits buffer for every graph, outside the pool: each graph's own output
@@ -143,8 +151,9 @@ class GraphRunner:
         pool = torch.cuda.graph_pool_handle() if cuda else None
         for shape in self.shapes:
             static = self.builder.static_batch(shape, page_table=page_table)
-            self.attn.prepare_for_capture(static.batch)
-            ctx = ForwardContext(batch=static.batch, attn=self.attn, kv=self.kv, states=self.states)
+            attn = self.attn_of(shape)
+            attn.prepare_for_capture(static.batch)
+            ctx = ForwardContext(batch=static.batch, attn=attn, kv=self.kv, states=self.states)
             logits = out[:shape.num_logits]
             graph = self.graph_type(pool)
             with torch.inference_mode():
@@ -160,6 +169,10 @@ class GraphRunner:
         logger.info("cuda graphs: captured %d shapes in %.1f s (%.2f GiB): %s", len(self.graphs),
                     time.perf_counter() - started, used, self.describe())
 
+    def attn_of(self, shape: GraphShape) -> Any:
+        """The attention backend a shape captures: decode-shaped -> ``attn_decode``."""
+        return self.attn if shape.tokens_per_request is None else self.attn_decode
+
     def describe(self) -> str:
         parts = [f"decode x{q}: batch {', '.join(str(g.shape.num_requests) for g in gs)}"
                  for q, gs in sorted(self._decode.items())]
@@ -171,19 +184,26 @@ class GraphRunner:
     # -- per step -----------------------------------------------------------------------------
 
     def find(self, seqs: Sequence[StepSeq], *, track_states: bool = False,
-             capture_hidden_layers: tuple[int, ...] = ()) -> CapturedGraph | None:
-        """The smallest captured shape ``seqs`` fits, or None: run the step eager."""
+             capture_hidden_layers: tuple[int, ...] = (), phase: str | None = None
+             ) -> CapturedGraph | None:
+        """The smallest captured shape ``seqs`` fits, or None: run the step eager. With the
+        phases split over two backends, ``phase`` (the batch phase) keeps a decode step on a
+        decode-shaped graph and a prefill or mixed step on a prefill-shaped one."""
         if not self.graphs or not seqs or track_states or capture_hidden_layers:
             return None
         if any(s.logits_rows for s in seqs):  # prompt logprobs: logits of many rows
             return None
         if any(s.checkpoint_len for s in seqs):  # a checkpoint inside the step: split on the host
             return None
+        split = self.attn_decode is not self.attn and phase is not None
+        decode_phase = phase in ("decode", "verify")
         b, q = len(seqs), seqs[0].extend_len
-        if all(s.extend_len == q for s in seqs):
+        if all(s.extend_len == q for s in seqs) and (decode_phase or not split):
             for g in self._decode.get(q, ()):
                 if g.shape.num_requests >= b:
                     return g
+        if split and decode_phase:
+            return None
         if b <= self._prefill_requests:
             t = sum(s.extend_len for s in seqs)
             for g in self._prefill:
@@ -201,7 +221,7 @@ class GraphRunner:
         write itself and no stale row of an earlier replay writes anywhere but slot 0."""
         batch = self.builder.build(seqs, phase=phase, into=graph.static,  # type: ignore[arg-type]
                                    stamp=stamp)
-        self.attn.prepare_for_replay(batch, graph.shape.num_requests)
+        self.attn_of(graph.shape).prepare_for_replay(batch, graph.shape.num_requests)
         graph.graph.replay()
         self.replays[graph.phase] += 1
         return graph.logits[:sum(s.sample for s in seqs)]
@@ -216,7 +236,7 @@ def capture_graphs(decisions: dict[str, GraphDecision], runner: Any, *,
     if not shapes:
         return None
     graphs = GraphRunner(runner.model, runner.attn, runner.kv, runner.states, runner.builder, shapes,
-                         graph_type=graph_type)
+                         graph_type=graph_type, attn_decode=getattr(runner, "attn_decode", None))
     try:
         graphs.capture()
     except Exception as exc:

@@ -11,6 +11,9 @@ With CUDA graphs (``graphs``, a ``hinge.engine.graphs.GraphRunner`` the engine c
 a step that fits a captured shape replays it; any other step runs eager and is counted in
 ``eager_steps`` by its batch phase.
 
+Attention per phase: prefill and mixed steps run ``attn``, decode and verify steps
+``attn_decode`` (the same object unless the plan selected ``attention_decode``).
+
 Hybrid models: every step is numbered (its stamp, written by every recurrent layer beside each
 state it writes); a step with checkpoints leaves a receipt on ``ScheduledBatch.receipt`` (which
 checkpoint slots every layer really wrote, eager or graph: ``StatePool.receipt``) and says which
@@ -50,9 +53,12 @@ class ModelRunner:
     table by request row, one staging copy per step)."""
 
     def __init__(self, model: Any, attn: AttentionBackend, kv: KVCache, device: str | torch.device,
-                 states: Any = None, *, max_rows: int = 65, max_pages: int | None = None):
+                 states: Any = None, *, max_rows: int = 65, max_pages: int | None = None,
+                 attn_decode: AttentionBackend | None = None):
         self.model = model
         self.attn = attn
+        #: the backend of decode and verify steps (``attn`` unless the plan splits the phases)
+        self.attn_decode = attn_decode if attn_decode is not None else attn
         self.kv = kv
         self.states = states
         self.device = torch.device(device)
@@ -63,6 +69,10 @@ class ModelRunner:
         self.eager_steps: dict[str, int] = {}  #: by batch phase; graph replays count apart
         self.graphs: GraphRunner | None = None  #: set by the engine when the plan allows graphs
         self.stamp = 0  #: the last step's stamp (recurrent-state receipts)
+
+    def attn_for(self, phase: str) -> AttentionBackend:
+        """The attention backend of a batch phase (decode and verify: ``attn_decode``)."""
+        return self.attn_decode if phase in ("decode", "verify") else self.attn
 
     @property
     def graph_replays(self) -> dict[str, int]:
@@ -119,14 +129,15 @@ class ModelRunner:
             self.states.apply(sched.state_moves)
         seqs, sample_reqs, prompt_rows = self.step_seqs(sched)
         self.stamp += 1
-        graph = self.graphs.find(seqs) if self.graphs is not None else None
+        graph = self.graphs.find(seqs, phase=sched.phase) if self.graphs is not None else None
         if graph is not None:
             logits = self.graphs.replay(graph, seqs, sched.phase, stamp=self.stamp)
             sched.path = "graph"
         else:
             batch = self.builder.build(seqs, phase=sched.phase, stamp=self.stamp)
-            batch.attn_metadata = self.attn.prepare_metadata(batch)
-            ctx = ForwardContext(batch=batch, attn=self.attn, kv=self.kv, states=self.states)
+            attn = self.attn_for(batch.phase)
+            batch.attn_metadata = attn.prepare_metadata(batch)
+            ctx = ForwardContext(batch=batch, attn=attn, kv=self.kv, states=self.states)
             logits = self._run_model(ctx).logits
             sched.path = "eager"
         checkpoints = sched.checkpoints

@@ -141,8 +141,10 @@ def fixed_split_attention(
     prefix_len: int,
     scale: float,
     window: int | None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """Batch-invariant causal attention of one request, float32 out.
+    """Batch-invariant causal attention of one request, float32 out (``softcap``: scores
+    become ``softcap * tanh(scores / softcap)``, as ``AttentionLayer.logit_softcap`` says).
 
     :param q: (E, H, D) queries at positions ``prefix_len .. prefix_len+E-1``.
     :param k: (S, Hkv, D) keys at positions ``0..S-1``; ``v`` likewise.
@@ -183,6 +185,8 @@ def fixed_split_attention(
             vb = vf[:, k0 : k0 + KV_BLOCK].contiguous()
             allowed = _visible(pos, block_k_pos + k0, window)
             scores = _bmm(qb, kb.transpose(1, 2)) * scale
+            if softcap:
+                scores = torch.tanh(scores / softcap) * softcap
             scores = scores.masked_fill(~allowed[None], neg_inf)
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
             m_safe = torch.where(m_new == neg_inf, 0.0, m_new)

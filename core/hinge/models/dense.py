@@ -51,6 +51,15 @@ def sliding_window_of(cfg: Any, layer_idx: int) -> int | None:
     return window
 
 
+def logit_softcap_of(cfg: Any) -> float | None:
+    """The attention-logit softcap the HF config sets (``attn_logit_softcapping``, as Gemma 2
+    defines it), or None. The plan reads the same rule (``hinge.plugins.checks.
+    model_logit_softcap``) to refuse a backend that does not declare ``logit_softcap``."""
+    from hinge.plugins.checks import model_logit_softcap
+
+    return model_logit_softcap(cfg)
+
+
 def qkv_linear(hidden: int, sizes: tuple[int, int, int], bias: bool, quantizer: Quantizer,
                dtype: torch.dtype, prefix: str, tp: TensorParallel) -> Linear:
     """``{prefix}.qkv_proj``: the checkpoint's q_proj | k_proj | v_proj as one column-parallel GEMM."""
@@ -96,6 +105,7 @@ class DecoderAttention(nn.Module):
             head_dim=self.head_dim,
             scale=self.head_dim**-0.5,
             sliding_window=sliding_window_of(cfg, layer_idx),
+            logit_softcap=logit_softcap_of(cfg),
         )
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: ForwardContext):

@@ -14,7 +14,7 @@ from torch import nn
 from hinge.contracts import AttentionLayer
 from hinge.forward import PositionStates
 from hinge.layers import SINGLE, Linear, RMSNorm, RotaryEmbedding, TensorParallel
-from hinge.models.dense import head_dim_of, qkv_linear
+from hinge.models.dense import head_dim_of, logit_softcap_of, qkv_linear
 from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class HybridAttention(nn.Module):
         self.rotary = [rotary]  # shared module, not registered per layer
         self.layer = AttentionLayer(kv_layer_id=kv_layer_id, num_heads=self.num_heads,
                                     num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-                                    scale=self.head_dim**-0.5)
+                                    scale=self.head_dim**-0.5, logit_softcap=logit_softcap_of(cfg))
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
         t = h.shape[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Device = Literal["cpu", "cuda"]
 DType = Literal["float32", "bfloat16", "float16"]
@@ -58,12 +58,33 @@ class Capabilities(BaseModel):
         return value
 
 
+#: how a KV page is laid out: ``nhd`` = each layer's K and V are separate tensors of
+#: ``(num_pages * page_size, num_kv_heads, head_dim)``, i.e. pages of ``(page_size,
+#: num_kv_heads, head_dim)`` (what hinge's KV pool builds); ``hnd`` = pages of ``(num_kv_heads,
+#: page_size, head_dim)`` (declarable, refused by the plan: no pool builds it yet)
+KVLayout = Literal["nhd", "hnd"]
+POOL_KV_LAYOUT: KVLayout = "nhd"
+
+
 class AttentionCapabilities(Capabilities):
+    """What an attention backend runs, and the KV pool it reads (page sizes, page layout, KV
+    dtype). The plan picks a page size every selected attention backend takes
+    (``hinge.plugins.kv_layout``) and refuses a model needing a feature none declares."""
+
     #: tokens per KV page the backend accepts; None = any page size
     page_sizes: frozenset[int] | None = None
+    #: page sizes it runs best with, best first (e.g. ``(128,)`` for a TMA path whose tile is a
+    #: page); the plan picks the first every selected backend takes when page_size is not set
+    preferred_page_sizes: tuple[int, ...] = ()
+    #: the page layout it reads (``KVLayout``)
+    kv_layout: KVLayout = POOL_KV_LAYOUT
+    #: KV cache dtypes it reads; None = any of ``dtypes`` (the pool holds KV in the model dtype)
+    kv_dtypes: frozenset[DType] | None = None
     #: head dims it accepts; None = any
     head_dims: frozenset[int] | None = None
     sliding_window: bool = False
+    #: ``AttentionLayer.logit_softcap``: scores become ``cap * tanh(scores / cap)``
+    logit_softcap: bool = False
     #: batches it can run: prefill, decode, mixed (both in one step), verify (k+1 per request)
     phases: frozenset[Literal["prefill", "decode", "mixed", "verify"]] = frozenset(
         {"prefill", "decode", "mixed", "verify"}
@@ -75,6 +96,22 @@ class AttentionCapabilities(Capabilities):
         if value is not None and (not value or min(value) <= 0):
             raise ValueError("must be None (any) or a non-empty set of positive integers")
         return value
+
+    @field_validator("kv_dtypes")
+    @classmethod
+    def _kv_not_empty(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        if value is not None and not value:
+            raise ValueError("must be None (the model dtype) or name at least one dtype")
+        return value
+
+    @model_validator(mode="after")
+    def _preferred_are_accepted(self) -> AttentionCapabilities:
+        bad = [p for p in self.preferred_page_sizes
+               if p <= 0 or (self.page_sizes is not None and p not in self.page_sizes)]
+        if bad:
+            raise ValueError(f"preferred_page_sizes {bad} must be positive and among page_sizes "
+                             f"{sorted(self.page_sizes or [])}")
+        return self
 
 
 class QuantizerCapabilities(Capabilities):

@@ -1,5 +1,6 @@
-"""Plan checks from declared capabilities: device, dtype, compute capability, page size,
-deterministic mode, and what the model needs (sliding window, head dim, recurrent layers).
+"""Plan checks from declared capabilities: device, dtype, compute capability, availability on
+this machine, the phases each attention backend runs, KV layout, deterministic mode, and what
+the model needs (sliding window, head dim, logit softcap, recurrent layers).
 
 Each check returns reasons (strings a user can act on), never raises: the plan joins them.
 """
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hinge.plugins.kv_layout import layout_reasons
 from hinge.plugins.specs import KIND_LABELS
 
 if TYPE_CHECKING:
@@ -150,17 +152,81 @@ def capability_reasons(
                 f"deterministic = true but {_label(c)} is not batch invariant; select one that "
                 "is or set deterministic = false"
             )
-    attn = plan.attention.spec.capabilities
-    if attn.page_sizes is not None and config.page_size not in attn.page_sizes:
-        reasons.append(
-            f"{_label(plan.attention)} does not support page_size {config.page_size}; "
-            f"it supports {', '.join(map(str, sorted(attn.page_sizes)))} (set page_size)"
-        )
+    reasons.extend(availability_reasons(plan, device_capability))
+    reasons.extend(_phase_reasons(plan))
+    reasons.extend(layout_reasons(plan.dtype, plan.attention_backends()))
     multiple = plan.cache.spec.capabilities.page_size_multiple
     if config.page_size % multiple:
         reasons.append(f"{_label(plan.cache)} needs page_size to be a multiple of {multiple}")
     reasons.extend(_model_reasons(plan, model_info))
     return reasons
+
+
+def availability_reasons(plan: ResolvedPlan, device_capability: tuple[int, int] | None) -> list[str]:
+    """Each selected component's own availability check (``ComponentSpec.availability``), for
+    components whose declared devices and compute capability already fit (those reasons come
+    from the capability checks above)."""
+    from hinge.plugins.availability import Machine, check_reason
+
+    cuda = device_capability is not None if plan.device == "cuda" else _torch_sees_cuda()
+    machine = Machine(plan.device, cuda, tuple(device_capability) if device_capability else None)
+    reasons = []
+    for c in plan.selected():
+        caps = c.spec.capabilities
+        need = caps.min_compute_capability
+        if plan.device not in caps.devices or (
+                plan.device == "cuda" and need and device_capability and tuple(device_capability) < need):
+            continue
+        why = check_reason(c.spec, machine)
+        if why:
+            reasons.append(f"{_label(c)} cannot run here: {why}")
+    return reasons
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _phase_reasons(plan: ResolvedPlan) -> list[str]:
+    """Each attention backend claims the batches it is given: prefill and mixed steps for
+    ``attention``, decode (and verify, with q > 1 graphs) for the decode-phase backend; one
+    backend per phase under ``deterministic`` (a prefill row and a decode row of the same token
+    must give the same bits, invariant 3)."""
+    reasons = []
+    verify = max(plan.config.graphs.tokens_per_request) > 1 or plan.speculator is not None
+    decode_needs = {"decode", "verify"} if verify else {"decode"}
+    if plan.attention_decode is None:
+        wants = [(plan.attention, {"prefill", "mixed"} | decode_needs)]
+    else:
+        wants = [(plan.attention, {"prefill", "mixed"}), (plan.attention_decode, decode_needs)]
+        if plan.config.deterministic and plan.attention_decode.name != plan.attention.name:
+            reasons.append(
+                f"deterministic = true needs one attention backend for every phase (a prefill row "
+                f"and a decode row must give the same bits), but prefill runs "
+                f"{plan.attention.name!r} and decode {plan.attention_decode.name!r}; unset "
+                "attention_prefill / attention_decode or set deterministic = false")
+    for c, phases in wants:
+        missing = sorted(phases - set(c.spec.capabilities.phases))
+        if missing:
+            reasons.append(f"{_label(c)} does not run {', '.join(missing)} batches; select another "
+                           "backend for that phase (attention_prefill / attention_decode)")
+    return reasons
+
+
+#: HF config keys holding an attention-logit softcap (Gemma 2 and its descendants, Grok-style)
+SOFTCAP_KEYS = ("attn_logit_softcapping",)
+
+
+def model_logit_softcap(info: Any) -> float | None:
+    """The attention-logit softcap a model's HF config sets (``attn_logit_softcapping``), or
+    None when it sets none (absent, null or 0). ``info``: a config dict or a config object."""
+    for key in SOFTCAP_KEYS:
+        value = info.get(key) if isinstance(info, dict) else getattr(info, key, None)
+        if value:
+            return float(value)
+    return None
 
 
 def _model_reasons(plan: ResolvedPlan, model_info: Any) -> list[str]:
@@ -169,16 +235,21 @@ def _model_reasons(plan: ResolvedPlan, model_info: Any) -> list[str]:
     except Exception:  # noqa: BLE001 - a model that cannot be read is reported by the loader
         return []
     reasons = []
-    attn = plan.attention.spec.capabilities
     window = info.get("sliding_window")
-    if window and info.get("use_sliding_window", True) and not attn.sliding_window:
-        reasons.append(f"the model uses a sliding window ({window}) and {_label(plan.attention)} "
-                       "does not support one")
     heads = info.get("num_attention_heads")
     head_dim = info.get("head_dim") or (info["hidden_size"] // heads if heads and info.get("hidden_size") else None)
-    if head_dim and attn.head_dims is not None and head_dim not in attn.head_dims:
-        reasons.append(f"{_label(plan.attention)} does not support head_dim {head_dim}; it supports "
-                       f"{', '.join(map(str, sorted(attn.head_dims)))}")
+    softcap = model_logit_softcap(info)
+    for c in plan.attention_backends():
+        attn = c.spec.capabilities
+        if window and info.get("use_sliding_window", True) and not attn.sliding_window:
+            reasons.append(f"the model uses a sliding window ({window}) and {_label(c)} "
+                           "does not support one")
+        if head_dim and attn.head_dims is not None and head_dim not in attn.head_dims:
+            reasons.append(f"{_label(c)} does not support head_dim {head_dim}; it supports "
+                           f"{', '.join(map(str, sorted(attn.head_dims)))}")
+        if softcap and not attn.logit_softcap:
+            reasons.append(f"the model caps attention logits (attn_logit_softcapping = {softcap}) and "
+                           f"{_label(c)} does not support a logit softcap; select one that does")
     layer_types = info.get("layer_types") or []
     hybrid = any(t in RECURRENT_LAYER_TYPES for t in layer_types)
     cache = plan.cache.spec.capabilities

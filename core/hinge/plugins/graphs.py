@@ -25,10 +25,9 @@ if TYPE_CHECKING:
 
 
 def phase_components(plan: ResolvedPlan, phase: str) -> list[SelectedComponent]:
-    """Components that run inside a step of ``phase`` (the drafter uses the attention backend)."""
-    if phase == "draft":
-        return [c for c in (plan.speculator, plan.attention) if c is not None]
-    return plan.selected()
+    """Components that run inside a step of ``phase``: that phase's attention backend
+    (``ResolvedPlan.attention_for``) and the other slots; the drafter uses the decode one."""
+    return plan.components_for(phase)
 
 
 def phase_needs(plan: ResolvedPlan, phase: str) -> tuple[str, ...]:

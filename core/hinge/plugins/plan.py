@@ -111,9 +111,32 @@ class ResolvedPlan:
     graphs: Mapping[str, GraphDecision] = field(default_factory=lambda: MappingProxyType({}))
     #: how an ``auto`` choice was made (``hinge.plugins.auto_attention``), one line each
     notes: tuple[str, ...] = ()
+    #: the decode-phase attention backend (decode and verify steps) when it is not ``attention``
+    #: (``attention_decode`` in config); None = ``attention`` runs every phase
+    attention_decode: SelectedComponent | None = None
 
     def selected(self) -> list[SelectedComponent]:
-        return [c for c in (self.attention, self.quantizer, self.cache, self.speculator) if c]
+        return [c for c in (self.attention, self.attention_decode, self.quantizer, self.cache,
+                            self.speculator) if c]
+
+    def attention_backends(self) -> list[SelectedComponent]:
+        """The distinct attention backends, the prefill one first (they share one KV pool)."""
+        return [c for c in (self.attention, self.attention_decode) if c is not None]
+
+    def attention_for(self, phase: str) -> SelectedComponent:
+        """The attention backend of a batch phase: ``prefill`` and ``mixed`` steps run
+        ``attention``; ``decode``, ``verify`` (and ``draft``) steps ``attention_decode`` when set."""
+        if phase in ("decode", "verify", "draft") and self.attention_decode is not None:
+            return self.attention_decode
+        return self.attention
+
+    def components_for(self, phase: str) -> list[SelectedComponent]:
+        """Components that run inside a step of graph phase ``phase`` (the drafter uses the
+        decode attention backend)."""
+        attn = self.attention_for(phase)
+        if phase == "draft":
+            return [c for c in (self.speculator, attn) if c is not None]
+        return [c for c in (attn, self.quantizer, self.cache, self.speculator) if c]
 
     def build_context(self, model_config: Any = None) -> BuildContext:
         import torch
@@ -138,7 +161,12 @@ class ResolvedPlan:
         return factory(component.options, build)
 
     def build_attention(self, build: BuildContext) -> Any:
+        """The attention backend of prefill and mixed steps (of every step without a split)."""
         return self._build(self.attention, build)
+
+    def build_attention_decode(self, build: BuildContext) -> Any:
+        """The decode-phase backend when the plan has its own (None: use ``build_attention``'s)."""
+        return None if self.attention_decode is None else self._build(self.attention_decode, build)
 
     def build_quantizer(self, build: BuildContext) -> Any:
         return self._build(self.quantizer, build)
@@ -156,11 +184,11 @@ class ResolvedPlan:
             if c is None:
                 lines.append(f"{slot}: (none)")
                 continue
-            opts = c.options.model_dump(mode="json") if c.options is not None else {}
-            where = f"plugin {c.plugin}" + (
-                f", distribution {c.distribution} {c.version or ''}".rstrip() if c.distribution else ""
-            )
-            lines.append(f"{slot}: {c.name} ({where})" + (f" options {opts}" if opts else ""))
+            label = "attention (prefill, mixed)" if slot == "attention" and self.attention_decode else slot
+            lines.append(f"{label}: {_component_line(c)}")
+            if slot == "attention" and self.attention_decode is not None:
+                lines.append(f"attention (decode, verify): {_component_line(self.attention_decode)}")
+        lines.append(f"page_size: {self.config.page_size}")
         lines.extend(self.notes)
         lines.extend(self.graphs[p].describe() for p in GRAPH_PHASES if p in self.graphs)
         return lines
@@ -172,9 +200,18 @@ class ResolvedPlan:
             "deterministic": self.config.deterministic,
             "page_size": self.config.page_size,
             **{s: (getattr(self, s).to_dict() if getattr(self, s) else None) for s in SLOTS},
+            "attention_decode": self.attention_decode.to_dict() if self.attention_decode else None,
             "graphs": {p: d.to_dict() for p, d in self.graphs.items()},
             "notes": list(self.notes),
         }
+
+
+def _component_line(c: SelectedComponent) -> str:
+    opts = c.options.model_dump(mode="json") if c.options is not None else {}
+    where = f"plugin {c.plugin}" + (
+        f", distribution {c.distribution} {c.version or ''}".rstrip() if c.distribution else ""
+    )
+    return f"{c.name} ({where})" + (f" options {opts}" if opts else "")
 
 
 def _select(pm: PluginManager, slot: str, name: str, options: dict[str, Any]) -> SelectedComponent:
@@ -222,24 +259,37 @@ def resolve_plan(
     if pm is None:
         pm = get_plugin_manager(config.plugins)
     if config.attention == "auto":
-        from hinge.plugins.auto_attention import choose_attention
+        if config.attention_prefill and config.attention_decode:  # nothing left for auto
+            config = config.model_copy(update={"attention": config.attention_prefill})
+        else:
+            from hinge.plugins.auto_attention import choose_attention
 
-        return choose_attention(config, pm, lambda named: resolve_plan(
-            named, pm, model_info, device_capability=device_capability, model_votes=model_votes))
+            return choose_attention(config, pm, lambda named: resolve_plan(
+                named, pm, model_info, device_capability=device_capability, model_votes=model_votes))
     quantizer_name = resolve_quantizer_name(config, pm, model_info)
+    prefill, decode = config.phase_attention("prefill"), config.phase_attention("decode")
+    attention = _select(pm, "attention", *prefill)
+    attention_decode = None if decode == prefill else _select(pm, "attention", *decode)
+    quantizer = _select(pm, "quantizer", quantizer_name, config.quantizer_options)
+    cache = _select(pm, "cache", config.cache, config.cache_options)
+    speculator = None if config.speculator is None \
+        else _select(pm, "speculator", config.speculator, config.speculator_options)
+    config, page_note, reasons = _page_size(config, [c for c in (attention, attention_decode) if c],
+                                            cache)
     plan = ResolvedPlan(
         config=config,
         device=config.device,
         dtype=config.resolved_dtype,
-        attention=_select(pm, "attention", config.attention, config.attention_options),
-        quantizer=_select(pm, "quantizer", quantizer_name, config.quantizer_options),
-        cache=_select(pm, "cache", config.cache, config.cache_options),
-        speculator=None if config.speculator is None
-        else _select(pm, "speculator", config.speculator, config.speculator_options),
+        attention=attention,
+        quantizer=quantizer,
+        cache=cache,
+        speculator=speculator,
+        notes=(page_note,) if page_note else (),
+        attention_decode=attention_decode,
     )
     if device_capability is None and config.device == "cuda":
         device_capability = _cuda_capability()
-    reasons = capability_reasons(plan, model_info, device_capability)
+    reasons += capability_reasons(plan, model_info, device_capability)
     for impl in pm.hook.validate_plan.get_hookimpls():
         try:
             found = impl.function(*[plan for _ in impl.argnames]) or []
@@ -255,6 +305,23 @@ def resolve_plan(
         )
     graphs = decide_graphs(plan, pm, model_info, model_votes)
     return dataclasses.replace(plan, graphs=MappingProxyType(graphs))
+
+
+def _page_size(config: EngineConfig, attention: list[SelectedComponent], cache: SelectedComponent
+               ) -> tuple[EngineConfig, str | None, list[str]]:
+    """The page size the attention backends share (``hinge.plugins.kv_layout``), applied to
+    ``config`` (a defaulted ``track_interval`` follows it)."""
+    from hinge.config import DEVICE_DEFAULTS, ConfigError
+    from hinge.plugins.kv_layout import choose_page_size
+
+    default = DEVICE_DEFAULTS[config.device]["page_size"]
+    page, note, reasons = choose_page_size(config, attention, cache, default=default)
+    if page == config.page_size:
+        return config, note, reasons
+    try:
+        return config.with_page_size(page).resolved(), note, reasons
+    except ConfigError as exc:
+        return config, note, [*reasons, f"{exc} (page_size {page} is the attention backends' choice)"]
 
 
 def _cuda_capability() -> tuple[int, int] | None:

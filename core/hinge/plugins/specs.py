@@ -59,6 +59,10 @@ class ComponentSpec(BaseModel):
     capabilities: Capabilities
     options_model: type[BaseModel] | None = None
     description: str = ""
+    #: ``availability(machine) -> str | None``: why the component cannot run on this machine
+    #: (a package missing, a GPU generation its kernels do not cover), None when it can; a
+    #: callable or a ``"module:attr"`` string. Cheap, no kernel import (``hinge.plugins.availability``)
+    availability: Callable[..., Any] | str | None = None
 
     @field_validator("name")
     @classmethod
@@ -70,11 +74,11 @@ class ComponentSpec(BaseModel):
             )
         return value
 
-    @field_validator("factory")
+    @field_validator("factory", "availability")
     @classmethod
-    def _check_factory(cls, value: Any) -> Any:
+    def _check_factory(cls, value: Any, info: Any) -> Any:
         if isinstance(value, str) and (value.count(":") != 1 or not all(value.split(":"))):
-            raise ValueError(f"factory {value!r} must be a callable or a 'module:attr' string")
+            raise ValueError(f"{info.field_name} {value!r} must be a callable or a 'module:attr' string")
         return value
 
     @field_validator("options_model")
@@ -86,13 +90,11 @@ class ComponentSpec(BaseModel):
 
     def load_factory(self) -> Callable[..., Any]:
         """Import a ``"module:attr"`` factory (the heavy import happens here, at build time)."""
-        if not isinstance(self.factory, str):
-            return self.factory
-        module_name, _, attr = self.factory.partition(":")
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return _load(self.factory)
+
+    def load_availability(self) -> Callable[..., Any] | None:
+        """The availability check as a callable (None when the spec has none)."""
+        return None if self.availability is None else _load(self.availability)
 
     def validate_options(self, options: dict[str, Any] | None) -> BaseModel | None:
         """Options dict -> the options model instance; unknown keys name the known ones."""
@@ -120,6 +122,16 @@ class ComponentSpec(BaseModel):
 
     def build(self, options: BaseModel | None, build: BuildContext) -> Any:
         return self.load_factory()(options, build)
+
+
+def _load(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    if not isinstance(target, str):
+        return target
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 class QuantizerSpec(ComponentSpec):

@@ -1,6 +1,6 @@
 """AttentionBackendContract: a backend matches the float64 oracle on every batch shape, and
-every capability it claims (page sizes, dtypes, sliding window, batch invariance, graphs) is
-exercised."""
+every capability it claims (page sizes, dtypes, sliding window, logit softcap, batch
+invariance, graphs) is exercised; its availability check answers None or a reason."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from hinge.testing.reference import reference_attention
 
 
 def make_layer(head_dim: int, num_heads: int = 4, num_kv_heads: int = 2,
-               sliding_window: int | None = None) -> AttentionLayer:
+               sliding_window: int | None = None, logit_softcap: float | None = None
+               ) -> AttentionLayer:
     return AttentionLayer(kv_layer_id=1, num_heads=num_heads, num_kv_heads=num_kv_heads,
-                          head_dim=head_dim, scale=head_dim ** -0.5, sliding_window=sliding_window)
+                          head_dim=head_dim, scale=head_dim ** -0.5, sliding_window=sliding_window,
+                          logit_softcap=logit_softcap)
 
 
 def run_backend(backend: Any, case: BatchCase) -> torch.Tensor:
@@ -78,10 +80,10 @@ class AttentionBackendContract(ContractBase):
 
         def run(prefix_lens: Sequence[int], extend_lens: Sequence[int], *, backend: Any = None,
                 num_heads: int = 4, num_kv_heads: int = 2, sliding_window: int | None = None,
-                **kwargs: Any) -> None:
+                logit_softcap: float | None = None, **kwargs: Any) -> None:
             kwargs.setdefault("page_size", page_size)
             kwargs.setdefault("dtype", dtype)
-            layer = make_layer(head_dim, num_heads, num_kv_heads, sliding_window)
+            layer = make_layer(head_dim, num_heads, num_kv_heads, sliding_window, logit_softcap)
             case = build_batch(prefix_lens, extend_lens, layer=layer, device=device, **kwargs)
             check_against_reference(backend or component, case, TOLERANCE[kwargs["dtype"]])
 
@@ -135,6 +137,29 @@ class AttentionBackendContract(ContractBase):
         if not spec.capabilities.sliding_window:
             pytest.skip(f"{spec.name!r} does not claim sliding_window")
         check([0, 30, 40], [37, 1, 6], sliding_window=8)
+
+    def test_logit_softcap_matches_reference(self, spec, check):
+        """A cap of 1.5 on scores of spread ~1 changes every output (an ignored cap fails)."""
+        if not spec.capabilities.logit_softcap:
+            pytest.skip(f"{spec.name!r} does not claim logit_softcap")
+        check([0, 30, 40], [37, 1, 6], logit_softcap=1.5)
+        if spec.capabilities.sliding_window:
+            check([0, 30, 40], [37, 1, 6], logit_softcap=1.5, sliding_window=8)
+
+    def test_availability_check_answers_none_or_a_reason(self, spec):
+        """``spec.availability`` (when given) returns None or a non-empty reason on a machine
+        without CUDA, an H200 and a GPU generation past its kernels, and never raises."""
+        from hinge.plugins.availability import Machine, check_reason
+
+        if spec.availability is None:
+            pytest.skip(f"{spec.name!r} declares no availability check")
+        check = spec.load_availability()
+        for machine in (Machine("cpu", False), Machine("cuda", True, (9, 0)),
+                        Machine("cuda", True, (12, 0))):
+            reason = check(machine)
+            assert reason is None or (isinstance(reason, str) and reason.strip()), (
+                f"availability({machine}) returned {reason!r}; return None or a reason")
+            assert check_reason(spec, machine) == reason
 
     def test_batch_invariant_claim_holds_across_batches_and_chunks(self, spec, head_dim, page_size,
                                                                     dtype, device):

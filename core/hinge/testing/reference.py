@@ -21,7 +21,8 @@ def reference_attention(
     v: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(T, H, D) float64: per request, causal (and sliding-window) softmax attention of its
-    queries over its keys ``0..seq_len-1``, read through the page table.
+    queries over its keys ``0..seq_len-1``, read through the page table; scaled scores pass
+    through ``cap * tanh(s / cap)`` first when ``layer.logit_softcap`` is set.
 
     The new tokens' keys are read from ``kv`` at ``batch.out_loc``; pass ``k``/``v`` to take
     them from those tensors instead (before a backend wrote them).
@@ -50,6 +51,9 @@ def reference_attention(
         if layer.sliding_window is not None:
             visible &= k_pos > q_pos - layer.sliding_window
         scores = torch.einsum("ehd,shd->hes", qd[row : row + extend], keys) * layer.scale
+        cap = getattr(layer, "logit_softcap", None)
+        if cap:
+            scores = cap * torch.tanh(scores / cap)
         probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
         out[row : row + extend] = torch.einsum("hes,shd->ehd", probs, vals)
         row += extend
