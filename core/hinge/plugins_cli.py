@@ -1,6 +1,6 @@
 """What ``hinge plugins [--json]`` and ``hinge plan [--json]`` print. Both return the text;
 the CLI prints it. Neither loads weights nor initialises CUDA (beyond asking the GPU's compute
-capability when ``device = cuda``). Errors raise ``PluginError`` / ``PlanError`` /
+capability when a GPU is there). Errors raise ``PluginError`` / ``PlanError`` /
 ``ConfigError`` with a message fit to print as-is."""
 
 from __future__ import annotations
@@ -22,7 +22,25 @@ def plugin_listing(config: EngineConfig | None = None) -> list[dict[str, Any]]:
 
     config = config or load_config()
     settings = config.plugins.model_copy(update={"strict": False})
-    return get_plugin_manager(settings).listing()
+    pm = get_plugin_manager(settings)
+    listing = pm.listing()
+    _add_availability(pm, listing, None if config.device == "auto" else config.device)
+    return listing
+
+
+def _add_availability(pm: Any, listing: list[dict[str, Any]], device: str | None) -> None:
+    """Each component's ``available`` / ``unavailable_reason`` on this machine
+    (``hinge.plugins.availability``: declared devices and compute capability, then its own check)."""
+    from hinge.plugins.availability import probe_machine, unavailable_reason
+
+    machine = probe_machine(device)
+    for p in listing:
+        record = pm.records.get(p["name"])
+        specs = {(c.kind, c.name): c.spec for c in (record.components if record else [])}
+        for c in p["components"]:
+            spec = specs.get((c["kind"], c["name"]))
+            reason = unavailable_reason(spec, machine) if spec is not None else None
+            c["available"], c["unavailable_reason"] = reason is None, reason
 
 
 def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
@@ -44,6 +62,8 @@ def cmd_plugins(json: bool = False, config: EngineConfig | None = None) -> str:
                 + (f"; options {', '.join(c['options'])}" if c["options"] else "")
                 + (f" - {c['description']}" if c["description"] else "")
             )
+            if c.get("unavailable_reason"):
+                lines.append(f"      unavailable here: {c['unavailable_reason']}")
             if c["conflicts_with"]:
                 lines.append(f"      CONFLICT: also registered by {' and '.join(c['conflicts_with'])}; "
                              f"selecting {c['name']!r} fails until one of them is blocked or uninstalled")
