@@ -1,0 +1,215 @@
+"""Attention backend ``fa4``: FlashAttention-4 (``flash_attn.cute``) over hinge's paged KV pool.
+
+Per step ``prepare_metadata`` builds one varlen call's tensors (int32 cumulative query lengths,
+keys used per request, the page table); every layer writes its new k/v at ``out_loc`` (flash-attn
+appends nothing) and attends with one ``flash_attn_varlen_func`` call: causal, GQA packed, a
+sliding window as a left window, the softcap as flash-attn's. The pool's
+``(num_pages * page_size, Hkv, D)`` tensors are viewed as ``(num_pages, page_size, Hkv, D)``
+pages; page 128 is one key tile on sm_90 (the TMA path).
+
+Decode and verify steps may split (``hinge_fa4.split``): FA4 has no split-KV on sm_90, so one
+query block per (request, KV head) leaves most SMs idle at small batch; the step instead runs
+every request's fixed-size chunks as virtual requests (non-causal) and its tail (causal), then
+merges them by log-sum-exp in a fixed order (``hinge_fa4.combine``). Layers with a sliding window
+never split (their keys are few).
+
+CUDA graphs: the metadata of every captured shape views static buffers (``FA4GraphBuffers``);
+``prepare_for_replay`` refills them from the runner's static inputs with device copies (no host
+wait), and a split decode graph recomputes its split layout from them on every replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from hinge.batching import pad_extend_lens
+from hinge.contracts import AttentionBackend, AttentionLayer
+from hinge.devices import to_device
+from hinge_fa4.combine import merge_partials
+from hinge_fa4.kernel import make_kernel
+from hinge_fa4.metadata import FA4GraphBuffers, FA4Metadata
+from hinge_fa4.options import FA4Options
+from hinge_fa4.plugin import FA4_SPEC
+from hinge_fa4.split import chunk_queries, gather_parts, max_chunks, split_tensors
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from hinge.forward import ForwardBatch, KVCache
+
+logger = logging.getLogger(__name__)
+
+DECODE_PHASES = ("decode", "verify")
+#: queries of the warm-up prefill: past one 128-row tile even without GQA packing
+WARMUP_PREFILL_TOKENS = 256
+
+
+class FA4AttentionBackend(AttentionBackend):
+    capabilities = FA4_SPEC.capabilities
+
+    def __init__(self, options: FA4Options | None = None, build: Any = None) -> None:
+        self.options = options = options or FA4Options()
+        self.device = torch.device(build.device if build is not None else "cuda")
+        self.page_size = int(build.page_size) if build is not None else 128
+        if options.split_size % self.page_size:
+            raise ValueError(f"attention backend 'fa4': split_size {options.split_size} is not a "
+                             f"multiple of page_size {self.page_size}; set attention_options "
+                             f"split_size to a multiple (e.g. {4 * self.page_size})")
+        self.kernel = make_kernel(options, self.device)
+        hf = getattr(getattr(build, "model_config", None), "hf_config", None)
+        #: KV heads per layer, for ``split_kv = auto`` (refined by ``warmup``)
+        self.num_kv_heads = int(getattr(hf, "num_key_value_heads", None) or 8)
+        self._graphs: FA4GraphBuffers | None = None
+        self._captured: dict[tuple[int, int, int], FA4Metadata] = {}
+
+    # -- per step -----------------------------------------------------------------------------
+
+    def wants_split(self, rows: int) -> bool:
+        """``split_kv``: always, never, or auto: when the unsplit step would give fewer work
+        tiles (request x KV head) than the GPU has SMs."""
+        mode = self.options.split_kv
+        return mode == "always" or (mode == "auto" and rows * self.num_kv_heads < self.kernel.num_sms)
+
+    def prepare_metadata(self, batch: ForwardBatch) -> FA4Metadata:
+        ext = batch.extend_lens_cpu
+        cu = [0]
+        for e in ext:
+            cu.append(cu[-1] + e)
+        seq_lens = batch.seq_lens
+        meta = FA4Metadata(to_device(cu, torch.int32, self.device), seq_lens.to(torch.int32),
+                           batch.page_table.to(torch.int32).contiguous(), max(ext, default=1))
+        q_len = ext[0] if ext else 0
+        if (batch.phase in DECODE_PHASES and self.options.split_kv != "never"
+                and all(e == q_len for e in ext) and self.wants_split(len(ext))):
+            o = self.options
+            chunks = max((min(max((p + e - q_len) // o.split_size, 0), o.max_splits)
+                          for p, e in zip(batch.prefix_lens_cpu, ext, strict=True)), default=0)
+            if chunks:
+                meta.uniform = True
+                meta.split = split_tensors(seq_lens, batch.page_table, q_len=q_len,
+                                           page_size=self.page_size, split_size=o.split_size,
+                                           max_splits=o.max_splits, num_chunks=chunks)
+        return meta
+
+    # -- per layer ----------------------------------------------------------------------------
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
+                kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
+        k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
+        k_cache.index_copy_(0, batch.out_loc, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, batch.out_loc, v.to(v_cache.dtype))
+        meta = batch.attn_metadata
+        if meta is None:
+            meta = batch.attn_metadata = self.prepare_metadata(batch)
+        pages = (-1, kv.page_size, layer.num_kv_heads, layer.head_dim)
+        kp, vp = k_cache.view(pages), v_cache.view(pages)
+        window = layer.sliding_window - 1 if layer.sliding_window is not None else None
+        if meta.split is not None and window is None:
+            return self._split_forward(q.contiguous(), kp, vp, layer, meta)
+        out, _ = self.kernel.varlen(
+            q, kp, vp, cu_seqlens_q=meta.cu_seqlens_q, seqused_k=meta.seqused_k,
+            page_table=meta.page_table, max_seqlen_q=meta.max_seqlen_q, softmax_scale=layer.scale,
+            causal=True, window_left=window, softcap=layer.logit_softcap)
+        return out
+
+    def _split_forward(self, q, kp, vp, layer: AttentionLayer, meta: FA4Metadata) -> torch.Tensor:
+        s = meta.split
+        common = dict(softmax_scale=layer.scale, softcap=layer.logit_softcap, return_lse=True,
+                      max_seqlen_q=s.q_len)
+        out_c, lse_c = self.kernel.varlen(chunk_queries(q, s), kp, vp, cu_seqlens_q=s.chunk_cu_q,
+                                          seqused_k=s.chunk_used, page_table=s.chunk_pages,
+                                          causal=False, **common)
+        out_t, lse_t = self.kernel.varlen(q, kp, vp, cu_seqlens_q=s.tail_cu_q, seqused_k=s.tail_used,
+                                          page_table=s.tail_pages, causal=True, **common)
+        out, _ = merge_partials(*gather_parts(s, out_t, lse_t, out_c, lse_c))
+        return out.to(q.dtype)
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def warmup(self, layers: Sequence[AttentionLayer], kv: KVCache) -> None:
+        """Compile (or load from the JIT cache) every kernel variant the engine launches, per
+        distinct layer signature: a long prefill, a decode, and the two calls of a split decode;
+        each reads page 0 only and writes nothing but its discarded output."""
+        if not layers:
+            return
+        self.num_kv_heads = max(layer.num_kv_heads for layer in layers)
+        signatures = {(layer.num_heads, layer.num_kv_heads, layer.head_dim,
+                       layer.sliding_window is not None, layer.logit_softcap): layer for layer in layers}
+        calls = [(WARMUP_PREFILL_TOKENS, True, False), (1, True, False)]
+        if self.options.split_kv != "never":
+            calls += [(1, False, True), (1, True, True)]
+        started = time.perf_counter()
+        ints = lambda values: torch.tensor(values, dtype=torch.int32, device=self.device)  # noqa: E731
+        for layer in signatures.values():
+            k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
+            pages = (-1, kv.page_size, layer.num_kv_heads, layer.head_dim)
+            window = layer.sliding_window - 1 if layer.sliding_window is not None else None
+            for n, causal, lse in calls:
+                if window is not None and lse:
+                    continue  # windowed layers never split
+                q = torch.zeros(n, layer.num_heads, layer.head_dim, dtype=k_cache.dtype,
+                                device=self.device)
+                self.kernel.varlen(q, k_cache.view(pages), v_cache.view(pages),
+                                   cu_seqlens_q=ints([0, n]), seqused_k=ints([kv.page_size]),
+                                   page_table=ints([[0]]), max_seqlen_q=n, softmax_scale=layer.scale,
+                                   causal=causal, window_left=window, softcap=layer.logit_softcap,
+                                   return_lse=lse)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        logger.info("fa4: %d kernel variant(s) for %d layer signature(s) ready in %.1f s",
+                    len(calls) * len(signatures), len(signatures), time.perf_counter() - started)
+
+    # -- CUDA graphs --------------------------------------------------------------------------
+
+    def init_graph_buffers(self, max_batch_size: int, max_num_tokens: int, max_pages: int) -> None:
+        o = self.options
+        chunks = max_chunks(max_pages, self.page_size, o.split_size, o.max_splits) \
+            if o.split_kv != "never" else 0
+        self._graphs = FA4GraphBuffers.allocate(max_batch_size, max_pages, chunks,
+                                                o.split_size // self.page_size, self.device)
+        self._captured = {}
+
+    def prepare_for_capture(self, batch: ForwardBatch) -> None:
+        if self._graphs is None:
+            raise RuntimeError("fa4: prepare_for_capture before init_graph_buffers")
+        rows, tokens = batch.batch_size, batch.num_tokens
+        q_len = tokens // rows if batch.phase in DECODE_PHASES else None
+        meta = self._graphs.metadata(rows, tokens, q_len, split=self.wants_split(rows))
+        self._captured[self._key(batch, rows)] = meta
+        batch.attn_metadata = meta
+        self._refill(meta, batch, rows)
+
+    def prepare_for_replay(self, batch: ForwardBatch, padded_batch_size: int) -> None:
+        meta = self._captured.get(self._key(batch, padded_batch_size))
+        if meta is None:
+            raise RuntimeError(f"fa4: no captured graph of {padded_batch_size} requests and "
+                               f"{batch.num_tokens} tokens was prepared")
+        batch.attn_metadata = meta
+        self._refill(meta, batch, padded_batch_size)
+
+    @staticmethod
+    def _key(batch: ForwardBatch, rows: int) -> tuple[int, int, int]:
+        # NOTE: logit rows tell a decode shape (one per token) from a prefill shape of the same size
+        return rows, batch.num_tokens, int(batch.logits_indices.shape[0])
+
+    def _refill(self, meta: FA4Metadata, batch: ForwardBatch, rows: int) -> None:
+        """Live rows from the runner's static inputs, padded rows as ``pad_extend_lens`` lays
+        them out (prefix 0, page 0): device copies only."""
+        if not meta.uniform:
+            ext = pad_extend_lens(list(batch.extend_lens_cpu), batch.num_tokens, rows)
+            cu = [0]
+            for e in ext:
+                cu.append(cu[-1] + e)
+            meta.cu_seqlens_q.copy_(to_device(cu, torch.int32, self.device), non_blocking=True)
+        seq_lens = batch.prefix_lens + batch.extend_lens
+        meta.seqused_k.copy_(seq_lens)
+        meta.page_table.copy_(batch.page_table)
+        if meta.split is not None:
+            o = self.options
+            split_tensors(seq_lens, batch.page_table, q_len=meta.split.q_len, page_size=self.page_size,
+                          split_size=o.split_size, max_splits=o.max_splits,
+                          num_chunks=meta.split.num_chunks, out=meta.split)

@@ -1,0 +1,68 @@
+"""The kernel the backend calls: ``flash_attn.cute``'s ``flash_attn_varlen_func`` over paged KV
+(``FA4Kernel``), or its torch restatement (``hinge_fa4.reference_kernel.ReferenceKernel``).
+
+Both take the same keyword arguments, flash-attn's own: queries packed ``(total_q, H, D)`` with
+``cu_seqlens_q``, keys read through ``page_table`` (int32) up to ``seqused_k`` (int32) per request
+from ``(num_pages, page_size, Hkv, D)`` pages; causal masks bottom-right aligned. The KV cache is
+written before attention (the wrapper appends nothing), as sglang's FA4 path does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from hinge_fa4.options import FA4Options
+
+logger = logging.getLogger(__name__)
+
+
+class FA4Kernel:
+    """``flash_attn.cute.flash_attn_varlen_func``, imported on construction (after the JIT cache
+    switches are set)."""
+
+    name = "fa4"
+
+    def __init__(self, options: FA4Options, device: torch.device) -> None:
+        from hinge_fa4 import FLASH_ATTN_4_VERSION
+        from hinge_fa4.availability import installed_version
+        from hinge_fa4.jit import configure_jit_cache
+
+        cache = configure_jit_cache(options.jit_cache, options.jit_cache_dir)
+        version = installed_version()
+        if version != FLASH_ATTN_4_VERSION:
+            logger.warning("fa4: flash-attn-4 %s is installed; hinge_fa4 is tested with %s (the "
+                           "API changes between betas)", version, FLASH_ATTN_4_VERSION)
+        from flash_attn.cute import flash_attn_varlen_func
+
+        self._varlen: Any = flash_attn_varlen_func
+        self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
+                    cache or "off")
+
+    def varlen(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, *,
+               cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, page_table: torch.Tensor,
+               max_seqlen_q: int, softmax_scale: float, causal: bool,
+               window_left: int | None = None, softcap: float | None = None,
+               return_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out, lse = self._varlen(
+            q, k_pages, v_pages, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+            seqused_k=seqused_k, page_table=page_table, softmax_scale=softmax_scale,
+            causal=causal, window_size=(window_left, 0 if window_left is not None else None),
+            softcap=softcap or 0.0, return_lse=return_lse)
+        return out, lse
+
+
+def make_kernel(options: FA4Options, device: torch.device) -> Any:
+    """The kernel ``options.kernel`` names; fa4 needs a CUDA device."""
+    if options.kernel == "reference":
+        from hinge_fa4.reference_kernel import ReferenceKernel
+
+        return ReferenceKernel()
+    if device.type != "cuda":
+        raise ValueError(f"attention backend 'fa4' runs its kernels on cuda, not {device.type}; "
+                         "use device cuda, or attention_options kernel=reference (a torch emulation)")
+    return FA4Kernel(options, device)

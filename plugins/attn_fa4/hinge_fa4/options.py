@@ -1,0 +1,33 @@
+"""``attention_options`` of ``attention = "fa4"``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FA4Options(BaseModel):
+    """How the fa4 backend runs. Unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: Literal["fa4", "reference"] = Field(
+        "fa4", description="fa4: flash_attn.cute's kernels (CUDA); reference: a torch emulation "
+        "of the same call (any device; tests and debugging, slow)")
+    split_kv: Literal["auto", "always", "never"] = Field(
+        "auto", description="decode and verify steps: split each request's keys into chunks of "
+        "split_size at absolute positions, one kernel call over all chunks, merged by log-sum-exp "
+        "(FA4 has no split-KV on sm_90); auto = when the step has fewer (request, KV head) pairs "
+        "than the GPU has SMs; always = every decode step (a request's bits then do not depend "
+        "on the batch)")
+    split_size: int = Field(512, ge=16, le=1 << 20,
+                            description="keys per chunk, a multiple of page_size")
+    max_splits: int = Field(64, ge=1, le=4096,
+                            description="chunks per request at most; keys past max_splits * "
+                            "split_size go to the request's last part (its tail)")
+    jit_cache: bool = Field(True, description="keep compiled kernels on disk "
+                            "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
+    jit_cache_dir: str | None = Field(
+        None, description="FLASH_ATTENTION_CUTE_DSL_CACHE_DIR; None = "
+        "$XDG_CACHE_HOME/hinge/flash_attention_cute_dsl (~/.cache/...)")

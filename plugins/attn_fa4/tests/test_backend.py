@@ -1,0 +1,136 @@
+"""The fa4 backend's own decisions on CPU (the torch emulation of the kernel): when decode steps
+split, that a split decode equals one attention over all keys in float64, that a request's bits
+do not depend on its batch when every decode splits, what warm-up compiles, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinge.contracts import AttentionLayer
+from hinge.plugins import BuildContext
+from hinge.testing.batches import build_batch
+from hinge.testing.reference import reference_attention
+from hinge_fa4.backend import FA4AttentionBackend
+from hinge_fa4.options import FA4Options
+
+LAYER = AttentionLayer(kv_layer_id=0, num_heads=8, num_kv_heads=2, head_dim=16, scale=0.25)
+
+
+def backend(page_size=16, dtype=torch.float64, **options):
+    options.setdefault("kernel", "reference")
+    build = BuildContext(device="cpu", dtype=dtype, deterministic=False, page_size=page_size)
+    return FA4AttentionBackend(FA4Options(**options), build)
+
+
+def run(attn, case):
+    case.batch.attn_metadata = attn.prepare_metadata(case.batch)
+    return attn.forward(case.q, case.k, case.v, case.layer, case.kv, case.batch), case.batch.attn_metadata
+
+
+@pytest.mark.parametrize("prefix, extend, phase", [
+    ([300, 17, 64, 129], [1, 1, 1, 1], "decode"),
+    ([120, 47, 250], [4, 4, 4], "verify"),
+])
+@pytest.mark.parametrize("layer", [LAYER, AttentionLayer(0, 8, 2, 16, 0.25, logit_softcap=2.0)],
+                         ids=["plain", "softcap"])
+def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, extend, phase, layer):
+    attn = backend(split_kv="always", split_size=32, max_splits=4)
+    case = build_batch(prefix, extend, layer=layer, page_size=16, dtype=torch.float64, phase=phase)
+    want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
+    out, meta = run(attn, case)
+    assert meta.split is not None and meta.split.num_chunks == 4, "the split path ran"
+    assert int(meta.split.tail_used.max()) > 32, "max_splits capped a long request: its tail is long"
+    assert (out - want).abs().max() < 1e-10
+
+
+def test_windowed_layers_do_not_split_and_stay_exact():
+    layer = AttentionLayer(0, 8, 2, 16, 0.25, sliding_window=20)
+    case = build_batch([300, 40], [1, 1], layer=layer, page_size=16, dtype=torch.float64, phase="decode")
+    want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
+    out, meta = run(backend(split_kv="always", split_size=32), case)
+    assert meta.split is not None and (out - want).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("mode, rows, splits", [
+    ("auto", 4, True),      # 4 requests x 2 KV heads = 8 work tiles < 132 SMs
+    ("auto", 80, False),    # 160 tiles: the GPU is already full
+    ("never", 1, False),
+    ("always", 80, True),
+])
+def test_split_kv_decides_by_work_tiles_against_sms(mode, rows, splits):
+    case = build_batch([100] * rows, [1] * rows, layer=LAYER, page_size=16, dtype=torch.float32)
+    meta = backend(split_kv=mode, split_size=32).prepare_metadata(case.batch)
+    assert (meta.split is not None) == splits
+
+
+def test_prefill_and_mixed_steps_never_split():
+    attn = backend(split_kv="always", split_size=16)
+    for prefix, extend in (([100, 0], [1, 9]), ([0], [70])):
+        case = build_batch(prefix, extend, layer=LAYER, page_size=16, dtype=torch.float32)
+        assert attn.prepare_metadata(case.batch).split is None
+
+
+def test_with_every_decode_split_a_requests_bits_do_not_depend_on_its_batch():
+    """float32: a request decoding alone, beside a longer one (more chunk slots) and beside
+    short ones gives the same bits (fixed chunk positions, the merge's fixed order)."""
+    attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=16)
+
+    def row(prefix, index, seeds):
+        case = build_batch(prefix, [1] * len(prefix), layer=LAYER, page_size=16, dtype=torch.float32,
+                           seeds=seeds)
+        return run(attn, case)[0][case.rows_of(index)]
+
+    alone = row([150], 0, [7])
+    assert torch.equal(alone, row([500, 150], 1, [1, 7]))
+    assert torch.equal(alone, row([150, 3, 40], 0, [7, 2, 3]))
+
+
+def test_warmup_compiles_prefill_decode_and_both_split_calls_per_layer_signature():
+    attn = backend(dtype=torch.float32)
+    calls = []
+    real = attn.kernel.varlen
+
+    def record(q, *args, **kw):
+        calls.append((q.shape[0], kw["causal"], kw["return_lse"], kw["window_left"], kw["softcap"]))
+        return real(q, *args, **kw)
+
+    attn.kernel.varlen = record
+    layers = [LAYER, AttentionLayer(1, 8, 2, 16, 0.25), AttentionLayer(2, 8, 2, 16, 0.25, sliding_window=64),
+              AttentionLayer(3, 8, 2, 16, 0.25, logit_softcap=30.0)]
+    case = build_batch([0], [1], layer=AttentionLayer(3, 8, 2, 16, 0.25), page_size=16, dtype=torch.float32)
+    attn.warmup(layers, case.kv)
+    assert set(calls) == {
+        (256, True, False, None, None), (1, True, False, None, None),
+        (1, False, True, None, None), (1, True, True, None, None),
+        (256, True, False, 63, None), (1, True, False, 63, None),  # windows never split
+        (256, True, False, None, 30.0), (1, True, False, None, 30.0),
+        (1, False, True, None, 30.0), (1, True, True, None, 30.0)}
+    assert len(calls) == 10, "one call per variant and signature"
+
+
+def test_a_split_size_off_the_page_grid_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="split_size 100 is not a multiple of page_size 16"):
+        backend(split_size=100)
+
+
+def test_the_real_kernel_needs_cuda():
+    with pytest.raises(ValueError, match="runs its kernels on cuda, not cpu; use device cuda, or "
+                                         "attention_options kernel=reference"):
+        FA4AttentionBackend(FA4Options(), BuildContext(device="cpu", dtype=torch.bfloat16,
+                                                       deterministic=False, page_size=128))
+
+
+def test_decode_and_prefill_graph_shapes_of_one_size_get_their_own_metadata():
+    """64 requests x 1 token (decode) and 64 tokens for 63 requests (prefill): both 64 x 64."""
+    from hinge.batching import ForwardBatchBuilder, GraphShape
+
+    attn = backend(dtype=torch.float32, split_size=32)
+    builder = ForwardBatchBuilder(page_size=16, max_rows=66, max_pages=8, device="cpu")
+    attn.init_graph_buffers(64, 64, 8)
+    decode, prefill = GraphShape.decode(64), GraphShape.prefill(64, 63)
+    for shape in (decode, prefill):
+        attn.prepare_for_capture(builder.static_batch(shape).batch)
+    assert len(attn._captured) == 2
+    metas = list(attn._captured.values())
+    assert metas[0].uniform and not metas[1].uniform and metas[1].max_seqlen_q == 64
