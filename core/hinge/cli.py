@@ -51,13 +51,18 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                        help="auto (cuda when torch sees a GPU, the default), cpu or cuda")
     group.add_argument("--dtype", metavar="DTYPE", help="auto, float32, bfloat16 or float16")
     group.add_argument("--attention", metavar="NAME", help="attention backend name (see `hinge plugins`)")
+    group.add_argument("--attention-prefill", metavar="NAME",
+                       help="attention backend of prefill and mixed steps (default: --attention)")
+    group.add_argument("--attention-decode", metavar="NAME",
+                       help="attention backend of decode and verify steps (default: --attention)")
     group.add_argument("--quantizer", metavar="NAME", help="quantizer name, or auto")
     group.add_argument("--speculator", metavar="NAME", help="speculator name, or none")
     group.add_argument("--cache", metavar="NAME", help="prefix cache policy name")
     group.add_argument("--deterministic", action="store_true", default=None,
                        help="batch-invariant kernels: results independent of batching")
     group.add_argument("--page-size", type=int, metavar="N",
-                       help="tokens per KV page (default: 16 on cpu and cuda)")
+                       help="tokens per KV page (default: what the attention backends prefer, "
+                       "e.g. 128 for fa4, else 16)")
     group.add_argument("--kv-cache-bytes", type=parse_bytes, metavar="SIZE", help="CPU KV/state budget, e.g. 256MiB")
     group.add_argument("--mem-fraction-static", type=float, metavar="X",
                        help="cuda: fraction of GPU memory for weights + KV + state (default 0.85)")
@@ -97,7 +102,8 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
                         "logs go to stderr")
 
 
-_ENGINE_FIELDS = ("device", "dtype", "attention", "quantizer", "speculator", "cache", "deterministic",
+_ENGINE_FIELDS = ("device", "dtype", "attention", "attention_prefill", "attention_decode",
+                  "quantizer", "speculator", "cache", "deterministic",
                   "page_size", "kv_cache_bytes", "mem_fraction_static", "max_running_requests",
                   "chunked_prefill_size", "max_model_len", "cpu_threads", "load_format")
 

@@ -12,11 +12,12 @@ from hinge_fa4.plugin import FA4_SPEC
 def reference_spec(page_sizes=frozenset({16, 128}), dtypes=frozenset({"float32", "bfloat16"}),
                    head_dims=frozenset({16, 64})):
     """fa4's spec as the emulated kernel runs it: on CPU, in float32 too, at small page sizes
-    and head dims (the real claims are tested on a GPU by test_fa4_gpu.py)."""
+    and head dims (the real claims are tested on a GPU by test_fa4_gpu.py), without the
+    availability check (the emulation needs no flash-attn-4)."""
     caps = FA4_SPEC.capabilities.model_copy(update={
         "devices": frozenset({"cpu"}), "dtypes": dtypes, "page_sizes": page_sizes,
         "preferred_page_sizes": (), "head_dims": head_dims, "min_compute_capability": None})
-    return FA4_SPEC.model_copy(update={"capabilities": caps})
+    return FA4_SPEC.model_copy(update={"capabilities": caps, "availability": None})
 
 
 def attention_f64(q, keys, vals, positions, *, scale, causal=True, window=None, softcap=None):

@@ -134,3 +134,19 @@ def test_decode_and_prefill_graph_shapes_of_one_size_get_their_own_metadata():
     assert len(attn._captured) == 2
     metas = list(attn._captured.values())
     assert metas[0].uniform and not metas[1].uniform and metas[1].max_seqlen_q == 64
+
+
+#: decode steps replayed into a 4-request graph: long enough to split (chunks of 32 keys, at most
+#: 4 per request), rows leaving between steps so stale chunk rows would read NaN pages
+LONG_DECODE_STEPS = [([150, 40, 97, 300], [1] * 4), ([260, 2, 129], [1] * 3), ([64], [1]),
+                     ([33, 190], [1, 1])]
+
+
+def test_a_captured_split_decode_replays_like_the_oracle_and_clears_its_padded_rows():
+    from hinge.testing.graphs import check_graph_replay
+
+    attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=4)
+    check_graph_replay(attn, "decode", LAYER, 16, torch.float32, device="cpu", num_pages=64,
+                       steps=LONG_DECODE_STEPS)
+    (meta,) = attn._captured.values()
+    assert meta.split is not None and meta.split.num_chunks == 4, "the graph captured the split path"

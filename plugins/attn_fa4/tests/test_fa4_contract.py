@@ -7,13 +7,34 @@ is checked here; test_fa4_gpu.py runs the same contract on the real kernel."""
 from __future__ import annotations
 
 import pytest
+import torch
 from fa4_helpers import reference_spec
 
 from hinge.testing import AttentionBackendContract, PluginPackagingContract
+from hinge_fa4.plugin import FA4_SPEC
 
 
 class TestPackaging(PluginPackagingContract):
     plugin_name, distribution = "fa4", "hinge-llm"
+
+
+class TestFA4(AttentionBackendContract):
+    """The registered spec: on CPU only its availability check runs (every other test needs
+    cuda); on a GPU with flash-attn-4 every claim runs on the real kernel (bf16, 128-token
+    pages, head dim 64; graph captures marked gpu)."""
+
+    @pytest.fixture
+    def spec(self):
+        return FA4_SPEC
+
+    @pytest.fixture(autouse=True)
+    def _kernel_here(self, spec):
+        from hinge.plugins.availability import probe_machine, unavailable_reason
+
+        if torch.cuda.is_available():
+            reason = unavailable_reason(spec, probe_machine("cuda"))
+            if reason:
+                pytest.skip(f"fa4 cannot run on this GPU machine: {reason}")
 
 
 class TestFA4OnTheEmulatedKernel(AttentionBackendContract):
