@@ -1,6 +1,7 @@
-"""The fa4 backend inside the engine on CPU, through the torch emulation of its kernel: a tiny
+"""The fa4 plugin inside the engine on CPU, through the torch emulation of its kernel: a tiny
 Qwen3 generates what the torch reference generates, eager and with graphs captured as reruns,
-with every decode split, and paired per phase with the torch backend."""
+with every decode split, and paired per phase with the torch backend. (Here, not in the plugin's
+tests: plugins and their tests import only public modules, and this drives the engine.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-from fa4_helpers import reference_spec
 
 from hinge import hookimpl
 from hinge.config import EngineConfig
@@ -17,9 +17,15 @@ from hinge.engine.engine import Engine
 from hinge.plugins.plan import GraphDecision
 from hinge.sampling_params import SamplingParams
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge_fa4.plugin import FA4_SPEC
 
 NAME = "fa4-emulated"
-SPEC = reference_spec().model_copy(update={"name": NAME})
+#: fa4's spec as its torch-emulated kernel runs: on CPU, float32, the tiny model's head dim 16
+SPEC = FA4_SPEC.model_copy(update={
+    "name": NAME, "availability": None,
+    "capabilities": FA4_SPEC.capabilities.model_copy(update={
+        "devices": frozenset({"cpu"}), "dtypes": frozenset({"float32"}), "page_sizes": frozenset({16}),
+        "preferred_page_sizes": (), "head_dims": frozenset({16}), "min_compute_capability": None})})
 OPTIONS = {"kernel": "reference", "split_kv": "always", "split_size": 16, "max_splits": 3}
 PARAMS = SamplingParams(max_new_tokens=12, temperature=0.0, logprobs=True)
 
