@@ -213,3 +213,12 @@ class TestLogsVersionAndThreads:
         run = hinge(*args, env=env)
         assert run.returncode == 2 and message in run.stderr, run.stderr
         assert "Traceback" not in run.stderr
+
+
+def test_prefix_cache_flags_reach_the_engine_config() -> None:
+    """--track-interval and --checkpoint-slots set the EngineConfig fields (CLI > env)."""
+    from hinge.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["plan", "--track-interval", "128", "--checkpoint-slots", "9"])
+    config = config_from_args(args)
+    assert (config.track_interval, config.checkpoint_slots) == (128, 9)

@@ -70,6 +70,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--chunked-prefill-size", type=int, metavar="N",
                        help="max new tokens per step (default: 512 on cpu, 8192 on cuda)")
     group.add_argument("--max-model-len", type=int, metavar="N", help="context limit in tokens")
+    group.add_argument("--track-interval", type=int, metavar="N",
+                       help="prefix cache of hybrid models: a recurrent-state checkpoint every N "
+                       "tokens (whole pages; default: 64 on cpu, 256 on cuda)")
+    group.add_argument("--checkpoint-slots", type=int, metavar="N",
+                       help="recurrent-state checkpoint slots of the prefix cache (default: 2 per "
+                       "running request, at most 10%% of the KV+state budget)")
     group.add_argument("--load-format", choices=("auto", "dummy"), default=None,
                        help="auto: the checkpoint's weights; dummy: config.json only, seeded "
                        "random weights (benchmarks of real shapes)")
@@ -105,7 +111,8 @@ def add_log_flags(parser: argparse.ArgumentParser) -> None:
 _ENGINE_FIELDS = ("device", "dtype", "attention", "attention_prefill", "attention_decode",
                   "quantizer", "speculator", "cache", "deterministic",
                   "page_size", "kv_cache_bytes", "mem_fraction_static", "max_running_requests",
-                  "chunked_prefill_size", "max_model_len", "cpu_threads", "load_format")
+                  "chunked_prefill_size", "max_model_len", "cpu_threads", "load_format",
+                  "track_interval", "checkpoint_slots")
 
 
 def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:
