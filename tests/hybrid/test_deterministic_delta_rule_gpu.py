@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
+from hinge.testing.reference import reference_gated_delta_rule
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -41,25 +42,10 @@ def piece(xs, a, b):
     return [x[a:b] for x in xs]
 
 
-def float64_loop(q, k, v, g, beta, s0):
-    """Token by token in float64, all heads at once."""
-    rep = v.shape[1] // q.shape[1]
-    q, k = (x.double().repeat_interleave(rep, dim=1) for x in (q, k))
-    q = q / q.norm(dim=-1, keepdim=True) * q.shape[-1] ** -0.5
-    k = k / k.norm(dim=-1, keepdim=True)
-    s, outs = s0.double().clone(), []
-    for t in range(q.shape[0]):
-        s = s * g[t].double().exp()[:, None, None]
-        err = v[t].double() - torch.einsum("hk,hkv->hv", k[t], s)
-        s = s + k[t][:, :, None] * (beta[t].double()[:, None] * err)[:, None, :]
-        outs.append(torch.einsum("hk,hkv->hv", q[t], s))
-    return torch.stack(outs), s
-
-
 def test_outputs_and_state_are_close_to_float64_at_qwen3_5_head_sizes():
     xs, s0, cu = inputs([200], **QWEN3_5)
     res = rule(xs, s0, cu)
-    out64, s64 = float64_loop(*xs, s0[0])
+    out64, s64, _ = reference_gated_delta_rule(*xs, s0[0])
     assert res.out.dtype == torch.bfloat16
     out_err = float((res.out.double() - out64).abs().max() / out64.abs().max())
     state_err = float((res.final_state[0].double() - s64).abs().max() / s64.abs().max())

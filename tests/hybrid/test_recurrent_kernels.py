@@ -9,6 +9,7 @@ import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels, get_recurrent_kernels
+from hinge.testing.reference import reference_gated_delta_rule
 
 KERNELS = TorchRecurrentKernels()
 
@@ -24,27 +25,10 @@ def _inputs(t, hk=2, hv=4, dk=8, dv=6, b=1, seed=0, dtype=torch.float32):
     return q, k, v, g, beta, s0
 
 
-def _float64_loop(q, k, v, g, beta, s0):
-    """Straightforward recompute of the delta rule, token by token, in float64."""
-    rep = v.shape[1] // q.shape[1]
-    q, k = (x.double().repeat_interleave(rep, dim=1) for x in (q, k))
-    q = q / q.norm(dim=-1, keepdim=True) * q.shape[-1] ** -0.5
-    k = k / k.norm(dim=-1, keepdim=True)
-    s, outs, states = s0.double().clone(), [], []
-    for t in range(q.shape[0]):
-        for h in range(v.shape[1]):
-            s[h] = s[h] * torch.exp(g[t, h].double())
-            err = v[t, h].double() - k[t, h] @ s[h]
-            s[h] = s[h] + torch.outer(k[t, h], beta[t, h].double() * err)
-        outs.append(torch.einsum("hk,hkv->hv", q[t], s))
-        states.append(s.clone())
-    return torch.stack(outs), s, torch.stack(states)
-
-
 def test_chunked_delta_rule_matches_float64_loop_across_chunk_boundaries():
     q, k, v, g, beta, s0 = _inputs(150)
     res = KERNELS.gated_delta_rule(q, k, v, g, beta, s0, [0, 150])
-    out64, s64, _ = _float64_loop(q, k, v, g, beta, s0[0])
+    out64, s64, _ = reference_gated_delta_rule(q, k, v, g, beta, s0[0])
     torch.testing.assert_close(res.out.double(), out64, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(res.final_state[0].double(), s64, rtol=1e-4, atol=1e-5)
 
@@ -132,7 +116,7 @@ def test_padded_chunk_buckets_equal_each_request_alone_against_float64():
     q, k, v, g, beta, s0 = _inputs(265, b=6, seed=6)
     res = KERNELS.gated_delta_rule(q, k, v, g, beta, s0, cu)
     for i, (s, e) in enumerate(pairwise(cu)):
-        out64, s64, _ = _float64_loop(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], s0[i])
+        out64, s64, _ = reference_gated_delta_rule(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e], s0[i])
         torch.testing.assert_close(res.out[s:e].double(), out64, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(res.final_state[i].double(), s64, rtol=1e-4, atol=1e-5)
 
@@ -207,7 +191,7 @@ DETERMINISTIC = TorchRecurrentKernels(deterministic=True)
 def test_deterministic_delta_rule_matches_float64_loop_and_per_position_states():
     q, k, v, g, beta, s0 = _inputs(40, seed=6)
     res = DETERMINISTIC.gated_delta_rule(q, k, v, g, beta, s0, [0, 40], track_states=True)
-    out64, s64, states64 = _float64_loop(q, k, v, g, beta, s0[0])
+    out64, s64, states64 = reference_gated_delta_rule(q, k, v, g, beta, s0[0])
     torch.testing.assert_close(res.out.double(), out64, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(res.final_state[0].double(), s64, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(res.position_states.double(), states64, rtol=1e-4, atol=1e-5)

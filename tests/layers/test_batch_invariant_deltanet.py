@@ -10,6 +10,8 @@ import pytest
 import torch
 from triton_interpreter import interpreter, load_interpreted  # noqa: F401 (fixture)
 
+from hinge.testing.reference import reference_gated_delta_rule
+
 pytestmark = pytest.mark.usefixtures("interpreter")
 
 
@@ -29,23 +31,6 @@ def inputs(t, hk=2, hv=4, dk=8, dv=12, b=1, seed=0, dtype=torch.float32):
     return q, k, v, g, beta, s0
 
 
-def float64_loop(q, k, v, g, beta, s0):
-    """The delta rule token by token in float64 (an independent recompute)."""
-    rep = v.shape[1] // q.shape[1]
-    q, k = (x.double().repeat_interleave(rep, dim=1) for x in (q, k))
-    q = q / q.norm(dim=-1, keepdim=True) * q.shape[-1] ** -0.5
-    k = k / k.norm(dim=-1, keepdim=True)
-    s, outs, states = s0.double().clone(), [], []
-    for t in range(q.shape[0]):
-        for h in range(v.shape[1]):
-            s[h] = s[h] * torch.exp(g[t, h].double())
-            err = v[t, h].double() - k[t, h] @ s[h]
-            s[h] = s[h] + torch.outer(k[t, h], beta[t, h].double() * err)
-        outs.append(torch.einsum("hk,hkv->hv", q[t], s))
-        states.append(s.clone())
-    return torch.stack(outs), s, torch.stack(states)
-
-
 def run(rule, xs, s0, cu, track=False):
     return rule(*xs, s0, cu, track)
 
@@ -55,10 +40,10 @@ def piece(xs, a, b):
 
 
 @pytest.mark.parametrize("hk,hv,dv", [(2, 4, 12), (3, 3, 8), (1, 2, 5)])
-def test_outputs_states_and_states_per_row_equal_the_float64_loop(rule, hk, hv, dv):
+def test_outputs_states_and_states_per_row_equal_the_reference_gated_delta_rule(rule, hk, hv, dv):
     q, k, v, g, beta, s0 = inputs(23, hk=hk, hv=hv, dv=dv, seed=1)
     out, final, states = run(rule, (q, k, v, g, beta), s0, [0, 23], track=True)
-    out64, s64, states64 = float64_loop(q, k, v, g, beta, s0[0])
+    out64, s64, states64 = reference_gated_delta_rule(q, k, v, g, beta, s0[0])
     torch.testing.assert_close(out.double(), out64, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(final[0].double(), s64, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(states.double(), states64, rtol=1e-4, atol=1e-5)
@@ -68,7 +53,7 @@ def test_outputs_states_and_states_per_row_equal_the_float64_loop(rule, hk, hv, 
 def test_bfloat16_inputs_give_bfloat16_outputs_close_to_float64(rule):
     q, k, v, g, beta, s0 = inputs(17, seed=2, dtype=torch.bfloat16)
     out, final, _ = run(rule, (q, k, v, g, beta), s0.to(torch.bfloat16), [0, 17])
-    out64, s64, _ = float64_loop(q, k, v, g, beta, s0[0].to(torch.bfloat16))
+    out64, s64, _ = reference_gated_delta_rule(q, k, v, g, beta, s0[0].to(torch.bfloat16))
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), out64, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(final[0].double(), s64, rtol=1e-4, atol=1e-5)

@@ -86,3 +86,24 @@ def reference_moe(
             hidden = act(gate @ xd[t]) * (up @ xd[t])
             out[t] += float(topk_weights[t, j]) * (down @ hidden)
     return out
+
+
+def reference_gated_delta_rule(q, k, v, g, beta, s0):
+    """The gated delta rule token by token in float64, for recurrent-kernel tests.
+
+    q, k (T, Hk, Dk), v (T, Hv, Dv), g (decay logs) and beta (T, Hv), s0 (Hv, Dk, Dv); q and k are
+    L2-normalised (q also scaled by Dk^-0.5) and repeated to the Hv value heads, as the kernels do.
+    Returns (outputs (T, Hv, Dv), final state, the state after every token (T, Hv, Dk, Dv)).
+    """
+    rep = v.shape[1] // q.shape[1]
+    q, k = (x.double().repeat_interleave(rep, dim=1) for x in (q, k))
+    q = q / q.norm(dim=-1, keepdim=True) * q.shape[-1] ** -0.5
+    k = k / k.norm(dim=-1, keepdim=True)
+    s, outs, states = s0.double().clone(), [], []
+    for t in range(q.shape[0]):
+        s = s * g[t].double().exp()[:, None, None]
+        err = v[t].double() - torch.einsum("hk,hkv->hv", k[t], s)
+        s = s + k[t][:, :, None] * (beta[t].double()[:, None] * err)[:, None, :]
+        outs.append(torch.einsum("hk,hkv->hv", q[t], s))
+        states.append(s.clone())
+    return torch.stack(outs), s, torch.stack(states)
