@@ -15,7 +15,7 @@ from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.engine.request import ScheduledBatch
 from hinge.sampling_params import SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.checkpoints import tiny_checkpoints
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -26,15 +26,7 @@ PREFILL_TOKENS = [64, 59, 128, 100, 256, 250]  #: ladder 64, 128, 256: exact and
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    made = {}
-
-    def get(arch):
-        if arch not in made:
-            made[arch] = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch), seed=5)
-            write_byte_tokenizer(made[arch])
-        return made[arch]
-
-    return get
+    return tiny_checkpoints(tmp_path_factory.mktemp, seed=5)
 
 
 def _backend(monkeypatch) -> str:

@@ -10,7 +10,7 @@ import torch
 from graph_helpers import add_graph_backend, assert_same_outputs, decisions, engine, prompts, run
 
 from hinge.sampling_params import SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.checkpoints import tiny_checkpoints
 
 LADDERS = decisions(decode=(1, 2, 4), prefill=(16, 32), max_requests=4)
 OPTIONS = dict(max_running_requests=6, chunked_prefill_size=24)
@@ -18,15 +18,7 @@ OPTIONS = dict(max_running_requests=6, chunked_prefill_size=24)
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    made = {}
-
-    def get(arch):
-        if arch not in made:
-            made[arch] = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch), seed=5)
-            write_byte_tokenizer(made[arch])
-        return made[arch]
-
-    return get
+    return tiny_checkpoints(tmp_path_factory.mktemp, seed=5)
 
 
 def _params():

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from hinge import LLM
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.checkpoints import tiny_checkpoints
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -38,15 +38,7 @@ PAGE, GRID = 16, 64
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    made = {}
-
-    def get(arch):
-        if arch not in made:
-            made[arch] = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch), seed=3)
-            write_byte_tokenizer(made[arch])
-        return made[arch]
-
-    return get
+    return tiny_checkpoints(tmp_path_factory.mktemp, seed=3)
 
 
 def _llm(path, **kw) -> LLM:

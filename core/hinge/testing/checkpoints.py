@@ -142,3 +142,17 @@ def write_byte_tokenizer(path: str | Path, vocab_size: int = 256) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.save(str(Path(path) / "tokenizer.json"))
+
+
+def tiny_checkpoints(make_dir: Callable[[str], Path], *, seed: int = 0) -> Callable[[str], Path]:
+    """``get(arch)``: a seeded tiny checkpoint of ``arch`` with the byte-level tokenizer, written
+    once into ``make_dir(arch)`` (e.g. ``tmp_path_factory.mktemp``) and reused afterwards."""
+    made: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in made:
+            made[arch] = make_tiny_checkpoint(arch, make_dir(arch), seed=seed)
+            write_byte_tokenizer(made[arch])
+        return made[arch]
+
+    return get

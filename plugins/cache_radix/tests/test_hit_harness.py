@@ -10,7 +10,7 @@ import pytest
 from radix_harness import decode_hit, greedy, prefill_hit, prompts
 
 from hinge import LLM, SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.checkpoints import tiny_checkpoints
 
 PAGE, GRID = 4, 16
 ARCHS = ["qwen3", "qwen3_5", "lfm2"]
@@ -18,15 +18,7 @@ ARCHS = ["qwen3", "qwen3_5", "lfm2"]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    made = {}
-
-    def get(arch):
-        if arch not in made:
-            made[arch] = make_tiny_checkpoint(arch, tmp_path_factory.mktemp(arch), seed=3)
-            write_byte_tokenizer(made[arch])
-        return made[arch]
-
-    return get
+    return tiny_checkpoints(tmp_path_factory.mktemp, seed=3)
 
 
 def _llm(path, **kw) -> LLM:
