@@ -2,8 +2,9 @@
 kernels import on this machine and whose plan is valid, with the reason each one before it was
 passed over (shown by ``hinge plan``, logged at start-up, in ``/server_info``).
 
-On CUDA that is flashinfer, else the torch reference (flashinfer missing or failing to import,
-a dtype, head dim or deterministic setting it does not support); on CPU the torch reference.
+On CUDA that is flashinfer, else the built-in Triton kernels (flashinfer missing or failing to
+import, a dtype, head dim or deterministic setting it does not support: deterministic mode gets
+Triton's batch-invariant attention), else the torch reference; on CPU the torch reference.
 Imports no component: the kernel module of a candidate is only looked up, and imported to prove
 it loads, when the plan is for that device.
 """
@@ -29,7 +30,7 @@ INSTALL_HINTS = {"flashinfer": "pip package flashinfer-python, in hinge-llm's gp
 
 #: device -> (attention backend, the module its kernels need or None), in order of preference
 PREFERENCES: dict[str, tuple[tuple[str, str | None], ...]] = {
-    "cuda": (("flashinfer", "flashinfer"), ("torch", None)),
+    "cuda": (("flashinfer", "flashinfer"), ("triton", "triton"), ("torch", None)),
     "cpu": (("torch", None),),
 }
 
