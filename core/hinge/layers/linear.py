@@ -4,6 +4,10 @@ A ``Linear`` is described by a ``LinearSpec``: one GEMM over one or more checkpo
 stacked along the output (``qkv_proj`` = q_proj | k_proj | v_proj, ``gate_up_proj`` = gate_proj |
 up_proj), split over tensor-parallel ranks by column or row. The model loader reads its
 ``checkpoint_routes``: which checkpoint tensor loads into which parameter, as which partition.
+
+Unquantized linears (the built-in ``none`` quantizer, default mode, no bias) on CUDA run at most
+``fast_triton.gemv.MAX_ROWS`` rows (decode) through the Triton GEMV
+(``hinge.layers.fast_triton.gemv``); every other case is ``quantizer.apply``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 from torch import nn
 
 from hinge.contracts import LinearSpec
+from hinge.layers import fast_triton
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -61,6 +66,15 @@ def loadable(module: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _is_plain(quantizer: Quantizer) -> bool:
+    """Whether ``quantizer`` is exactly the built-in ``none`` one in default mode: its ``apply`` is
+    ``F.linear(x, weight, bias)``, so the fast GEMV may stand in for it. Any other quantizer
+    (subclasses included) owns its matmul."""
+    from hinge.builtin.no_quant import NoQuantizer  # here, not at import: builtin imports layers
+
+    return type(quantizer) is NoQuantizer and not quantizer.deterministic
+
+
 class Linear(nn.Module):
     """``y = x W^T (+ b)`` over a ``LinearSpec``; ``quantizer.create_weights`` makes the parameters.
 
@@ -96,8 +110,14 @@ class Linear(nn.Module):
         self.out_features = spec.output_size_per_partition
         self.quantizer = quantizer
         quantizer.create_weights(self, spec)
+        self.plain = _is_plain(quantizer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plain and self.bias is None and fast_triton.enabled(x):
+            gemv = fast_triton.kernels().gemv
+            rows = x.reshape(-1, x.shape[-1])
+            if gemv.supports(rows, self.weight):
+                return gemv.gemv(rows, self.weight).reshape(*x.shape[:-1], self.weight.shape[0])
         return self.quantizer.apply(self, x)
 
     def checkpoint_routes(self, module_name: str) -> dict[str, Route]:

@@ -1,5 +1,7 @@
 """The SwiGLU MLP of Llama, Qwen and LFM2: ``down(act(gate(x)) * up(x))`` with gate and up in
-one GEMM (``gate_up_proj``, column-parallel) and ``down_proj`` row-parallel."""
+one GEMM (``gate_up_proj``, column-parallel) and ``down_proj`` row-parallel. With SiLU, on CUDA
+outside the deterministic mode, the activation is one Triton kernel (``fast_triton.silu_mul``:
+one rounding instead of two)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from hinge.layers import batch_invariant
-from hinge.layers.activation import get_activation
+from hinge.layers import batch_invariant, fast_triton
+from hinge.layers.activation import ACTIVATIONS, get_activation
 from hinge.layers.linear import SINGLE, Linear, TensorParallel
 
 if TYPE_CHECKING:
@@ -47,9 +49,12 @@ class GatedMLP(nn.Module):
                                 f"{prefix}.down_proj", shard_names=(down,), parallel="row", tp=tp)
         self.width = self.gate_up_proj.spec.output_sizes_per_partition[0]
         self.act = get_activation(hidden_act)
+        self.is_silu = self.act is ACTIVATIONS["silu"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
         if self.deterministic:
             return self.down_proj(batch_invariant.gated_activation(gate_up, self.act))
+        if self.is_silu and fast_triton.enabled(gate_up) and fast_triton.kernels().silu_mul.supports(gate_up):
+            return self.down_proj(fast_triton.kernels().silu_mul.silu_mul(gate_up))
         return self.down_proj(self.act(gate_up[..., : self.width]) * gate_up[..., self.width :])

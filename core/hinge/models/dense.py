@@ -132,8 +132,11 @@ class DecoderLayer(nn.Module):
         self.mlp = mlp
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        # the attention output's residual add rides in the post-attention norm (one fused kernel
+        # on CUDA, the same add then norm elsewhere); the MLP's add stays, as the stack reads h
+        attn = self.self_attn(self.input_layernorm(h), cos, sin, ctx)
+        x, h = self.post_attention_layernorm(attn, h)
+        return self.mlp(x) + h
 
 
 class DenseDecoderLM(DecoderStackLM):

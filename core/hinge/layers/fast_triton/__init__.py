@@ -1,0 +1,50 @@
+"""Fast (not batch-invariant) Triton kernels for small-batch decode on CUDA, default mode only.
+
+``enabled(x, deterministic)`` is the one switch the layers ask: true only for a CUDA tensor, with
+Triton importable, outside the deterministic mode, and unless ``HINGE_FAST_KERNELS=0``. CPU and
+deterministic paths never reach these kernels, so their bits stay what the torch formulas give.
+
+Kernels (one per module; each module's docstring states its contract):
+
+- ``gemv``: ``y = x @ W.T`` for at most ``MAX_ROWS`` rows, streaming ``W`` (split-K with an
+  ordered second pass, no atomics);
+- ``add_rmsnorm``: residual add + RMSNorm in one pass;
+- ``silu_mul``: ``silu(gate) * up`` of a fused ``[gate | up]`` with one rounding.
+
+The kernel modules import Triton at import time; import them through ``kernels()`` (only after
+``enabled`` said yes).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import SimpleNamespace
+
+import torch
+
+ENV = "HINGE_FAST_KERNELS"
+
+
+@functools.cache
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except Exception:  # noqa: BLE001 (a broken install is "not available", not a crash)
+        return False
+    return True
+
+
+def enabled(x: torch.Tensor, deterministic: bool = False) -> bool:
+    """Whether ``x``'s op may take a fast Triton kernel: CUDA, not deterministic, Triton present
+    and ``HINGE_FAST_KERNELS`` is not ``0``."""
+    return (x.is_cuda and not deterministic and os.environ.get(ENV, "1") != "0"
+            and triton_available())
+
+
+@functools.cache
+def kernels() -> SimpleNamespace:
+    """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``), imported on first use."""
+    from hinge.layers.fast_triton import add_rmsnorm, gemv, silu_mul
+
+    return SimpleNamespace(gemv=gemv, add_rmsnorm=add_rmsnorm, silu_mul=silu_mul)

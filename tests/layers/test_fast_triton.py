@@ -1,0 +1,347 @@
+"""The fast decode kernels (``hinge.layers.fast_triton``) and their wiring.
+
+- Under Triton's CPU interpreter each kernel equals a float64 reference to one rounding, on tiny
+  ragged shapes (M 1..16, N and K not multiples of the blocks), split-K and tensor-core tilings
+  included.
+- On CPU (and in deterministic mode) nothing changes: the fused-norm fallback, the MLP, the linear
+  and a whole bf16 model give the same bits as the formulas they replaced.
+- With the kernels forced on (interpreted), the model's logits stay within bf16 rounding.
+- ``gpu`` tests compare each kernel with torch at the Qwen3-8B shapes and replay them in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from triton_interpreter import interpreter, load_interpreted  # noqa: F401 (fixture)
+
+from hinge.layers import fast_triton
+from hinge.layers.mlp import GatedMLP
+from hinge.layers.norm import RMSNorm
+
+#: |ours - float64| <= bound * max(1, max |reference|): one rounding of the result
+BOUNDS = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+ROWS = [1, 2, 3, 5, 8, 13, 16]
+
+
+def randn(*shape, seed, dtype=torch.float32, scale=1.0, device="cpu"):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(*shape, generator=gen, device=device) * scale).to(dtype)
+
+
+def assert_close_to(out, ref, dtype):
+    err = float((out.double() - ref).abs().max())
+    bound = BOUNDS[dtype] * max(1.0, float(ref.abs().max()))
+    assert err <= bound, f"max error {err:.3g} > {bound:.3g}"
+
+
+def rms_norm64(h: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    h = h.double()
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    return types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul")})
+
+
+# -- kernels under the interpreter ---------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", ROWS)
+def test_gemv_equals_the_float64_product_for_ragged_rows_in_every_tiling(interpreted, dtype, m):
+    g = interpreted.gemv
+    x, w = randn(m, 200, seed=m, dtype=dtype), randn(37, 200, seed=100 + m, dtype=dtype)
+    ref = x.double() @ w.double().T
+    tilings = [None, g.GemvConfig(block_n=16, block_k=32, split_k=3, dot=True),
+               g.GemvConfig(block_n=8, block_k=64, split_k=1, dot=True)]
+    if m <= 4:
+        tilings.append(g.GemvConfig(block_n=4, block_k=64, split_k=2, dot=False))
+    for config in tilings:
+        out = g.gemv(x, w, config)
+        assert out.dtype == dtype and out.shape == (m, 37), config
+        assert_close_to(out, ref, dtype)
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_gemv_reads_x_with_a_row_stride(interpreted):
+    big = randn(3, 300, seed=1, dtype=torch.bfloat16)
+    x, w = big[:, 50:250], randn(40, 200, seed=2, dtype=torch.bfloat16)
+    assert_close_to(interpreted.gemv.gemv(x, w), x.double() @ w.double().T, torch.bfloat16)
+
+
+def test_gemv_supports_only_few_rows_of_one_half_dtype_and_a_contiguous_weight():
+    from hinge.layers.fast_triton import gemv as g
+
+    x, w = torch.zeros(4, 64, dtype=torch.bfloat16), torch.zeros(32, 64, dtype=torch.bfloat16)
+    assert g.supports(x, w)
+    assert not g.supports(torch.zeros(17, 64, dtype=torch.bfloat16), w)
+    assert not g.supports(x[:0], w)
+    assert not g.supports(x, w.to(torch.float16))
+    assert not g.supports(x.float(), w.float())
+    assert not g.supports(x, torch.zeros(64, 32, dtype=torch.bfloat16).T)
+    with pytest.raises(ValueError, match="gemv.supports"):
+        g.gemv(x.float(), w.float())
+
+
+def test_gemv_default_config_splits_k_only_where_the_weight_has_few_row_tiles():
+    from hinge.layers.fast_triton.gemv import default_config
+
+    assert default_config(1, 24576, 4096).split_k == 1
+    assert default_config(1, 4096, 4096).split_k >= 2
+    assert default_config(1, 4096, 12288).split_k >= 2
+    assert not default_config(1, 6144, 4096).dot and default_config(16, 6144, 4096).dot
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_add_rmsnorm_rounds_the_sum_like_torch_and_normalizes_it_like_float64(interpreted, dtype, offset):
+    x, r = randn(5, 200, seed=3, dtype=dtype), randn(5, 200, seed=4, dtype=dtype, scale=3.0)
+    weight = randn(200, seed=5, dtype=dtype, scale=0.1) + (0.0 if offset else 1.0)
+    normed, residual = interpreted.add_rmsnorm.add_rmsnorm(x, r, weight, 1e-6, offset)
+    if dtype == torch.bfloat16:  # the interpreter truncates float32 -> bf16 (the GPU rounds to nearest)
+        assert bool(((residual.double() - (x + r).double()).abs() <= (x + r).double().abs() * 2.0 ** -7).all())
+    else:
+        assert torch.equal(residual, x + r)
+    w = (weight + offset) if offset else weight  # the weight rounded as rmsnorm_reference forms it
+    assert normed.dtype == dtype
+    assert_close_to(normed, rms_norm64(x + r, w, 1e-6), dtype)
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_silu_mul_equals_the_float64_gate_times_up_across_column_blocks(interpreted, dtype):
+    gate_up = randn(3, 2 * 1100, seed=6, dtype=dtype, scale=4.0)
+    out = interpreted.silu_mul.silu_mul(gate_up)
+    g, u = gate_up[:, :1100].double(), gate_up[:, 1100:].double()
+    assert out.shape == (3, 1100) and out.dtype == dtype
+    assert_close_to(out, F.silu(g) * u, dtype)
+
+
+# -- the selector and the CPU / deterministic paths ----------------------------------------------
+
+
+def test_fast_kernels_are_enabled_only_for_cuda_outside_deterministic_mode_unless_turned_off(monkeypatch):
+    cuda_like = types.SimpleNamespace(is_cuda=True)
+    monkeypatch.setattr(fast_triton, "triton_available", lambda: True)
+    assert not fast_triton.enabled(torch.zeros(1))
+    assert fast_triton.enabled(cuda_like)
+    assert not fast_triton.enabled(cuda_like, deterministic=True)
+    monkeypatch.setenv("HINGE_FAST_KERNELS", "0")
+    assert not fast_triton.enabled(cuda_like)
+    monkeypatch.delenv("HINGE_FAST_KERNELS")
+    monkeypatch.setattr(fast_triton, "triton_available", lambda: False)
+    assert not fast_triton.enabled(cuda_like)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+def test_rmsnorm_with_a_residual_on_cpu_is_the_add_then_the_norm_bit_for_bit(deterministic, offset):
+    norm = RMSNorm(200, 1e-6, dtype=torch.bfloat16, deterministic=deterministic, offset=offset)
+    norm.weight.data = randn(200, seed=7, dtype=torch.bfloat16)
+    x, r = randn(9, 200, seed=8, dtype=torch.bfloat16), randn(9, 200, seed=9, dtype=torch.bfloat16)
+    normed, residual = norm(x, r)
+    assert torch.equal(residual, r + x)
+    assert torch.equal(normed, norm(r + x))
+
+
+def test_gated_mlp_on_cpu_is_the_unfused_formula_bit_for_bit():
+    from hinge.builtin.no_quant import NoQuantizer
+
+    mlp = GatedMLP(64, 96, "silu", NoQuantizer(), torch.bfloat16, "mlp")
+    for p in (mlp.gate_up_proj.weight, mlp.down_proj.weight):
+        p.data = randn(*p.shape, seed=p.numel(), dtype=torch.bfloat16, scale=0.2)
+    x = randn(5, 64, seed=10, dtype=torch.bfloat16)
+    gu = F.linear(x, mlp.gate_up_proj.weight)
+    assert torch.equal(mlp(x), F.linear(F.silu(gu[:, :96]) * gu[:, 96:], mlp.down_proj.weight))
+
+
+def test_only_the_builtin_none_quantizer_in_default_mode_may_take_the_gemv():
+    from hinge.builtin.no_quant import NoQuantizer
+    from hinge.layers.linear import Linear
+
+    class Subclass(NoQuantizer):
+        pass
+
+    plain = Linear(64, 32, False, NoQuantizer(), torch.bfloat16, "p")
+    assert plain.plain
+    assert not Linear(64, 32, False, NoQuantizer(build=types.SimpleNamespace(deterministic=True)),
+                      torch.bfloat16, "d").plain
+    assert not Linear(64, 32, False, Subclass(), torch.bfloat16, "s").plain
+    plain.weight.data = randn(32, 64, seed=11, dtype=torch.bfloat16)
+    x = randn(3, 64, seed=12, dtype=torch.bfloat16)
+    assert torch.equal(plain(x), F.linear(x, plain.weight))
+
+
+def old_decoder_layer_forward(self, h, cos, sin, ctx):
+    """``DecoderLayer.forward`` before the residual passing: two unfused adds."""
+    h = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx)
+    return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def bf16_model(path):
+    from hinge.builtin.no_quant import NoQuantizer
+    from hinge.models.loader import load_model
+    from hinge.plugins.specs import BuildContext
+
+    build = BuildContext(device="cpu", dtype=torch.bfloat16, deterministic=False, page_size=16)
+    model = load_model(path, device="cpu", dtype=torch.bfloat16, quantizer=NoQuantizer(None, build),
+                       progress=False)
+    return model, build
+
+
+def prefill_and_decode(model, build, ids, decode_steps=3):
+    from hinge.builtin.torch_attention import TorchAttentionBackend
+    from hinge.testing.paged_steps import PagedSteps
+
+    steps = PagedSteps(model, TorchAttentionBackend(None, build))
+    out = [steps.step([("a", ids[:-decode_steps]), ("b", ids[3:9])]).logits]
+    out += [steps.step([("a", [tok]), ("b", [tok])]).logits for tok in ids[-decode_steps:]]
+    return torch.cat(out)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from hinge.testing.checkpoints import tiny_checkpoints
+
+    return tiny_checkpoints(tmp_path_factory.mktemp)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_decoder_layer_residual_passing_keeps_cpu_bf16_logits_bit_identical(arch, tiny, monkeypatch):
+    from hinge.models.dense import DecoderLayer
+
+    torch.set_num_threads(1)
+    model, build = bf16_model(tiny(arch))
+    ids = [int(t) for t in torch.randint(0, 256, (24,), generator=torch.Generator().manual_seed(13))]
+    ours = prefill_and_decode(model, build, ids)
+    monkeypatch.setattr(DecoderLayer, "forward", old_decoder_layer_forward)
+    before = prefill_and_decode(model, build, ids)
+    assert torch.equal(ours, before)
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_of_the_plain_path(
+        tiny, interpreted, monkeypatch):
+    """The wiring: norm, MLP and linears call the kernels (counted) with the right operands."""
+    torch.set_num_threads(1)
+    model, build = bf16_model(tiny("qwen3"))
+    ids = [int(t) for t in torch.randint(0, 256, (14,), generator=torch.Generator().manual_seed(14))]
+    plain = prefill_and_decode(model, build, ids, decode_steps=2)
+    calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0}
+
+    def counted(module, name):
+        fn = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return types.SimpleNamespace(**{**vars(module), name: wrapper})
+
+    fake = types.SimpleNamespace(gemv=counted(interpreted.gemv, "gemv"),
+                                 add_rmsnorm=counted(interpreted.add_rmsnorm, "add_rmsnorm"),
+                                 silu_mul=counted(interpreted.silu_mul, "silu_mul"))
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
+    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    fast = prefill_and_decode(model, build, ids, decode_steps=2)
+    layers = len(model.model.layers)
+    steps = 3  # one prefill of 12 + 6 rows (too many for the GEMV), two decodes of 2 rows
+    assert calls["add_rmsnorm"] == layers * steps and calls["silu_mul"] == layers * steps
+    assert calls["gemv"] == 4 * layers * (steps - 1)  # qkv, o, gate_up, down per decode step
+    assert not torch.equal(fast, plain)  # the kernels ran (one rounding fewer in silu_mul)
+    err = (fast - plain).abs().max() / plain.abs().max()
+    assert err < 0.05, f"relative logit difference {err:.3g}"
+
+
+# -- CUDA ----------------------------------------------------------------------------------------
+
+gpu = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+#: Qwen3-8B linears: fused qkv, o, fused gate|up, down
+WEIGHTS = [(6144, 4096), (4096, 4096), (24576, 4096), (4096, 12288), (1000, 200)]
+
+
+@pytest.mark.parametrize("n,k", WEIGHTS)
+@pytest.mark.parametrize("m", [1, 2, 4, 16])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gemv_matches_the_float64_product_and_repeats_its_bits(m, n, k):
+    from hinge.layers.fast_triton import gemv as g
+
+    w = randn(n, k, seed=1, dtype=torch.bfloat16, scale=k ** -0.5, device="cuda")
+    x = randn(m, k, seed=2, dtype=torch.bfloat16, device="cuda")
+    out = g.gemv(x, w)
+    assert_close_to(out, x.double() @ w.double().T, torch.bfloat16)
+    torch_err = float((torch.matmul(x, w.T).double() - x.double() @ w.double().T).abs().max())
+    assert float((out.double() - x.double() @ w.double().T).abs().max()) <= 2 * torch_err + 1e-6
+    assert torch.equal(out, g.gemv(x, w))
+
+
+@pytest.mark.parametrize("m", [1, 64])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_add_rmsnorm_matches_torch_add_then_rms_norm(m, offset):
+    from hinge.layers import batch_invariant
+    from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
+
+    x, r = (randn(m, 4096, seed=s, dtype=torch.bfloat16, device="cuda") for s in (3, 4))
+    weight = randn(4096, seed=5, dtype=torch.bfloat16, scale=0.1, device="cuda") + (0.0 if offset else 1.0)
+    normed, residual = add_rmsnorm(x, r, weight, 1e-6, offset)
+    assert torch.equal(residual, x + r)
+    ref = batch_invariant.rmsnorm_reference(x + r, weight, 1e-6, offset)
+    ulp = (ref.float().abs() * 2.0 ** -7).clamp_min(1e-30)
+    assert bool(((normed.float() - ref.float()).abs() <= ulp).all()), "more than one bf16 ulp from F.rms_norm"
+
+
+@pytest.mark.parametrize("m", [1, 64])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_silu_mul_matches_the_float64_formula_and_torch_to_one_ulp(m):
+    from hinge.layers.fast_triton.silu_mul import silu_mul
+
+    gate_up = randn(m, 2 * 12288, seed=6, dtype=torch.bfloat16, scale=3.0, device="cuda")
+    out = silu_mul(gate_up)
+    g, u = gate_up[:, :12288], gate_up[:, 12288:]
+    assert_close_to(out, F.silu(g.double()) * u.double(), torch.bfloat16)
+    ref = F.silu(g) * u
+    assert bool(((out.float() - ref.float()).abs() <= ref.float().abs() * 2.0 ** -7 + 1e-30).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_fast_kernels_replay_in_a_cuda_graph_with_new_inputs():
+    from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
+    from hinge.layers.fast_triton.gemv import gemv
+    from hinge.layers.fast_triton.silu_mul import silu_mul
+
+    dt = torch.bfloat16
+    w_qkv = randn(6144, 4096, seed=1, dtype=dt, scale=4096 ** -0.5, device="cuda")  # no split-K
+    w_o = randn(4096, 4096, seed=2, dtype=dt, scale=4096 ** -0.5, device="cuda")  # split-K
+    norm_w = randn(4096, seed=3, dtype=dt, device="cuda")
+    x, r = randn(4, 4096, seed=4, dtype=dt, device="cuda"), randn(4, 4096, seed=5, dtype=dt, device="cuda")
+
+    def step():
+        h, res = add_rmsnorm(x, r, norm_w, 1e-6)
+        q = gemv(h, w_qkv)
+        return gemv(silu_mul(q[:, :4096].contiguous().repeat(1, 2)), w_o), res
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, res = step()
+    for seed in (6, 7):
+        x.copy_(randn(4, 4096, seed=seed, dtype=dt, device="cuda"))
+        graph.replay()
+        eager_out, eager_res = step()
+        assert torch.equal(out, eager_out) and torch.equal(res, eager_res)
