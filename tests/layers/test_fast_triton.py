@@ -60,7 +60,7 @@ def test_gemv_equals_the_float64_product_for_ragged_rows_in_every_tiling(interpr
     x, w = randn(m, 200, seed=m, dtype=dtype), randn(37, 200, seed=100 + m, dtype=dtype)
     ref = x.double() @ w.double().T
     tilings = [None, g.GemvConfig(block_n=16, block_k=32, split_k=3, dot=True),
-               g.GemvConfig(block_n=8, block_k=64, split_k=1, dot=True)]
+               g.GemvConfig(block_n=32, block_k=64, split_k=1, dot=True)]
     if m <= 4:
         tilings.append(g.GemvConfig(block_n=4, block_k=64, split_k=2, dot=False))
     for config in tilings:

@@ -46,8 +46,9 @@ def supports(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> b
     """Whether ``add_rmsnorm`` takes these: one shape and float dtype for x, residual and weight
     (D,), one device, rows of at most ``MAX_WIDTH``."""
     d = x.shape[-1]
-    return (x.shape == residual.shape and x.dtype == residual.dtype and x.dtype in DTYPES
-            and weight.shape == (d,) and weight.dtype == x.dtype and d <= MAX_WIDTH and x.device == residual.device == weight.device)
+    return (x.shape == residual.shape and x.dtype == residual.dtype == weight.dtype
+            and x.dtype in DTYPES and weight.shape == (d,) and d <= MAX_WIDTH
+            and x.device == residual.device == weight.device)
 
 
 def _num_warps(block: int) -> int:

@@ -105,6 +105,7 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.cache
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
     """The tiling chosen by reasoning, for an H100/H200-class GPU (no autotuning).
 
