@@ -46,7 +46,7 @@ def rms_norm64(h: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def interpreted():
     return types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
-                                    for name in ("gemv", "add_rmsnorm", "silu_mul")})
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "qk_norm_rope")})
 
 
 # -- kernels under the interpreter ---------------------------------------------------------------
@@ -123,6 +123,36 @@ def test_silu_mul_equals_the_float64_gate_times_up_across_column_blocks(interpre
     g, u = gate_up[:, :1100].double(), gate_up[:, 1100:].double()
     assert out.shape == (3, 1100) and out.dtype == dtype
     assert_close_to(out, F.silu(g) * u, dtype)
+
+
+def rope64(x: torch.Tensor, positions: torch.Tensor, rot: int, theta: float = 10000.0) -> torch.Tensor:
+    """Rotate-half rotary embedding of the first ``rot`` dims of each head, in float64."""
+    inv = 1.0 / theta ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+    ang = positions.double()[:, None] * inv[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2, rest = x[..., : rot // 2], x[..., rot // 2 : rot], x[..., rot:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("factor", [1.0, 0.5])
+def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dtype, factor):
+    from hinge.layers.rotary import RotaryEmbedding
+
+    t, hq, hk, d = 3, 4, 2, 24
+    rotary = RotaryEmbedding(d, {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": factor})
+    qkv = randn(t, (hq + 2 * hk) * d, seed=15, dtype=dtype, scale=2.0)
+    q, k = qkv[:, : hq * d].view(t, hq, d), qkv[:, hq * d : (hq + hk) * d].view(t, hk, d)
+    qw, kw = (randn(d, seed=s, dtype=dtype, scale=0.2) + 1 for s in (16, 17))
+    positions = torch.tensor([0, 5, 77])
+    cos, sin = rotary(positions, 100, dtype=dtype)
+    out_q, out_k = interpreted.qk_norm_rope.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
+    assert out_q.shape == q.shape and out_k.shape == k.shape and out_q.dtype == dtype
+    # float64 reference from the kernel's rounded norm (the contract's one intermediate rounding)
+    for out, x, w in ((out_q, q, qw), (out_k, k, kw)):
+        normed = rms_norm64(x, w, 1e-6).to(dtype).double()
+        assert_close_to(out, rope64(normed, positions, rotary.rotary_dim), dtype)
 
 
 # -- the selector and the CPU / deterministic paths ----------------------------------------------
@@ -230,12 +260,13 @@ def test_decoder_layer_residual_passing_keeps_cpu_bf16_logits_bit_identical(arch
 @pytest.mark.usefixtures("interpreter")
 def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_of_the_plain_path(
         tiny, interpreted, monkeypatch):
-    """The wiring: norm, MLP and linears call the kernels (counted) with the right operands."""
+    """The wiring: norm, MLP, q/k norm + rope and linears call the kernels (counted) with the
+    right operands."""
     torch.set_num_threads(1)
     model, build = bf16_model(tiny("qwen3"))
     ids = [int(t) for t in torch.randint(0, 256, (14,), generator=torch.Generator().manual_seed(14))]
     plain = prefill_and_decode(model, build, ids, decode_steps=2)
-    calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0}
+    calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0, "qk_norm_rope": 0}
 
     def counted(module, name):
         fn = getattr(module, name)
@@ -247,13 +278,14 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
 
     fake = types.SimpleNamespace(gemv=counted(interpreted.gemv, "gemv"),
                                  add_rmsnorm=counted(interpreted.add_rmsnorm, "add_rmsnorm"),
-                                 silu_mul=counted(interpreted.silu_mul, "silu_mul"))
+                                 silu_mul=counted(interpreted.silu_mul, "silu_mul"),
+                                 qk_norm_rope=counted(interpreted.qk_norm_rope, "qk_norm_rope"))
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)
     layers = len(model.model.layers)
     steps = 3  # one prefill of 12 + 6 rows (too many for the GEMV), two decodes of 2 rows
-    assert calls["add_rmsnorm"] == layers * steps and calls["silu_mul"] == layers * steps
+    assert calls["add_rmsnorm"] == calls["silu_mul"] == calls["qk_norm_rope"] == layers * steps
     assert calls["gemv"] == 4 * layers * (steps - 1)  # qkv, o, gate_up, down per decode step
     assert not torch.equal(fast, plain)  # the kernels ran (one rounding fewer in silu_mul)
     err = (fast - plain).abs().max() / plain.abs().max()
@@ -314,11 +346,32 @@ def test_cuda_silu_mul_matches_the_float64_formula_and_torch_to_one_ulp(m):
     assert bool(((out.float() - ref.float()).abs() <= ref.float().abs() * 2.0 ** -7 + 1e-30).all())
 
 
+@pytest.mark.parametrize("t", [1, 64])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_qk_norm_rope_matches_the_norms_then_apply_qk(t):
+    from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
+    from hinge.layers.rotary import RotaryEmbedding
+
+    dt, d = torch.bfloat16, 128
+    rotary = RotaryEmbedding(d, {"rope_theta": 1000000.0, "rope_type": "default"})
+    qkv = randn(t, 48 * d, seed=18, dtype=dt, device="cuda")
+    q, k = qkv[:, : 32 * d].view(t, 32, d), qkv[:, 32 * d : 40 * d].view(t, 8, d)
+    qw, kw = (randn(d, seed=s, dtype=dt, scale=0.2, device="cuda") + 1 for s in (19, 20))
+    positions = torch.arange(t, device="cuda") * 37
+    cos, sin = rotary(positions, 37 * t, dtype=dt)
+    out_q, out_k = qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
+    ref_q, ref_k = rotary.apply_qk(F.rms_norm(q, (d,), qw, 1e-6), F.rms_norm(k, (d,), kw, 1e-6), cos, sin)
+    for out, ref in ((out_q, ref_q), (out_k, ref_k)):
+        assert_close_to(out, ref.double(), dt)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_fast_kernels_replay_in_a_cuda_graph_with_new_inputs():
     from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
     from hinge.layers.fast_triton.gemv import gemv
+    from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
     from hinge.layers.fast_triton.silu_mul import silu_mul
 
     dt = torch.bfloat16
@@ -327,10 +380,15 @@ def test_cuda_fast_kernels_replay_in_a_cuda_graph_with_new_inputs():
     norm_w = randn(4096, seed=3, dtype=dt, device="cuda")
     x, r = randn(4, 4096, seed=4, dtype=dt, device="cuda"), randn(4, 4096, seed=5, dtype=dt, device="cuda")
 
+    cos, sin = torch.rand(4, 1, 128, device="cuda").to(dt), torch.rand(4, 1, 128, device="cuda").to(dt)
+    head_w = randn(128, seed=8, dtype=dt, device="cuda")
+
     def step():
         h, res = add_rmsnorm(x, r, norm_w, 1e-6)
-        q = gemv(h, w_qkv)
-        return gemv(silu_mul(q[:, :4096].contiguous().repeat(1, 2)), w_o), res
+        qkv = gemv(h, w_qkv)
+        q, k = qk_norm_rope(qkv[:, :4096].view(4, 32, 128), qkv[:, 4096:5120].view(4, 8, 128),
+                            head_w, head_w, 1e-6, cos, sin)
+        return gemv(silu_mul(q.reshape(4, 4096).repeat(1, 2)), w_o), torch.cat([res, k.reshape(4, -1)], 1)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

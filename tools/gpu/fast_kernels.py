@@ -12,7 +12,8 @@ reads it from HBM, not L2; one CUDA graph runs one call per copy and is replayed
 call in microseconds, ``TB/s`` is the weight bytes over that time. ``max diff`` is the largest
 difference from cuBLAS's result. Element-wise rows: ``add_rmsnorm`` (hidden 4096) against
 ``x + r`` then ``F.rms_norm``, and ``silu_mul`` (intermediate 12288) against ``F.silu(a) * b``,
-at M = 1 and 64, timed the same way (one graph of 32 calls).
+and ``qk_norm_rope`` (32 + 8 heads of 128) against two ``F.rms_norm`` and the rotation
+``RotaryEmbedding.apply_qk`` runs, at M = 1 and 64, timed the same way (one graph of 32 calls).
 
 ``--sweep`` times a small grid of tilings (rows per program, K step, split-K, warps, tensor cores)
 per shape and M, and prints the best ones: what ``gemv.default_config`` should return (about 800
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 
 from hinge.layers.fast_triton import add_rmsnorm as fused_norm
 from hinge.layers.fast_triton import gemv as g
+from hinge.layers.fast_triton import qk_norm_rope as fused_qk
 from hinge.layers.fast_triton import silu_mul as fused_act
 
 SHAPES = {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}
@@ -124,6 +126,27 @@ def elementwise_rows(replays: int) -> list[dict]:
                              speedup=ref / ours, **{"max diff": diff}))
         except Exception as exc:  # noqa: BLE001
             rows.append(dict(op="silu_mul", shape="12288", m=m, error=repr(exc)))
+        try:
+            qkv = torch.randn(m, 6144, device="cuda").to(DT)
+            q, k = qkv[:, :4096].view(m, 32, 128), qkv[:, 4096:5120].view(m, 8, 128)
+            hw = torch.randn(128, device="cuda").to(DT)
+            cos, sin = (torch.rand(m, 1, 128, device="cuda").to(DT) for _ in range(2))
+
+            def torch_qk(q=q, k=k, hw=hw, cos=cos, sin=sin):
+                qn, kn = F.rms_norm(q, (128,), hw, 1e-6), F.rms_norm(k, (128,), hw, 1e-6)
+                qk = torch.cat([qn, kn], dim=1)
+                return torch.addcmul(qk * cos, qk.roll(64, dims=-1), sin)
+
+            def ours_qk(q=q, k=k, hw=hw, cos=cos, sin=sin):
+                return fused_qk.qk_norm_rope(q, k, hw, hw, 1e-6, cos, sin)
+
+            ours = graph_time_us([ours_qk] * 32, replays)
+            ref = graph_time_us([torch_qk] * 32, replays)
+            diff = float((torch.cat(ours_qk(), dim=1) - torch_qk()).abs().max())
+            rows.append(dict(op="qk_norm_rope", shape="32+8 heads x 128", m=m, triton_us=ours, torch_us=ref,
+                             speedup=ref / ours, **{"max diff": diff}))
+        except Exception as exc:  # noqa: BLE001
+            rows.append(dict(op="qk_norm_rope", shape="32+8 heads x 128", m=m, error=repr(exc)))
     return rows
 
 
@@ -210,7 +233,8 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=20, help="graph replays per timing")
     parser.add_argument("--sweep", action="store_true", help="also time a grid of GEMV tilings")
     parser.add_argument("--top", type=int, default=3, help="best tilings printed per shape and M")
-    parser.add_argument("--no-elementwise", action="store_true", help="skip add_rmsnorm / silu_mul")
+    parser.add_argument("--no-elementwise", action="store_true",
+                        help="skip add_rmsnorm / silu_mul / qk_norm_rope")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs CUDA: run on the GPU machine")

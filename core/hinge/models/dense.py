@@ -26,6 +26,7 @@ from hinge.layers import (
     RotaryEmbedding,
     TensorParallel,
     VocabEmbedding,
+    fast_triton,
 )
 from hinge.layers.rotary import CHUNK
 from hinge.models.base import ModelConfig
@@ -114,10 +115,18 @@ class DecoderAttention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm and not self.q_norm.offset and fast_triton.enabled(q, self.q_norm.deterministic):
+            fused = fast_triton.kernels().qk_norm_rope
+            if fused.supports(q, k, cos):  # one kernel: both norms and the rotation
+                q, k = fused.qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight,
+                                          self.q_norm.eps, cos, sin)
+                return self._attend(q, k, v, t, ctx)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        rotary = self.rotary[0]
-        q, k = rotary.apply_qk(q, k, cos, sin)
+        q, k = self.rotary[0].apply_qk(q, k, cos, sin)
+        return self._attend(q, k, v, t, ctx)
+
+    def _attend(self, q, k, v, t: int, ctx: ForwardContext) -> torch.Tensor:
         o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch)
         return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
 

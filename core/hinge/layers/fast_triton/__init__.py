@@ -9,7 +9,8 @@ Kernels (one per module; each module's docstring states its contract):
 - ``gemv``: ``y = x @ W.T`` for at most ``MAX_ROWS`` rows, streaming ``W`` (split-K with an
   ordered second pass, no atomics);
 - ``add_rmsnorm``: residual add + RMSNorm in one pass;
-- ``silu_mul``: ``silu(gate) * up`` of a fused ``[gate | up]`` with one rounding.
+- ``silu_mul``: ``silu(gate) * up`` of a fused ``[gate | up]`` with one rounding;
+- ``qk_norm_rope``: per-head RMSNorm of q and k and the rotary embedding in one pass.
 
 The kernel modules import Triton at import time; import them through ``kernels()`` (only after
 ``enabled`` said yes).
@@ -44,7 +45,9 @@ def enabled(x: torch.Tensor, deterministic: bool = False) -> bool:
 
 @functools.cache
 def kernels() -> SimpleNamespace:
-    """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``), imported on first use."""
-    from hinge.layers.fast_triton import add_rmsnorm, gemv, silu_mul
+    """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``, ``qk_norm_rope``), imported
+    on first use."""
+    from hinge.layers.fast_triton import add_rmsnorm, gemv, qk_norm_rope, silu_mul
 
-    return SimpleNamespace(gemv=gemv, add_rmsnorm=add_rmsnorm, silu_mul=silu_mul)
+    return SimpleNamespace(gemv=gemv, add_rmsnorm=add_rmsnorm, silu_mul=silu_mul,
+                           qk_norm_rope=qk_norm_rope)

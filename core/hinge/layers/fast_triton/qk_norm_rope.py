@@ -1,0 +1,88 @@
+"""Per-head RMSNorm of q and k followed by rotary embedding (neox / rotate-half), one kernel, CUDA.
+
+Contract: ``q`` (T, Hq, D) and ``k`` (T, Hk, D), each head with a unit last stride (views into the
+fused qkv output are fine); ``q_weight``, ``k_weight`` (D,); ``cos``, ``sin`` (T, 1, R) or (T, R)
+as ``RotaryEmbedding.forward`` returns them (rows of the table, the rotation's sign folded into
+``sin``: ``sin = [-sin_half | sin_half]``), R <= D even. Returns ``(q', k')``, views of one
+(T, Hq + Hk, D) tensor in q's dtype, as ``RotaryEmbedding.apply_qk`` returns them:
+
+- ``n = x * rsqrt(mean(x^2) + eps) * w`` over the head (float32 statistics, rounded once to the
+  dtype: the bits ``RMSNorm`` gives on CUDA up to ``F.rms_norm``'s own rounding);
+- ``out[i] = n[i] * cos[i] + n[(i + R/2) mod R] * sin[i]`` for ``i < R`` in float32 with one
+  rounding (torch rounds ``n * cos`` first, so the two differ by about one ulp); ``out[i] = n[i]``
+  for ``i >= R``.
+
+One program per (token, head). Graph-capturable (no host syncs).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr, HQ, D, R,
+                         stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
+                         stride_ot, eps, BLOCK_D: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_D)
+    half = R // 2
+    in_d = offs < D
+    in_r = offs < R
+    partner = tl.where(in_r, (offs + half) % tl.maximum(R, 1), offs)
+    if h < HQ:
+        src = q_ptr + t * stride_qt + h * stride_qh
+        w_ptr = qw_ptr
+    else:
+        src = k_ptr + t * stride_kt + (h - HQ) * stride_kh
+        w_ptr = kw_ptr
+    x = tl.load(src + offs, mask=in_d, other=0.0).to(tl.float32)
+    xp = tl.load(src + partner, mask=in_d, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
+    w = tl.load(w_ptr + offs, mask=in_d, other=0.0).to(tl.float32)
+    wp = tl.load(w_ptr + partner, mask=in_d, other=0.0).to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    n = (x * rstd * w).to(dtype).to(tl.float32)
+    n_partner = (xp * rstd * wp).to(dtype).to(tl.float32)
+    c = tl.load(cos_ptr + t * stride_ct + offs, mask=in_r, other=1.0).to(tl.float32)
+    s = tl.load(sin_ptr + t * stride_st + offs, mask=in_r, other=0.0).to(tl.float32)
+    out = tl.where(in_r, n * c + n_partner * s, n)
+    tl.store(out_ptr + t * stride_ot + h * D + offs, out.to(dtype), mask=in_d)
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
+    """Whether ``qk_norm_rope`` takes these (the module docstring's shapes, one dtype and device)."""
+    rot = cos.shape[-1]
+    return (q.dim() == 3 and k.dim() == 3 and q.shape[0] == k.shape[0] == cos.shape[0]
+            and q.shape[2] == k.shape[2] and rot % 2 == 0 and rot <= q.shape[2]
+            and q.dtype == k.dtype and q.dtype in DTYPES and q.stride(-1) == 1 and k.stride(-1) == 1
+            and q.device == k.device == cos.device)
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                 eps: float, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rope(norm_q(q)), rope(norm_k(k)))`` as the module docstring says."""
+    if not supports(q, k, cos):
+        raise ValueError(
+            f"qk_norm_rope takes q (T, Hq, D), k (T, Hk, D) of one dtype in {DTYPES} with unit last "
+            f"stride and cos/sin (T, 1, R) with R even <= D; got q {tuple(q.shape)} {q.dtype}, "
+            f"k {tuple(k.shape)} {k.dtype}, cos {tuple(cos.shape)}; use the norms and "
+            "RotaryEmbedding.apply_qk instead")
+    t, hq, d = q.shape
+    hk = k.shape[1]
+    rot = cos.shape[-1]
+    cos2, sin2 = cos.reshape(t, rot), sin.reshape(t, rot)
+    cos2 = cos2 if cos2.stride(-1) == 1 else cos2.contiguous()
+    sin2 = sin2 if sin2.stride(-1) == 1 else sin2.contiguous()
+    out = torch.empty(t, hq + hk, d, dtype=q.dtype, device=q.device)
+    if t:
+        _qk_norm_rope_kernel[(t, hq + hk)](
+            q, k, q_weight, k_weight, cos2, sin2, out, hq, d, rot, q.stride(0), q.stride(1),
+            k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0), out.stride(0), eps,
+            BLOCK_D=triton.next_power_of_2(d), num_warps=1 if d <= 256 else 4)
+    return out[:, :hq], out[:, hq:]
