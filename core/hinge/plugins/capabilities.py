@@ -83,6 +83,11 @@ class AttentionCapabilities(Capabilities):
     #: head dims it accepts; None = any
     head_dims: frozenset[int] | None = None
     sliding_window: bool = False
+    #: the kernel loads whole pages (a key tile is a page) and masks scores, not loads: the
+    #: slots of a request's last page past its length must hold finite values (0 x NaN is NaN).
+    #: The KV pool is zero-filled at creation, so they do; the kit fills them with a finite
+    #: sentinel (``hinge.testing.batches.PAGE_TAIL_FILL``) instead of NaN for such a backend
+    reads_page_tails: bool = False
     #: ``AttentionLayer.logit_softcap``: scores become ``cap * tanh(scores / cap)``
     logit_softcap: bool = False
     #: batches it can run: prefill, decode, mixed (both in one step), verify (k+1 per request)

@@ -17,7 +17,7 @@ from hinge.testing.base import (
     skip_unless_cuda_claimed,
     skip_unless_graph_claimed,
 )
-from hinge.testing.batches import BatchCase, build_batch
+from hinge.testing.batches import BatchCase, build_batch, page_tail_fill
 from hinge.testing.reference import reference_attention
 
 
@@ -75,7 +75,7 @@ class AttentionBackendContract(ContractBase):
         return 16 if dims is None else min(dims)
 
     @pytest.fixture
-    def check(self, component, head_dim, page_size, dtype, device):
+    def check(self, spec, component, head_dim, page_size, dtype, device):
         """``check(prefix_lens, extend_lens, **layer_or_batch_overrides)`` against the oracle."""
 
         def run(prefix_lens: Sequence[int], extend_lens: Sequence[int], *, backend: Any = None,
@@ -83,6 +83,7 @@ class AttentionBackendContract(ContractBase):
                 logit_softcap: float | None = None, **kwargs: Any) -> None:
             kwargs.setdefault("page_size", page_size)
             kwargs.setdefault("dtype", dtype)
+            kwargs.setdefault("page_tail_fill", page_tail_fill(spec.capabilities))
             layer = make_layer(head_dim, num_heads, num_kv_heads, sliding_window, logit_softcap)
             case = build_batch(prefix_lens, extend_lens, layer=layer, device=device, **kwargs)
             check_against_reference(backend or component, case, TOLERANCE[kwargs["dtype"]])
@@ -171,7 +172,8 @@ class AttentionBackendContract(ContractBase):
 
         def rows(prefix, extend, index, seeds):
             case = build_batch(prefix, extend, layer=layer, page_size=page_size, dtype=dtype,
-                               device=device, seeds=seeds)
+                               device=device, seeds=seeds,
+                               page_tail_fill=page_tail_fill(spec.capabilities))
             return run_backend(backend, case)[case.rows_of(index)].cpu()
 
         alone = rows([0], [70], 0, [42])
@@ -188,7 +190,8 @@ class AttentionBackendContract(ContractBase):
         for name in sorted(spec.capabilities.dtypes):
             dt = getattr(torch, name)
             case = build_batch([10, 0, 33, 5], [1, 12, 1, 7], layer=make_layer(head_dim),
-                               page_size=page_size, dtype=dt, device="cuda")
+                               page_size=page_size, dtype=dt, device="cuda",
+                               page_tail_fill=page_tail_fill(spec.capabilities))
             check_against_reference(self._build_component(device="cuda", dtype=dt), case, TOLERANCE[dt])
 
     @pytest.mark.gpu
@@ -212,11 +215,13 @@ class AttentionBackendContract(ContractBase):
         from hinge.testing.graphs import check_graph_replay
 
         check_graph_replay(self._build_component(device="cpu"), phase, make_layer(head_dim),
-                           page_size, dtype, device="cpu")
+                           page_size, dtype, device="cpu",
+                           page_tail_fill=page_tail_fill(spec.capabilities))
 
     def _graph_test(self, spec, phase, head_dim, page_size, dtype):
         skip_unless_graph_claimed(spec, phase)
         from hinge.testing.graphs import check_graph_replay
 
         check_graph_replay(self._build_component(device="cuda"), phase, make_layer(head_dim),
-                           page_size, dtype, device="cuda")
+                           page_size, dtype, device="cuda",
+                           page_tail_fill=page_tail_fill(spec.capabilities))

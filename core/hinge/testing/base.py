@@ -30,6 +30,8 @@ def skip_unless_graph_claimed(spec: ComponentSpec, phase: str) -> None:
     """Skip unless ``spec`` claims CUDA graphs for ``phase`` and a GPU is here to check it."""
     if not spec.capabilities.supports_graph(phase):
         pytest.skip(f"{spec.name!r} does not claim {phase}_graph")
+    if "cuda" not in spec.capabilities.devices:
+        pytest.skip(f"{spec.name!r} does not run on cuda: its graph claim is checked on cpu")
     if not cuda_available():
         pytest.skip("CUDA graph claims are checked on a GPU (marker gpu)")
 

@@ -9,7 +9,7 @@ reserved), so a backend that assumes contiguous pages fails.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,27 @@ class BatchCase:
         return slice(cu[i], cu[i + 1])
 
 
+#: what the kit writes past a request's length in its last page for a backend that declares
+#: ``reads_page_tails`` (finite, and far from the data: a read that is not masked shows)
+PAGE_TAIL_FILL = 100.0
+
+
+def page_tail_fill(capabilities: Any) -> float | None:
+    """``PAGE_TAIL_FILL`` for a backend whose capabilities declare ``reads_page_tails``, else
+    None (those slots stay NaN)."""
+    return PAGE_TAIL_FILL if getattr(capabilities, "reads_page_tails", False) else None
+
+
+def fill_page_tails(k_cache: torch.Tensor, v_cache: torch.Tensor, pages: Sequence[int],
+                    seq_len: int, page_size: int, value: float) -> None:
+    """Write ``value`` into the slots of ``pages``' last page past ``seq_len`` keys."""
+    if not pages or seq_len % page_size == 0:
+        return
+    start = pages[-1] * page_size
+    k_cache[start + seq_len % page_size:start + page_size] = value
+    v_cache[start + seq_len % page_size:start + page_size] = value
+
+
 def build_batch(
     prefix_lens: Sequence[int],
     extend_lens: Sequence[int],
@@ -48,6 +69,7 @@ def build_batch(
     seeds: Sequence[int] | None = None,
     spare_pages: int = 3,
     page_seed: int = 0,
+    page_tail_fill: float | None = None,
 ) -> BatchCase:
     """A batch of ``len(prefix_lens)`` requests: request ``i`` has ``prefix_lens[i]`` tokens
     already in the KV cache and ``extend_lens[i]`` new ones.
@@ -55,6 +77,9 @@ def build_batch(
     :param layer: the attention layer (kv_layer_id picks the cache layer); default 4 heads,
         2 KV heads, head_dim 16.
     :param seeds: per-request data seeds (default ``0..B-1``).
+    :param page_tail_fill: the value of the slots of each request's last page past its length
+        (default NaN like every unwritten slot; ``PAGE_TAIL_FILL`` for a backend that declares
+        ``reads_page_tails``).
     """
     layer = layer or AttentionLayer(kv_layer_id=0, num_heads=4, num_kv_heads=2, head_dim=16,
                                     scale=16 ** -0.5)
@@ -83,6 +108,9 @@ def build_batch(
         v_all = torch.randn(seq, g, d, generator=gen).to(dtype)
         k_cache[layer.kv_layer_id][slots[:prefix]] = k_all[:prefix]
         v_cache[layer.kv_layer_id][slots[:prefix]] = v_all[:prefix]
+        if page_tail_fill is not None:
+            fill_page_tails(k_cache[layer.kv_layer_id], v_cache[layer.kv_layer_id], pages.tolist(),
+                            seq, page_size, page_tail_fill)
         qs.append(q_all[prefix:])
         ks.append(k_all[prefix:])
         vs.append(v_all[prefix:])

@@ -30,6 +30,7 @@ import torch
 from hinge.batching import ForwardBatchBuilder, GraphShape, StepSeq
 from hinge.forward import KVCache
 from hinge.testing.base import TOLERANCE
+from hinge.testing.batches import fill_page_tails
 from hinge.testing.reference import reference_attention
 
 #: live (prefix_lens, extend_lens) replayed into a captured shape of 4 requests, per phase
@@ -67,9 +68,10 @@ def _capture(fn, device: torch.device):
 
 def check_graph_replay(backend: Any, phase: str, layer: Any, page_size: int, dtype: torch.dtype,
                        device: str | torch.device = "cuda", *, num_pages: int = 64,
-                       steps: list | None = None) -> None:
+                       steps: list | None = None, page_tail_fill: float | None = None) -> None:
     """Capture a ``phase`` shape of 4 requests, then replay ``steps`` (default: 4, 3, 1, 2 live
-    requests); each replay is checked as the module docstring says."""
+    requests); each replay is checked as the module docstring says. ``page_tail_fill``: the
+    value past each live request's length in its last page (``hinge.testing.batches``)."""
     device = torch.device(device)
     decode = phase == "decode"
     shape = GraphShape.decode(CAPTURE_REQUESTS) if decode else \
@@ -90,7 +92,7 @@ def check_graph_replay(backend: Any, phase: str, layer: Any, page_size: int, dty
     graph, out = _capture(lambda: backend.forward(q, k, v, layer, kv, static.batch), device)
     for i, (prefix_lens, extend_lens) in enumerate(steps):
         batch, live_loc, t = _load_step(builder, static, kv, layer, q, k, v, prefix_lens, extend_lens,
-                                        seed=i, phase=phase)
+                                        seed=i, phase=phase, page_tail_fill=page_tail_fill)
         expected = reference_attention(q, kv, layer, batch, k=k, v=v)
         k_before, v_before = kv.k[layer.kv_layer_id].clone(), kv.v[layer.kv_layer_id].clone()
         backend.prepare_for_replay(batch, shape.num_requests)
@@ -106,7 +108,8 @@ def check_graph_replay(backend: Any, phase: str, layer: Any, page_size: int, dty
         _check_writes(kv, layer, k_before, v_before, live_loc, page_size, where)
 
 
-def _load_step(builder, static, kv, layer, q, k, v, prefix_lens, extend_lens, *, seed, phase):
+def _load_step(builder, static, kv, layer, q, k, v, prefix_lens, extend_lens, *, seed, phase,
+               page_tail_fill=None):
     """Write one live step into the static tensors and the KV pool; returns (batch, live out_loc, T)."""
     ps = kv.page_size
     num_pages = kv.k[0].shape[0] // ps
@@ -127,6 +130,8 @@ def _load_step(builder, static, kv, layer, q, k, v, prefix_lens, extend_lens, *,
         q_new = torch.randn(extend, layer.num_heads, layer.head_dim, generator=gen)
         k_cache[slots[:prefix].to(k_cache.device)] = k_all[:prefix].to(k_cache)
         v_cache[slots[:prefix].to(v_cache.device)] = v_all[:prefix].to(v_cache)
+        if page_tail_fill is not None:
+            fill_page_tails(k_cache, v_cache, pages, seq, ps, page_tail_fill)
         q[t:t + extend], k[t:t + extend], v[t:t + extend] = q_new, k_all[prefix:], v_all[prefix:]
         rows.extend(slots[prefix:].tolist())
         seqs.append(StepSeq(row=i + 1, prefix_len=prefix, extend_len=extend, pages=pages,

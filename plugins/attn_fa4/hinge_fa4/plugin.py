@@ -24,6 +24,9 @@ FA4_CAPABILITIES = AttentionCapabilities(
     head_dims=frozenset({64, 96, 128, 256}),
     sliding_window=True,
     logit_softcap=True,
+    # NOTE: a key tile is a page: slots past a request's length are loaded and masked in the
+    # scores, so they must be finite (the KV pool is zero-filled; NaN there gives NaN out)
+    reads_page_tails=True,
     prefill_graph=True,
     decode_graph=True,
     # NOTE: a request's bits are the same alone or batched (fixed split sizes), but a prefill row

@@ -44,14 +44,16 @@ class ReferenceKernel:
             if sq == 0 or sk == 0:
                 continue
             pages = page_table[b, :-(-sk // page_size)].long()
-            keys = k_pages[pages].reshape(-1, kv_heads, dim)[:sk].to(compute).repeat_interleave(rep, 1)
-            vals = v_pages[pages].reshape(-1, kv_heads, dim)[:sk].to(compute).repeat_interleave(rep, 1)
+            # NOTE: whole pages, as the kernel loads them (a key tile is a page) and masks the
+            # scores past sk: a NaN there reaches the output through 0 x NaN (reads_page_tails)
+            keys = k_pages[pages].reshape(-1, kv_heads, dim).to(compute).repeat_interleave(rep, 1)
+            vals = v_pages[pages].reshape(-1, kv_heads, dim).to(compute).repeat_interleave(rep, 1)
             scores = torch.einsum("ihd,jhd->hij", q[start:end].to(compute), keys) * softmax_scale
             if softcap:
                 scores = softcap * torch.tanh(scores / softcap)
             pos = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
-            key = torch.arange(sk, device=q.device)[None, :]
-            visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+            key = torch.arange(keys.shape[0], device=q.device)[None, :]
+            visible = (key < sk).expand(sq, -1).clone()
             if causal:
                 visible &= key <= pos
             if window_left is not None:

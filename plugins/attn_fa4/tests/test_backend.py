@@ -9,7 +9,7 @@ import torch
 
 from hinge.contracts import AttentionLayer
 from hinge.plugins import BuildContext
-from hinge.testing.batches import build_batch
+from hinge.testing.batches import PAGE_TAIL_FILL, build_batch
 from hinge.testing.reference import reference_attention
 from hinge_fa4.backend import FA4AttentionBackend
 from hinge_fa4.options import FA4Options
@@ -36,7 +36,8 @@ def run(attn, case):
                          ids=["plain", "softcap"])
 def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, extend, phase, layer):
     attn = backend(split_kv="always", split_size=32, max_splits=4)
-    case = build_batch(prefix, extend, layer=layer, page_size=16, dtype=torch.float64, phase=phase)
+    case = build_batch(prefix, extend, layer=layer, page_size=16, dtype=torch.float64, phase=phase,
+                       page_tail_fill=PAGE_TAIL_FILL)
     want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
     out, meta = run(attn, case)
     assert meta.split is not None and meta.split.num_chunks == 4, "the split path ran"
@@ -46,7 +47,8 @@ def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, ex
 
 def test_windowed_layers_do_not_split_and_stay_exact():
     layer = AttentionLayer(0, 8, 2, 16, 0.25, sliding_window=20)
-    case = build_batch([300, 40], [1, 1], layer=layer, page_size=16, dtype=torch.float64, phase="decode")
+    case = build_batch([300, 40], [1, 1], layer=layer, page_size=16, dtype=torch.float64, phase="decode",
+                       page_tail_fill=PAGE_TAIL_FILL)
     want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
     out, meta = run(backend(split_kv="always", split_size=32), case)
     assert meta.split is not None and (out - want).abs().max() < 1e-10
@@ -59,7 +61,8 @@ def test_windowed_layers_do_not_split_and_stay_exact():
     ("always", 80, True),
 ])
 def test_split_kv_decides_by_work_tiles_against_sms(mode, rows, splits):
-    case = build_batch([100] * rows, [1] * rows, layer=LAYER, page_size=16, dtype=torch.float32)
+    case = build_batch([100] * rows, [1] * rows, layer=LAYER, page_size=16, dtype=torch.float32,
+                       page_tail_fill=PAGE_TAIL_FILL)
     meta = backend(split_kv=mode, split_size=32).prepare_metadata(case.batch)
     assert (meta.split is not None) == splits
 
@@ -67,7 +70,8 @@ def test_split_kv_decides_by_work_tiles_against_sms(mode, rows, splits):
 def test_prefill_and_mixed_steps_never_split():
     attn = backend(split_kv="always", split_size=16)
     for prefix, extend in (([100, 0], [1, 9]), ([0], [70])):
-        case = build_batch(prefix, extend, layer=LAYER, page_size=16, dtype=torch.float32)
+        case = build_batch(prefix, extend, layer=LAYER, page_size=16, dtype=torch.float32,
+                           page_tail_fill=PAGE_TAIL_FILL)
         assert attn.prepare_metadata(case.batch).split is None
 
 
@@ -78,7 +82,7 @@ def test_with_every_decode_split_a_requests_bits_do_not_depend_on_its_batch():
 
     def row(prefix, index, seeds):
         case = build_batch(prefix, [1] * len(prefix), layer=LAYER, page_size=16, dtype=torch.float32,
-                           seeds=seeds)
+                           seeds=seeds, page_tail_fill=PAGE_TAIL_FILL)
         return run(attn, case)[0][case.rows_of(index)]
 
     alone = row([150], 0, [7])
@@ -98,7 +102,8 @@ def test_warmup_compiles_prefill_decode_and_both_split_calls_per_layer_signature
     attn.kernel.varlen = record
     layers = [LAYER, AttentionLayer(1, 8, 2, 16, 0.25), AttentionLayer(2, 8, 2, 16, 0.25, sliding_window=64),
               AttentionLayer(3, 8, 2, 16, 0.25, logit_softcap=30.0)]
-    case = build_batch([0], [1], layer=AttentionLayer(3, 8, 2, 16, 0.25), page_size=16, dtype=torch.float32)
+    case = build_batch([0], [1], layer=AttentionLayer(3, 8, 2, 16, 0.25), page_size=16, dtype=torch.float32,
+                       page_tail_fill=PAGE_TAIL_FILL)
     attn.warmup(layers, case.kv)
     assert set(calls) == {
         (256, True, False, None, None), (1, True, False, None, None),
@@ -147,6 +152,21 @@ def test_a_captured_split_decode_replays_like_the_oracle_and_clears_its_padded_r
 
     attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=4)
     check_graph_replay(attn, "decode", LAYER, 16, torch.float32, device="cpu", num_pages=64,
-                       steps=LONG_DECODE_STEPS)
+                       steps=LONG_DECODE_STEPS, page_tail_fill=PAGE_TAIL_FILL)
     (meta,) = attn._captured.values()
     assert meta.split is not None and meta.split.num_chunks == 4, "the graph captured the split path"
+
+
+def test_nan_past_a_requests_length_in_its_last_page_reaches_the_output_as_in_the_kernel():
+    """Why fa4 declares ``reads_page_tails``: the kernel loads a whole page per key tile and masks
+    scores, so 0 x NaN in a page tail is NaN; the emulation does the same, and the zero-filled
+    KV pool (or the kit's finite PAGE_TAIL_FILL) keeps the output finite."""
+    from hinge_fa4.plugin import FA4_SPEC
+
+    assert FA4_SPEC.capabilities.reads_page_tails
+    attn = backend(split_kv="never")
+    nan_tails = build_batch([20], [1], layer=LAYER, page_size=16, dtype=torch.float32)
+    finite_tails = build_batch([20], [1], layer=LAYER, page_size=16, dtype=torch.float32,
+                               page_tail_fill=PAGE_TAIL_FILL)
+    assert torch.isnan(run(attn, nan_tails)[0]).all()
+    assert torch.isfinite(run(attn, finite_tails)[0]).all()

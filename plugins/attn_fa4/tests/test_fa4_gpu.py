@@ -19,7 +19,7 @@ import torch
 from hinge.contracts import AttentionLayer
 from hinge.plugins import BuildContext
 from hinge.testing import AttentionBackendContract
-from hinge.testing.batches import build_batch
+from hinge.testing.batches import PAGE_TAIL_FILL, build_batch
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 from hinge_fa4.options import FA4Options
 from hinge_fa4.plugin import FA4_SPEC
@@ -85,7 +85,8 @@ def test_the_kernel_matches_its_restatement(case, head_dim, extra):
     """One unsplit call of the real kernel vs the torch restatement on the same bf16 tensors."""
     lay = layer(head_dim, **extra)
     prefix, extend = CASES[case]
-    c = build_batch(prefix, extend, layer=lay, page_size=PAGE, dtype=BF16, device="cuda")
+    c = build_batch(prefix, extend, layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
+                    page_tail_fill=PAGE_TAIL_FILL)
     attn = backend(split_kv="never")
     c.batch.attn_metadata = attn.prepare_metadata(c.batch)
     ours = attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch).float()
@@ -99,7 +100,8 @@ def test_lse_and_requests_without_keys_match_the_restatement():
     """What the split merge relies on: natural-log lse, and a virtual request with no keys
     (an unused chunk slot of a captured split graph) gives zeros and lse -inf."""
     lay = layer(128)
-    c = build_batch([300, 0], [1, 1], layer=lay, page_size=PAGE, dtype=BF16, device="cuda")
+    c = build_batch([300, 0], [1, 1], layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
+                    page_tail_fill=PAGE_TAIL_FILL)
     kv_k = c.kv.k[0].view(-1, PAGE, 8, 128)
     kv_v = c.kv.v[0].view(-1, PAGE, 8, 128)
     args = dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"),
@@ -123,7 +125,7 @@ def test_a_captured_split_decode_replays_like_the_oracle():
 
     attn = backend(split_kv="always", split_size=256, max_splits=4)
     check_graph_replay(attn, "decode", layer(128), PAGE, BF16, device="cuda", num_pages=64,
-                       steps=LONG_DECODE_STEPS)
+                       steps=LONG_DECODE_STEPS, page_tail_fill=PAGE_TAIL_FILL)
     assert all(m.split is not None for m in attn._captured.values())
 
 
@@ -132,7 +134,8 @@ def test_a_requests_bits_are_the_same_alone_and_batched(split_kv):
     lay, attn = layer(128), backend(split_kv=split_kv, split_size=256)
 
     def rows(prefix, extend, index, seeds):
-        c = build_batch(prefix, extend, layer=lay, page_size=PAGE, dtype=BF16, device="cuda", seeds=seeds)
+        c = build_batch(prefix, extend, layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
+                        seeds=seeds, page_tail_fill=PAGE_TAIL_FILL)
         c.batch.attn_metadata = attn.prepare_metadata(c.batch)
         return attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)[c.rows_of(index)].cpu()
 

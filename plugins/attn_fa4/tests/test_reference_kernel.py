@@ -8,6 +8,7 @@ import pytest
 import torch
 from fa4_helpers import attention_f64
 
+from hinge.testing.batches import PAGE_TAIL_FILL
 from hinge_fa4.reference_kernel import ReferenceKernel
 
 PAGE = 4
@@ -30,6 +31,9 @@ def paged(requests, heads=4, kv_heads=2, dim=8, seed=0):
         table[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
         for j in range(sk):
             k_pages[pages[j // PAGE], j % PAGE], v_pages[pages[j // PAGE], j % PAGE] = keys[j], vals[j]
+        # the last page's tail is read and masked, as on the GPU: finite there (reads_page_tails)
+        k_pages[pages[-1], sk - (len(pages) - 1) * PAGE:] = PAGE_TAIL_FILL
+        v_pages[pages[-1], sk - (len(pages) - 1) * PAGE:] = PAGE_TAIL_FILL
         q = torch.randn(sq, heads, dim, generator=gen, dtype=torch.float64)
         data.append((keys, vals, q))
         qs.append(q)
