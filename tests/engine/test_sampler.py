@@ -22,8 +22,7 @@ def _req(params: SamplingParams, prompt=(1, 2, 3), output=(), rid="r", seed=None
     req.output_ids = list(output)
     req.row = next(_rows) % 64 + 1
     if not params.is_greedy:
-        req.generator = torch.Generator().manual_seed(params.seed if params.seed is not None
-                                                      else (seed or 0))
+        req.sample_seed = params.seed if params.seed is not None else (seed or 0)
     return req
 
 

@@ -22,7 +22,7 @@ SAMPLED = dict(temperature=0.7, top_p=0.9, top_k=50, repetition_penalty=1.1, log
 def make_request(rid: str, row: int, seed: int) -> Request:
     req = Request(rid, [1, 2, 3, 4], SamplingParams(seed=seed, **SAMPLED))
     req.row = row
-    req.generator = torch.Generator(device="cuda").manual_seed(seed)
+    req.sample_seed = seed
     return req
 
 

@@ -84,7 +84,7 @@ def test_a_grammar_mask_restricts_greedy_and_sampled_draws():
             _req(SamplingParams(temperature=1.0, seed=3), 2)]
     for r in reqs:
         r.grammar = AllowOnly(allowed)
-    reqs[1].generator = torch.Generator().manual_seed(3)
+    reqs[1].sample_seed = 3
     for _ in range(20):
         got = sampler.sample(logits, sampler.prepare(reqs)).tolist().token_ids
         assert set(got) <= allowed

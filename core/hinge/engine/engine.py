@@ -191,8 +191,7 @@ class Engine:
             backend = self.grammar_backend()
             req.grammar = backend.matcher(backend.compile(params.grammar))  # GrammarError: 400
         if not params.is_greedy:
-            seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-            req.generator = torch.Generator(device=self.device).manual_seed(seed)
+            req.sample_seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
         self.scheduler.add(req)
         return rid
 

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import torch
-
     from hinge.contracts import CacheHit
     from hinge.forward import Phase
     from hinge.sampling_params import SamplingParams
@@ -62,7 +60,9 @@ class Request:
         self.cache_salt: str | None = getattr(params, "cache_salt", None)
         self.cached_tokens = 0  #: prompt tokens served from the prefix cache (first admission)
         self.num_retractions = 0
-        self.generator: torch.Generator | None = None
+        #: the seed of its draws (``hinge.engine.draw``): ``params.seed`` or one from the engine's
+        #: seeded stream; None for greedy requests
+        self.sample_seed: int | None = None
         # client-visible results
         self.text = ""
         self.finish_reason: str | None = None

@@ -1,10 +1,11 @@
-"""Token sampling: penalties, temperature, top-k, top-p, min-p, per-request generators, logprobs.
+"""Token sampling: penalties, temperature, top-k, top-p, min-p, per-request seeds, logprobs.
 
 Order (vLLM's): repetition/frequency/presence penalties on the model logits, then the host-made
 edits (``LogitEdits``: ``logit_bias``, stop tokens masked before ``min_new_tokens``, grammar
 masks), then greedy argmax (temperature 0 or top_k 1) or temperature, then top-k, top-p and
-min-p masks, then a draw from the renormalised distribution with the request's own
-``torch.Generator``.
+min-p masks, then a draw from the renormalised distribution keyed by the request's seed and
+how many tokens it has drawn (``hinge.engine.draw``: one batched exponential race, no generator
+state).
 
 Grammar masks (structured outputs, ``hinge.grammar``) are filled on the host by each request's
 matcher in ``prepare`` (one int32 bitmask row per constrained request), copied to the logits'
@@ -12,8 +13,8 @@ device and applied here, in the eager sampler, after the forward: never inside a
 
 Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
 and masks), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
-row-wise and the draw uses one generator per request, so a row's result does not depend on the
-other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
+row-wise and the draw's noise is a function of (seed, position, token id), so a row's result
+does not depend on the other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
 Triton program per row on CUDA, fixed 16-row blocks on CPU).
 """
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hinge.devices import to_device
+from hinge.engine.draw import draw
 from hinge.layers import batch_invariant
 
 if TYPE_CHECKING:
@@ -41,7 +43,9 @@ class SamplingArgs:
     top_p: torch.Tensor | None  #: (B,) float32
     min_p: torch.Tensor | None  #: (B,) float32
     greedy: list[bool]
-    generators: list[torch.Generator | None]
+    #: (B,) int64 per-request seeds and draws so far (``Request.sample_seed``, ``num_generated``)
+    seeds: torch.Tensor | None
+    steps: torch.Tensor | None
     #: (seen, counts, repetition, frequency, presence) of the batch rows, or None without penalties
     penalties: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
     num_top_logprobs: int
@@ -164,7 +168,7 @@ class Sampler:
                       edits=self._prepare_edits(reqs))
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
             return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
-                                generators=[None] * len(reqs), **common)
+                                seeds=None, steps=None, **common)
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
@@ -172,7 +176,8 @@ class Sampler:
             top_k=to_device(top_k, torch.int64, self.device),
             top_p=to_device([p.top_p for p in ps], torch.float32, self.device),
             min_p=to_device([p.min_p for p in ps], torch.float32, self.device),
-            generators=[r.generator for r in reqs],
+            seeds=to_device([r.sample_seed or 0 for r in reqs], torch.int64, self.device),
+            steps=to_device([r.num_generated for r in reqs], torch.int64, self.device),
             **common,
         )
 
@@ -258,8 +263,7 @@ class Sampler:
                                    args.min_p[i:i + 1]) for j, i in enumerate(sampled_rows)])
             else:
                 probs = filtered_probs(scaled, args.top_k[idx], args.top_p[idx], args.min_p[idx])
-            for j, i in enumerate(sampled_rows):
-                tokens[i] = torch.multinomial(probs[j], 1, generator=args.generators[i])[0]
+            tokens.index_copy_(0, idx, draw(probs, args.seeds[idx], args.steps[idx]))
         if args.penalty_rows is not None:
             self.counts.add(args.rows.index_select(0, args.penalty_rows),
                             tokens.index_select(0, args.penalty_rows))

@@ -1,0 +1,59 @@
+"""The per-request seeded draw (``hinge.engine.draw``): tokens come with their probabilities, a
+request's draw does not depend on the batch around it, and the noise is the documented hash."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from hinge.engine.draw import draw, row_keys, uniform_noise
+
+
+def _mix_py(x: int) -> int:
+    """The 32-bit finaliser restated in plain Python integers."""
+    m = 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x045D9F3B) & m
+    x ^= x >> 16
+    x = (x * 0x045D9F3B) & m
+    return x ^ (x >> 16)
+
+
+def test_the_noise_is_the_documented_hash_of_seed_step_and_token_id():
+    seeds, steps = [12345678901234, 7, 2**62 + 5], [0, 3, 1000]
+    u = uniform_noise(row_keys(torch.tensor(seeds), torch.tensor(steps)), 50)
+    for r, (seed, step) in enumerate(zip(seeds, steps, strict=True)):
+        key = _mix_py(_mix_py((seed & 0xFFFFFFFF) ^ _mix_py(seed >> 32)) ^ step)
+        for v in (0, 1, 17, 49):
+            h = _mix_py(key ^ ((v * 0x9E3779B1) & 0xFFFFFFFF))
+            assert u[r, v].item() == ((h >> 9) + 0.5) / 2**23
+
+
+def test_draws_follow_the_distribution_and_never_pick_a_zero():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]])
+    n = 20000
+    tokens = draw(probs.expand(n, -1), torch.full((n,), 99), torch.arange(n))
+    freq = torch.bincount(tokens, minlength=5).double() / n
+    assert freq[4] == 0
+    for p, f in zip(probs[0].tolist(), freq.tolist(), strict=True):
+        assert abs(f - p) <= 4 * math.sqrt(p * (1 - p) / n) + 1e-12, (p, f)
+
+
+def test_a_requests_draw_is_the_same_alone_and_in_any_batch():
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(6, 1000, generator=g), dim=-1)
+    seeds, steps = torch.tensor([5, 6, 7, 8, 9, 10]), torch.tensor([0, 4, 4, 9, 1, 2])
+    together = draw(probs, seeds, steps)
+    for r in range(6):
+        alone = draw(probs[r:r + 1], seeds[r:r + 1], steps[r:r + 1])
+        assert alone.item() == together[r].item()
+    flipped = draw(probs.flip(0), seeds.flip(0), steps.flip(0))
+    assert torch.equal(flipped.flip(0), together)
+
+
+def test_seeds_and_positions_change_the_draw():
+    probs = torch.full((1, 4096), 1 / 4096)
+    by_step = {draw(probs, torch.tensor([1]), torch.tensor([s])).item() for s in range(20)}
+    by_seed = {draw(probs, torch.tensor([s]), torch.tensor([0])).item() for s in range(20)}
+    assert len(by_step) >= 18 and len(by_seed) >= 18
