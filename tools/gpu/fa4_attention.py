@@ -124,11 +124,20 @@ def prefill_rows(length: int, peak: float) -> list[dict]:
     rows = [("raw flash_attn_varlen_func", lambda: flash_attn_varlen_func(q, kp, vp, **args))]
     for name, attn in backends().items():
         attn.warmup([layer], kv)
-        batch.attn_metadata = attn.prepare_metadata(batch)
-        rows.append((f"hinge {name}", lambda a=attn: a.forward(q, k, k, layer, kv, batch)))
+        meta = attn.prepare_metadata(batch)
+
+        def run(a=attn, m=meta):  # NOTE: each backend reads its own metadata off the batch
+            batch.attn_metadata = m
+            return a.forward(q, k, k, layer, kv, batch)
+
+        rows.append((f"hinge {name}", run))
     out = []
     for name, fn in rows:
-        ms = cuda_ms(fn)
+        try:
+            ms = cuda_ms(fn)
+        except Exception as exc:  # noqa: BLE001 - one failing row must not hide the others
+            print(f"prefill {name}: {type(exc).__name__}: {exc}")
+            continue
         tflops = flops / ms / 1e9
         out.append({"phase": "prefill", "what": name, "tokens": length, "ms": ms, "tflops": tflops,
                     "of_peak": tflops / peak})
@@ -176,7 +185,11 @@ def decode_rows(batch_size: int, context: int, num_layers: int, copy: float,
                 for lay in layers:
                     a.forward(q, k, k, lay, kv, static)
 
-        ms = cuda_ms(graphed(fn)) / layers_needed
+        try:
+            ms = cuda_ms(graphed(fn)) / layers_needed
+        except Exception as exc:  # noqa: BLE001 - one failing row must not hide the others
+            print(f"decode batch {batch_size} {name}: {type(exc).__name__}: {exc}")
+            continue
         gbps = per_layer / ms / 1e6
         out.append({"phase": "decode", "what": name, "batch": batch_size, "context": context,
                     "layers": layers_needed, "ms_per_layer": ms, "gbps": gbps, "of_copy": gbps / copy})
