@@ -4,7 +4,8 @@
 #
 #   LIMIT=240 bash tools/gpu/lanes.sh "a.py,b.py" "c.py" "d.py,e.py"
 #
-# Each argument is a lane: its comma-separated pytest paths run one after the other, each in its
+# Each argument is a lane: its comma-separated pytest paths (each may carry options, e.g.
+# "a.py --deselect a.py::test_x") run one after the other, each in its
 # own process (a device-side assert poisons the CUDA context of the process that hit it) under
 # LIMIT seconds; the lanes run at the same time (an H200 holds several test processes; timings
 # are not measured here). Logs go to /tmp/lanes/, packed into $OUT/lanes.tgz (the device tool
@@ -15,11 +16,12 @@ LOGS=/tmp/lanes; rm -rf "$LOGS"; mkdir -p "$LOGS"
 LIMIT=${LIMIT:-240}
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-cache}
 lane() {
-    local IFS=,
-    for f in $1; do
-        local name; name=$(echo "$f" | tr '/:[]' '____' | sed 's/\.py//')
+    local items; IFS=, read -r -a items <<< "$1"
+    for f in "${items[@]}"; do  # an item may carry pytest options: "path --deselect node"
+        local name; name=$(echo "${f%% *}" | tr '/:[]' '____' | sed 's/\.py//')
         local start=$SECONDS
-        timeout "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs "$f" \
+        # shellcheck disable=SC2086
+        timeout "$LIMIT" python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs $f \
             > "$LOGS/$name.log" 2>&1
         local rc=$?
         local last; last=$(grep -E "passed|failed|error|skipped|no tests" "$LOGS/$name.log" | tail -1)
