@@ -476,8 +476,9 @@ class CachePolicy(ABC):
 
     Lifecycle: built by its factory, then ``attach(context)`` once the KV and state pools exist.
     Per request: ``match`` at admission, ``lock`` while it runs, ``plan_checkpoint`` for each of its
-    steps (hybrid models), ``insert`` with what the client received when it leaves (finished,
-    aborted, retracted), then ``unlock``. Pages and checkpoint slots are conserved: every page
+    steps (hybrid models), ``insert_unfinished`` after each prefill chunk that leaves prompt tokens
+    to go (policies with ``caches_unfinished``), ``insert`` with what the client received when it
+    leaves (finished, aborted, retracted), then ``unlock``. Pages and checkpoint slots are conserved: every page
     offered to ``insert`` comes back exactly once (returned by ``insert``, ``evict`` or
     ``flush``), every checkpoint slot offered is freed exactly once into
     ``context.checkpoint_slots`` (by the policy, when it drops or evicts that state).
@@ -485,6 +486,9 @@ class CachePolicy(ABC):
 
     capabilities: CacheCapabilities
     context: CacheContext | None = None
+    #: the engine offers running requests' computed prefixes (``insert_unfinished``), so a request
+    #: admitted while another is in chunked prefill hits what that one computed so far
+    caches_unfinished: bool = False
 
     def attach(self, context: CacheContext) -> None:
         """The pools the policy works over; called once by the engine before any request."""
@@ -507,9 +511,8 @@ class CachePolicy(ABC):
     def insert(self, tokens: list[int], pages: list[int],
                checkpoints: Mapping[int, int] | None = None, *, salt: str | None = None) -> list[int]:
         """Offer a request's KV and state checkpoints. The engine offers a request when it leaves
-        (finished, aborted, retracted), then unlocks its hit. (A policy may be offered a running
-        request's prefix too, e.g. after a prefill chunk; the pages that request keeps using are
-        then protected only by what its caller locks next: a new ``match`` + ``lock``.)
+        (finished, aborted, retracted), then unlocks its hit (a running request's prefix goes
+        through ``insert_unfinished``, which keeps it locked).
 
         :param tokens: what the client received (invariant 2): prompt + returned output, trimmed
             past a stop or ``max_new_tokens``, never more than the tokens whose KV was computed.
@@ -519,6 +522,32 @@ class CachePolicy(ABC):
             confirmed) and at most ``len(tokens)``; the policy keeps them or frees them.
         :returns: the pages the policy does not keep: the caller frees them.
         """
+
+    def insert_unfinished(self, tokens: list[int], pages: list[int], hit: CacheHit,
+                          checkpoints: Mapping[int, int] | None = None, *,
+                          salt: str | None = None) -> CacheHit:
+        """Offer a *running* request's computed prefix and move its lock onto it (called only when
+        ``caches_unfinished``: after a prefill chunk that leaves prompt tokens to go).
+
+        :param tokens: its tokens whose KV the launched steps computed, a whole number of pages
+            (invariant 2 as for ``insert``).
+        :param pages: its pages of ``tokens``, one per page.
+        :param hit: its locked hit (admission's, or the previous ``insert_unfinished``'s).
+        :param checkpoints: position -> slot, confirmed and no longer read by the request; kept or
+            freed as by ``insert``. A slot the request still reads is never offered.
+        :returns: the request's hit from now on, locked in place of ``hit`` (unlocked here, state
+            lock included: the request copied that state when it was admitted). Its ``pages`` are
+            the ones the request uses for its first ``len(pages)`` pages from now on: the policy's
+            where it held those tokens already (the caller frees the request's own copies, which
+            the policy does not hold), the request's otherwise (the policy's now, kept by the
+            lock); ``length`` covers them, ``state_slot`` is None, ``branch`` is ``hit``'s.
+            Default: keeps nothing, frees the checkpoints, returns ``hit``.
+        """
+        slots = self.context.checkpoint_slots if self.context is not None else None
+        for slot in (checkpoints or {}).values():
+            if slots is not None:
+                slots.free(slot)
+        return hit
 
     @abstractmethod
     def evict(self, num_pages: int) -> list[int]:

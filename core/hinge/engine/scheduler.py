@@ -10,6 +10,9 @@ One ``schedule()`` per step builds a batch in three passes (all in arrival order
 3. ``# admission``: waiting requests join while the budget, ``max_running_requests`` and free
    pages allow; a request that does not fit waits (nothing is admitted in a step that retracted).
 
+Before the passes, each running request still in chunked prefill offers the prefix cache its
+computed whole pages (``_cache_unfinished``), so one admitted in this step hits them.
+
 Hybrid models: every scheduled request gets a ``StatePlan`` (its state slots and the checkpoint
 the prefix cache wants kept this step; ``hinge.engine.state_plans``). A request that leaves
 (finished, aborted, retracted) offers the cache what the client received: prompt + returned
@@ -55,6 +58,8 @@ class Scheduler:
         self.num_retractions = 0
         #: hybrid models: state slots and checkpoints of running requests
         self.planner = StatePlanner(states, cache) if states is not None else None
+        #: offer running requests' computed prefixes after each prefill chunk (``_cache_unfinished``)
+        self.cache_unfinished = bool(getattr(cache, "caches_unfinished", False))
         #: prefix-cache counters (first admissions): tokens looked up and tokens served from it
         self.cache_query_tokens = 0
         self.cache_hit_tokens = 0
@@ -85,6 +90,8 @@ class Scheduler:
     # one step -------------------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch | None:
         """The next batch, or None when nothing can run (nothing unfinished, or a bug)."""
+        if self.cache_unfinished:
+            self._cache_unfinished()
         for _ in range(len(self.running) + len(self.waiting) + 1):
             batch, retracted = self._try_schedule()
             if batch is not None:
@@ -219,6 +226,44 @@ class Scheduler:
         if start is not None:
             ids = ids[:max(start - 1 + len(req.prompt_logprobs), 0)]
         return ids
+
+    def _cache_unfinished(self) -> None:
+        """Offer each running request in chunked prefill (prompt tokens left) what its launched
+        steps computed, in whole pages, with the confirmed checkpoints it no longer reads
+        (``CachePolicy.insert_unfinished``; sglang's ``cache_unfinished_req``).
+
+        - Computed means ``num_computed``, which ``Engine._launch`` advances when it launches a
+          step: with overlap the last step may still run, but the pages it writes are read only by
+          later steps on the same stream (as a request released with a step in flight is cached
+          today). Never past what the client received (invariant 2; a retracted request
+          recomputes prompt + returned output). Checkpoints count only once confirmed.
+        - The request's lock moves to the new hit (its pages in the tree stay locked until it
+          leaves; ``_release`` then inserts everything and unlocks that hit).
+        - Pages the tree already held (another request cached the same tokens first): the request
+          switches to the tree's pages and its copies are freed at once, as sglang does. The page
+          list becomes a new list, so the runner rewrites the request's page-table row whole
+          (``ForwardBatchBuilder``); a copy written by a step still in flight is reallocated only
+          to later steps on the same stream. Both copies hold the same KV (a hit equals a cold
+          run, invariant 3), so the request computes what it would have computed.
+        - Hybrid models: the request keeps writing only its own slot; a slot its next step reads
+          (``state_source``) stays its own until it has been read (offered in a later step).
+        """
+        ps = self.kv.page_size
+        for req in self.running:
+            if req.is_decoding or req.cache_hit is None:
+                continue
+            aligned = min(req.num_computed, req.num_prompt + req.num_output) // ps * ps
+            if aligned <= req.cache_hit.length:
+                continue
+            checkpoints = self.planner.offer_running(req, aligned) if self.planner is not None else {}
+            hit = self.cache.insert_unfinished(req.token_slice(0, aligned), req.pages[:aligned // ps],
+                                               req.cache_hit, checkpoints, salt=req.cache_salt)
+            req.cache_hit = hit
+            shared = len(hit.pages)
+            copies = [p for p, q in zip(req.pages[:shared], hit.pages, strict=True) if p != q]
+            if copies:
+                req.pages = [*hit.pages, *req.pages[shared:]]
+                self.allocator.free(copies)
 
     def _retract(self, req: Request) -> None:
         logger.info("retracting request %s (%d tokens) to free %d KV pages",

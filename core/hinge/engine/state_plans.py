@@ -15,6 +15,11 @@ step (``StatePlan``) and follows every checkpoint from the step that writes it t
   before that frees the slot (a slot nobody wrote never reaches the cache);
 - on release, checkpoints past what the client received (``cached_len``) are freed, the rest are
   offered to the cache with the tokens (invariant 2);
+- mid chunked prefill (policies with ``caches_unfinished``): ``offer_running`` hands the cache the
+  confirmed checkpoints the request no longer reads (never ``state_source``, the slot its next step
+  reads); a checkpoint replaced while the request still has prompt tokens to go is held for that
+  offer, not freed (without overlap the newest one is always the next step's ``state_source`` when
+  the scheduler offers); once it decodes, a finished request still offers only its last one;
 - no free checkpoint slot: the cache evicts one of its own states (LRU), else the step keeps none.
 """
 
@@ -35,6 +40,8 @@ class StatePlanner:
     def __init__(self, states: StatePool, cache: CachePolicy) -> None:
         self.states = states
         self.cache = cache
+        #: hold replaced prefill checkpoints for ``offer_running`` instead of freeing them
+        self.offers_running = bool(getattr(cache, "caches_unfinished", False))
         self.checkpoints_planned = 0
         self.checkpoints_written = 0
         #: planned checkpoints the receipt says were not written by every layer (a bug if > 0)
@@ -120,7 +127,10 @@ class StatePlanner:
                 self._hold(req.kept_checkpoints, ck.position, ck.slot)
                 continue
             if req.checkpoint is not None:
-                self.states.checkpoints.free(req.checkpoint[1])
+                if self.offers_running and not req.is_decoding:  # prefill goes on: offer_running
+                    self._hold(req.kept_checkpoints, *req.checkpoint)
+                else:
+                    self.states.checkpoints.free(req.checkpoint[1])
             req.checkpoint = (ck.position, ck.slot)
         self.checkpoints_written += sum(confirmed.values())
         return confirmed
@@ -129,6 +139,22 @@ class StatePlanner:
         if position in held:
             self.states.checkpoints.free(held[position])
         held[position] = slot
+
+    def offer_running(self, req: Request, cached_len: int) -> dict[int, int]:
+        """The confirmed checkpoints of running ``req`` the cache may take now (position -> slot):
+        at or before ``cached_len`` and not read by its next step (``state_source``); they are no
+        longer the request's (it writes only its own slot and new checkpoint slots)."""
+        offer: dict[int, int] = {}
+        for position, slot in list(req.kept_checkpoints.items()):
+            if 0 < position <= cached_len and slot != req.state_source:
+                offer[position] = slot
+                del req.kept_checkpoints[position]
+        if req.checkpoint is not None:
+            position, slot = req.checkpoint
+            if 0 < position <= cached_len and slot != req.state_source and position not in offer:
+                offer[position] = slot
+                req.checkpoint = None
+        return offer
 
     def release(self, req: Request, cached_len: int) -> dict[int, int]:
         """Free ``req``'s slots; returns the confirmed checkpoints at or before ``cached_len``

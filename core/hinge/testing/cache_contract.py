@@ -3,7 +3,9 @@ are page aligned and never exceed the tokens, locked hits survive eviction, a po
 prefix sharing finds what it kept and keeps salts apart, and a policy that claims recurrent state
 keeps checkpoints right: a hit ends at the deepest position with KV and a state, every checkpoint
 slot offered is kept or freed exactly once, locked states survive eviction, KV may outlive its
-state, and planned checkpoints sit on page boundaries inside the step.
+state, and planned checkpoints sit on page boundaries inside the step. A policy that caches
+running requests (``caches_unfinished``) keeps their prefixes locked until they leave, lets other
+requests hit them, and hands a request the pages it already held so the request's copies go back.
 
 Every component is attached the way the engine attaches it (``CachePolicy.attach`` with a
 ``CacheContext``); recurrent-state tests attach a ``SlotLedger`` as the checkpoint region."""
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hinge.contracts import CacheContext
+from hinge.contracts import CacheContext, CacheHit
 from hinge.testing.base import ContractBase
 
 
@@ -364,3 +366,45 @@ class CachePolicyContract(ContractBase):
         branch = component.plan_checkpoint(0, 3 * track_interval, branch=track_interval)
         assert branch is not None and branch.position == track_interval and branch.keep, (
             "a branch point inside the step is where the checkpoint goes, and it is kept")
+
+    # -- running requests (caches_unfinished) -------------------------------------------------
+
+    def test_a_running_requests_prefix_is_shared_locked_and_its_copies_go_back(self, spec, component,
+                                                                             page_size):
+        """Request A inserts after each of two chunks (lock moved, not held twice); B, admitted
+        meanwhile, hits A's pages; C, which computed the same tokens on its own pages, switches
+        to A's and its copies are the caller's to free; after everyone leaves, a flush returns
+        every page exactly once."""
+        if not getattr(component, "caches_unfinished", False):
+            pytest.skip(f"{spec.name!r} does not cache unfinished requests")
+        ledger = PageLedger(page_size)
+        tokens = list(range(300, 300 + 5 * page_size + 3))
+
+        def running(hit, upto: int, pages: list[int]):
+            ledger.offered |= set(pages)
+            new = component.insert_unfinished(tokens[:upto], pages[:upto // page_size], hit)
+            check_hit(new, tokens, page_size)
+            assert new.length == upto, f"{upto} tokens offered, the request's hit covers {new.length}"
+            copies = [p for p, q in zip(pages[:len(new.pages)], new.pages, strict=True) if p != q]
+            ledger.take_back(copies, "the running request's copies")
+            return new, list(new.pages) + pages[len(new.pages):]
+
+        a_pages = ledger.new_pages(len(tokens))
+        a_hit = component.match(tokens)
+        component.lock(a_hit)
+        a_hit, a_pages = running(a_hit, 2 * page_size, a_pages)
+        assert list(a_hit.pages) == a_pages[:2], "a new prefix keeps the request's own pages"
+        a_hit, a_pages = running(a_hit, 4 * page_size, a_pages)
+        ledger.take_back(list(component.evict(10**6)), "evict while A runs")
+        assert not set(a_pages[:4]) & ledger.returned, "evict freed pages a running request holds"
+        b = component.match(tokens[:3 * page_size + 1])
+        assert b.length == 3 * page_size and list(b.pages) == a_pages[:3], (
+            f"B hit {b.length} tokens on {list(b.pages)}, want A's {a_pages[:3]}")
+        c_pages = ledger.new_pages(len(tokens))  # C computed the same tokens cold, meanwhile
+        c_hit, c_pages = running(CacheHit(), 4 * page_size, c_pages)
+        assert c_pages[:4] == a_pages[:4], "C must switch to the pages the policy already held"
+        for hit, pages in ((a_hit, a_pages), (c_hit, c_pages)):  # both leave
+            ledger.offer(component, tokens, pages)
+            component.unlock(hit)
+        ledger.take_back(list(component.flush()), "flush")
+        assert ledger.held() == set(), f"pages neither returned nor flushed: {sorted(ledger.held())}"

@@ -7,6 +7,14 @@ past it is reported as a branch point on the checkpoint grid, so the next prefil
 checkpoint there. Checkpoints are planned on the grid: a running request keeps the one at the last
 multiple of ``track_interval`` it passed (``plan_checkpoint``), branch points besides.
 
+Running requests (``insert_unfinished``, on unless ``cache_options = {insert_unfinished = false}``):
+after each prefill chunk that leaves prompt tokens to go, the scheduler offers the request's computed
+whole pages (and its confirmed checkpoints it no longer reads); they become tree nodes, locked by
+the request (its lock moves to the new deepest node), so a request admitted meanwhile hits them.
+Where the tree already held some of those pages, the request switches to the tree's and the
+scheduler frees its copies (sglang's ``cache_unfinished_req``). Hybrid models: a KV-only node past
+the last state is fine (a hit stops at the deepest state; the KV makes a branch point).
+
 Eviction: ``evict`` frees unlocked leaves, least recently used first, with their states;
 ``evict_checkpoints`` frees states only (least recently used first), leaving their KV cached.
 Slots handed to ``insert`` are the cache's: kept in the tree, or freed into the checkpoint region
@@ -90,6 +98,10 @@ class RadixCache(CachePolicy):
             node.state_lock -= 1
             assert node.state_lock >= 0, f"{node}: state unlocked more often than locked"
 
+    @property
+    def caches_unfinished(self) -> bool:
+        return getattr(self.options, "insert_unfinished", True)
+
     # -- insert -------------------------------------------------------------------------------
 
     def insert(self, tokens: list[int], pages: list[int],
@@ -118,6 +130,27 @@ class RadixCache(CachePolicy):
         for position, slot in sorted((checkpoints or {}).items()):
             self._insert_state(tokens, salt, position, slot, num_full * ps)
         return returned
+
+    def insert_unfinished(self, tokens: list[int], pages: list[int], hit: CacheHit,
+                          checkpoints: Mapping[int, int] | None = None, *,
+                          salt: str | None = None) -> CacheHit:
+        """A running request's whole pages become tree nodes (``CachePolicy.insert_unfinished``);
+        its lock moves to the deepest one: locking it first, then unlocking ``hit`` (an ancestor
+        or the same path), keeps every page of the path locked throughout. What ``insert``
+        returns (the request's copies of pages the tree held already) is not freed here: the
+        caller switches the request to ``new.pages`` first, then frees its copies."""
+        num_full = len(tokens) // self.page_size
+        tokens = list(tokens[:num_full * self.page_size])
+        assert len(pages) >= num_full, f"{len(tokens)} tokens need {num_full} pages, got {len(pages)}"
+        self.insert(tokens, list(pages[:num_full]), checkpoints, salt=salt)
+        walk = self.tree.walk(tokens, salt)
+        assert walk.partial is None and walk.num_pages() == num_full, (
+            f"{num_full} pages inserted, the tree holds {walk.num_pages()} of them")
+        new = CacheHit(length=len(tokens), pages=tuple(walk.pages()), branch=hit.branch,
+                       handle=walk.path[-1] if walk.path else None)
+        self.lock(new)
+        self.unlock(hit)
+        return new
 
     def _insert_state(self, tokens: list[int], salt: str | None, position: int, slot: int,
                       limit: int) -> None:

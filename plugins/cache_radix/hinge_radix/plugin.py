@@ -12,10 +12,13 @@ from hinge.plugins import CacheCapabilities, CachePolicySpec
 
 
 class RadixOptions(BaseModel):
-    """``cache_options`` of ``cache = "radix"``: none yet (the checkpoint grid and budget are
-    engine settings: ``track_interval``, ``checkpoint_slots``); unknown keys are refused."""
+    """``cache_options`` of ``cache = "radix"`` (the checkpoint grid and budget are engine
+    settings: ``track_interval``, ``checkpoint_slots``); unknown keys are refused."""
 
     model_config = ConfigDict(extra="forbid")
+    #: cache a request's computed prefix after each prefill chunk too, not only when it leaves, so a
+    #: request sent while a long prompt is still in chunked prefill hits it (sglang does the same)
+    insert_unfinished: bool = True
 
 
 RADIX_SPEC = CachePolicySpec(

@@ -1,4 +1,5 @@
-"""Random sequences of insert / match / lock / unlock / evict / evict_checkpoints / flush keep the
+"""Random sequences of insert / insert_unfinished (a running request: admitted with a locked hit,
+then its prefix offered) / match / lock / unlock / evict / evict_checkpoints / flush keep the
 radix tree consistent, never evict what is locked, free exactly what they evict, and leak no
 page and no checkpoint slot (hypothesis state machine against an independent oracle: a dict of
 cached page prefixes and of states by position)."""
@@ -103,6 +104,44 @@ class RadixMachine(RuleBasedStateMachine):
                 self.states[key] = slot
             else:
                 assert slot not in self.slots.held(), f"state at {position} should have been freed"
+        return tokens
+
+    @rule(target=seqs, base=seqs, more=TOKENS, cut=st.integers(0, 14), salt=SALTS,
+          marks=st.lists(st.integers(1, 24), max_size=3))
+    def insert_running(self, base, more, cut, salt, marks):
+        """Admission (match + lock), then the request's computed whole pages offered while it
+        runs: the tree's pages where it had them (the request's copies are the caller's to
+        free), the request's otherwise; its lock moves to the new hit."""
+        tokens = base[:cut] + more
+        full = len(tokens) // self.ps
+        hit = self.cache.match(tokens, salt=salt)
+        self.cache.lock(hit)
+        fresh = list(range(self.next_page, self.next_page + full - len(hit.pages)))
+        self.next_page += len(fresh)
+        pages = list(hit.pages) + fresh
+        checkpoints = {}
+        if self.slots is not None:
+            for m in marks:
+                if m not in checkpoints and (slot := self.slots.allocate()) is not None:
+                    checkpoints[m] = slot
+        before_states = dict(self.states)
+        new = self.cache.insert_unfinished(tokens[:full * self.ps], pages, hit, checkpoints, salt=salt)
+        assert new.length == full * self.ps and len(new.pages) == full and new.state_slot is None
+        for i in range(full):
+            key = (salt, tuple(tokens[:(i + 1) * self.ps]))
+            if key not in self.kv:
+                self.kv[key] = pages[i]
+                self.held.add(pages[i])
+            assert new.pages[i] == self.kv[key], f"page {i}: the request must use the tree's page"
+        for position, slot in checkpoints.items():
+            key = (salt, tuple(tokens[:position]))
+            if position % self.ps == 0 and position <= full * self.ps and key not in before_states:
+                assert slot in self.slots.held(), f"state at {position} was not kept"
+                self.states[key] = slot
+            else:
+                assert slot not in self.slots.held(), f"state at {position} should have been freed"
+        if new.handle is not None:  # an empty hit locks nothing
+            self.locked.append(new)
         return tokens
 
     @rule(base=seqs, more=TOKENS, cut=st.integers(0, 24), salt=SALTS, lock=st.booleans())
