@@ -10,8 +10,10 @@ bits), multiplies (exact in bf16: 2 + 4 significant bits), and accumulates ``x @
 float32 on the tensor cores. The epilogue applies the per-row global scale and the bias in
 float32 and rounds once.
 
-Default mode picks the tile by M (decode sizes get narrow BLOCK_M and, when the tiles alone do
-not fill the GPU, split-K: partial sums in a float32 workspace, summed in a fixed order).
+Default mode hands decode sizes (M <= 16, ``triton_gemv.supports``) to ``triton_gemv.nvfp4_gemv``
+(word-wise decode, per-group scales, split-K with an ordered second pass); otherwise it picks the
+tile by M (narrow BLOCK_M and, when the tiles alone do not fill the GPU, split-K: partial sums in a
+float32 workspace, summed in a fixed order).
 Deterministic mode uses one tile configuration for every M and no split-K, so a row's result
 does not depend on the batch. No host sync: capturable in a CUDA graph.
 """
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+
+from hinge_nvfp4 import triton_gemv
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,10 @@ def nvfp4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, ro
                  bias: torch.Tensor | None, *, deterministic: bool = False,
                  out_dtype: torch.dtype | None = None, tile: Tile | None = None) -> torch.Tensor:
     """x (M, K) in bf16/fp16/fp32, packed (N, K/2) uint8, scales (N, K/16) fp8, row_scale (N,)
-    fp32 -> (M, N) in ``out_dtype`` (x's by default)."""
+    fp32 -> (M, N) in ``out_dtype`` (x's by default). ``tile`` forces this module's GEMM tiles
+    (tests, benchmarks); without it, default mode runs M <= 16 through ``triton_gemv``."""
+    if tile is None and not deterministic and triton_gemv.supports(x, packed):
+        return triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, out_dtype=out_dtype)
     m, k = x.shape
     n = packed.shape[0]
     out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)

@@ -1,0 +1,258 @@
+"""The W4A16 decode-size GEMV (M <= 16) in Triton: what ``triton_gemm.nvfp4_linear`` runs in default
+mode for a few rows.
+
+    y[m, n] = (sum_k x[m, k] * e2m1(q[n, k]) * sw[n, k/16]) * row_scale[n]  (+ bias[n])
+
+Same contract as ``triton_gemm``: x (M, K) in bf16/fp16/fp32 with a unit last stride, packed
+(N, K/2) uint8 (low nibble = even k), scales (N, K/16) fp8 E4M3 (non-negative), row_scale (N,)
+float32; sums in float32, row scale and bias in float32, one rounding to the output dtype. Not
+batch invariant (the tiling and the split depend on M), deterministic run to run: a split-K
+configuration writes float32 partial sums and a second kernel adds them in split order (no
+atomics). No host syncs: capturable in a CUDA graph.
+
+How it streams (the cost at M <= 16 is decoding, not multiplying; cf. Marlin's lop3 decode):
+
+- One program owns ``block_n`` rows of W and one of ``split_k`` slices of K. The codes are read as
+  int32 words (8 codes, 16 B vector loads per thread, whole rows contiguous), never unpacked byte
+  by byte: ``(s & 0x80008000) | ((s >> 3) & 0x0E000E00)`` with ``s = word << (12 - 4i)`` turns
+  codes i and i + 4 of a word into the two halves of an fp16x2 word whose values are
+  ``e2m1 * 2^-14`` (e2m1 is fp16 with a 2-bit exponent; its subnormals land on fp16 subnormals,
+  which the fp16 -> fp32 conversion keeps exactly). So a code costs ~2 integer ops + 1 conversion.
+- The fp8 scale is decoded the same way (``bits << 7`` as fp16 = ``e4m3 * 2^-8``, subnormals
+  included) once per 16-code group, times 2^22 (exact), so ``code * scale`` comes out exact.
+- M <= 2 (``dot=False``): CUDA-core FMAs. The activations are loaded 8 at a time and split into the
+  8 code positions of a word (``tl.split``, in registers); each word's 8 products are summed, two
+  words make a group, the group's sum is multiplied by its scale once, float32 all the way.
+- Larger M (``dot=True``): the decoded codes times their scales (exact in bf16: 2 + 4
+  significant bits) are joined back into K order and fed to ``tl.dot`` with the rows padded to 16
+  (float32 accumulation on the tensor cores).
+
+``default_config`` picks the tiling from the shape alone; ``tools/gpu/nvfp4_gemm.py --sweep``
+measures alternatives on the GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16
+REDUCE_BLOCK = 1024
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    """One tiling: rows of W per program, K per step (a multiple of 32), K slices, warps, tensor
+    cores or not."""
+
+    block_n: int = 32
+    block_k: int = 512
+    split_k: int = 1
+    num_warps: int = 4
+    dot: bool = False
+    num_stages: int = 3
+
+
+@triton.jit
+def _e2m1_pair(words, POS: tl.constexpr):
+    """uint32 words of 8 codes -> (code POS, code POS + 4) of each word as float32 ``e2m1 * 2^-14``."""
+    s = words << (12 - 4 * POS)
+    h2 = (s & 0x80008000) | ((s >> 3) & 0x0E000E00)  # fp16x2: sign, 2-bit exponent, 1-bit mantissa
+    lo = h2.to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    hi = (h2 >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+    return lo, hi
+
+
+@triton.jit
+def _e4m3_scaled(bits):
+    """uint8 bits of non-negative fp8 E4M3 scales -> float32 ``scale * 2^14`` (exact)."""
+    h = (bits.to(tl.uint16) & 0x7F) << 7  # fp16 bits of scale * 2^-8, subnormals included
+    return h.to(tl.float16, bitcast=True).to(tl.float32) * 4194304.0  # 2^22
+
+
+@triton.jit
+def _nvfp4_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
+    M, N, K, stride_xm, stride_wn, stride_sn, stride_os, stride_om, k_per_split,
+    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
+    USE_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    BLOCK_W: tl.constexpr = BLOCK_K // 8  # int32 words (8 codes) per row per step
+    GROUPS: tl.constexpr = BLOCK_K // 16  # fp8 scales per row per step
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_w = tl.arange(0, BLOCK_W)
+    offs_g = tl.arange(0, GROUPS)
+    # clamp instead of masking: rows past M or N re-read a valid row and are never stored
+    rows_m = tl.minimum(offs_m, M - 1)
+    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
+    w_rows = w_ptr + rows_n[:, None] * stride_wn
+    s_rows = s_ptr + rows_n[:, None] * stride_sn
+    x_rows = x_ptr + rows_m[:, None] * stride_xm
+    k_start = pid_k * k_per_split
+    if USE_DOT:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc3 = tl.zeros((BLOCK_M, BLOCK_N, GROUPS), dtype=tl.float32)
+    for k0 in range(0, k_per_split, BLOCK_K):
+        kk = k_start + k0
+        ws = kk // 8 + offs_w
+        gs = kk // 16 + offs_g
+        if EVEN_K:
+            words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
+            sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
+        else:
+            words = tl.load(w_rows + ws[None, :], mask=(ws < K // 8)[None, :], other=0,
+                            eviction_policy="evict_first")
+            sbits = tl.load(s_rows + gs[None, :], mask=(gs < K // 16)[None, :], other=0,
+                            eviction_policy="evict_first")
+        words = words.to(tl.uint32, bitcast=True)
+        scale = _e4m3_scaled(sbits)  # (BLOCK_N, GROUPS)
+        c0, c4 = _e2m1_pair(words, 0)
+        c1, c5 = _e2m1_pair(words, 1)
+        c2, c6 = _e2m1_pair(words, 2)
+        c3, c7 = _e2m1_pair(words, 3)
+        ks = kk + tl.arange(0, BLOCK_K)
+        if EVEN_K:
+            x = tl.load(x_rows + ks[None, :])
+        else:
+            x = tl.load(x_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
+        if USE_DOT:
+            # per word scale (two words per group), codes * scale exact in x's dtype, K order back
+            sw = tl.reshape(tl.join(scale, scale), (BLOCK_N, BLOCK_W))
+            ty = x.dtype
+            w = tl.join(tl.join(tl.join((c0 * sw).to(ty), (c4 * sw).to(ty)),
+                                tl.join((c2 * sw).to(ty), (c6 * sw).to(ty))),
+                        tl.join(tl.join((c1 * sw).to(ty), (c5 * sw).to(ty)),
+                                tl.join((c3 * sw).to(ty), (c7 * sw).to(ty))))
+            w = tl.reshape(w, (BLOCK_N, BLOCK_K))  # element 8 * word + 4a + 2b + c
+            if IEEE:
+                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)
+        else:
+            # x's 8 elements of a word, split into the positions the pairs decode to
+            xa, xb = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_M, BLOCK_W, 2, 2, 2)))
+            xaa, xab = tl.split(xa)
+            xba, xbb = tl.split(xb)
+            x0, x4 = tl.split(xaa)
+            x2, x6 = tl.split(xab)
+            x1, x5 = tl.split(xba)
+            x3, x7 = tl.split(xbb)
+            part = (x0[:, None, :] * c0[None, :, :] + x1[:, None, :] * c1[None, :, :]
+                    + x2[:, None, :] * c2[None, :, :] + x3[:, None, :] * c3[None, :, :]
+                    + x4[:, None, :] * c4[None, :, :] + x5[:, None, :] * c5[None, :, :]
+                    + x6[:, None, :] * c6[None, :, :] + x7[:, None, :] * c7[None, :, :])
+            group = tl.sum(tl.reshape(part, (BLOCK_M, BLOCK_N, GROUPS, 2)), axis=3)
+            acc3 += group * scale[None, :, :]
+    if not USE_DOT:
+        acc = tl.sum(acc3, axis=2)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if EPILOGUE:
+        acc = acc * tl.load(rs_ptr + rows_n)[None, :]
+        if HAS_BIAS:
+            acc = acc + tl.load(bias_ptr + rows_n).to(tl.float32)[None, :]
+    tl.store(out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :],
+             acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _reduce_kernel(part_ptr, rs_ptr, bias_ptr, out_ptr, N, stride_ps, stride_pm, stride_om,
+                   HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):  # split order: the same bits every run
+        acc += tl.load(part_ptr + s * stride_ps + m * stride_pm + offs, mask=mask, other=0.0)
+    acc = acc * tl.load(rs_ptr + offs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * stride_om + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def supports(x: torch.Tensor, packed: torch.Tensor) -> bool:
+    """Whether ``nvfp4_gemv`` takes these: x (M, K) with 1 <= M <= ``MAX_ROWS``, a unit last
+    stride and a dtype of ``DTYPES``; packed (N, K/2) uint8 with a unit last stride whose rows can
+    be read as int32 words (row stride and storage offset multiples of 4 bytes)."""
+    return (x.dim() == 2 and packed.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS and x.dtype in DTYPES
+            and x.stride(-1) == 1 and packed.dtype == torch.uint8 and packed.stride(-1) == 1
+            and x.shape[1] % 16 == 0 and packed.shape[1] * 2 == x.shape[1]
+            and packed.stride(0) % 4 == 0 and packed.storage_offset() % 4 == 0)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132  # the interpreter: any fixed count
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.cache
+def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
+    """The tiling chosen by reasoning for an H100/H200-class GPU (no autotuning).
+
+    - M <= 2: CUDA-core FMAs, ``block_k`` 512 (256 B of codes per row per step, 16 B per thread),
+      ``block_n`` 32 / M (8 KB of codes in flight per program per step at M = 1).
+    - M > 2: ``tl.dot`` with the rows padded to 16, ``block_n`` 32, ``block_k`` 256.
+    - ``split_k``: the smallest power of two giving at least 4 programs per SM, keeping at least
+      two ``block_k`` steps per slice (24576x4096 does not split; 6144x4096 and 4096x12288 do).
+    """
+    if m <= 2:
+        block_n, block_k, dot = 32 // max(1, triton.next_power_of_2(m)), 512, False
+    else:
+        block_n, block_k, dot = 32, 256, True
+    tiles = -(-n // block_n)
+    steps = -(-k // block_k)
+    split = 1
+    while tiles * split < 4 * num_sms and steps // (split * 2) >= 2:
+        split *= 2
+    return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, dot=dot)
+
+
+def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
+               bias: torch.Tensor | None, *, out_dtype: torch.dtype | None = None,
+               config: GemvConfig | None = None) -> torch.Tensor:
+    """x (M <= 16, K), packed (N, K/2) uint8, scales (N, K/16) fp8, row_scale (N,) float32 ->
+    (M, N) in ``out_dtype`` (x's by default); ``config`` overrides ``default_config``."""
+    if not supports(x, packed):
+        raise ValueError(
+            f"nvfp4_gemv takes x (1..{MAX_ROWS}, K) with a unit last stride in {DTYPES} and packed "
+            f"(N, K/2) uint8 readable as int32 words; got x {tuple(x.shape)} {x.dtype} stride "
+            f"{x.stride()}, packed {tuple(packed.shape)} {packed.dtype} stride {packed.stride()} offset "
+            f"{packed.storage_offset()}; check triton_gemv.supports first and use triton_gemm otherwise")
+    m, k = x.shape
+    n = packed.shape[0]
+    cfg = config or default_config(m, n, k, _num_sms(x.device))
+    if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
+        raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
+    block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))
+    words = packed.view(torch.int32)
+    sbits = scales.view(torch.uint8)
+    k_per_split = triton.cdiv(triton.cdiv(k, cfg.block_k), cfg.split_k) * cfg.block_k
+    out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
+    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
+    split = cfg.split_k > 1
+    part = torch.empty(cfg.split_k, m, n, dtype=torch.float32, device=x.device) if split else out
+    _nvfp4_gemv_kernel[grid](
+        x, words, sbits, row_scale, bias if bias is not None else row_scale, part,
+        m, n, k, x.stride(0), words.stride(0), sbits.stride(0),
+        part.stride(0) if split else 0, part.stride(-2), k_per_split,
+        HAS_BIAS=bias is not None, EPILOGUE=not split, IEEE=x.dtype == torch.float32,
+        EVEN_K=k_per_split * cfg.split_k == k, USE_DOT=cfg.dot,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    if split:
+        _reduce_kernel[(m, triton.cdiv(n, REDUCE_BLOCK))](
+            part, row_scale, bias if bias is not None else row_scale, out, n,
+            part.stride(0), part.stride(1), out.stride(0),
+            HAS_BIAS=bias is not None, SPLIT_K=cfg.split_k, BLOCK=REDUCE_BLOCK, num_warps=4)
+    return out

@@ -1,0 +1,186 @@
+"""The decode-size W4A16 GEMV (hinge_nvfp4.triton_gemv) against the CPU reference.
+
+- Under Triton's interpreter: ragged M 1..16, N and K not multiples of the blocks, both the
+  CUDA-core and the tensor-core tilings, split-K with and without a ragged last slice, bias or not;
+  every byte of codes and every finite fp8 scale decoded exactly.
+- ``nvfp4_linear`` sends M <= 16 to it in default mode only (deterministic mode keeps the fixed,
+  batch-invariant GEMM tiles).
+- Marked gpu: the Qwen3-8B shapes at M 1..16, every swept tiling, run-to-run bits, a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from nvfp4_interpreter import load_interpreted, patch_interpreter
+from test_triton_gemm import QWEN3_8B, problem
+
+from hinge_nvfp4 import reference
+
+ROWS = [1, 2, 3, 5, 8, 13, 16]
+#: (block_n, block_k, split_k, dot): K = 208 is 13 groups, N = 40 is not a multiple of 16 or 32
+TILINGS = [(16, 64, 1, False), (32, 32, 3, False), (16, 64, 2, True), (32, 128, 1, True)]
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The interpreted gemv, and the interpreted gemm module wired to it."""
+    patch_interpreter(monkeypatch)
+    gemv = load_interpreted("triton_gemv")
+    gemm = load_interpreted("triton_gemm")
+    monkeypatch.setattr(gemm, "triton_gemv", gemv)
+    return gemv, gemm
+
+
+def assert_matches(got, expected, bound):
+    err = float((got.double() - expected.double()).abs().max())
+    assert err <= bound * max(1.0, float(expected.abs().max())), err
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("tiling", TILINGS)
+def test_interpreted_gemv_equals_the_reference_for_ragged_rows_in_every_tiling(kernels, m, tiling):
+    gemv, _ = kernels
+    n_, k_, split, dot = tiling
+    x, packed, scales, row_scale, bias = problem(m, 40, 208, seed=m)
+    config = gemv.GemvConfig(block_n=n_, block_k=k_, split_k=split, dot=dot)
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias if m % 2 else None, config=config)
+    expected = reference.linear(x, packed, scales, row_scale, bias if m % 2 else None)
+    assert got.shape == (m, 40) and got.dtype == torch.float32
+    assert_matches(got, expected, 1e-5)
+
+
+@pytest.mark.parametrize("dot", [False, True])
+def test_interpreted_gemv_in_bfloat16_matches_within_one_rounding(kernels, dot):
+    gemv, _ = kernels
+    x, packed, scales, row_scale, bias = problem(3, 24, 96, dtype=torch.bfloat16, seed=5)
+    config = gemv.GemvConfig(block_n=16, block_k=64, split_k=2, dot=dot)
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
+    expected = reference.linear(x, packed, scales, row_scale, bias)
+    assert got.dtype == torch.bfloat16
+    assert_matches(got.float(), expected.float(), 1.6e-2)
+
+
+@pytest.mark.parametrize("dot", [False, True])
+def test_interpreted_gemv_decodes_every_code_byte_and_every_finite_scale_exactly(kernels, dot):
+    """Byte (n, c) = 7n + c mod 256, so the columns read hold every byte value; the block scales run
+    through fp8 0x00..0x7E (zero, subnormals, normals up to 448); x is one-hot, so each output is
+    one decoded code times its scale, exact in float32."""
+    gemv, _ = kernels
+    n, k = 127, 512
+    byte = (torch.arange(n)[:, None] * 7 + torch.arange(k // 2)[None, :]) % 256
+    packed = byte.to(torch.uint8)
+    scales = (torch.arange(n)[:, None] + torch.arange(k // 16)[None, :]) % 127
+    scales = scales.to(torch.uint8).view(torch.float8_e4m3fn)
+    row_scale = torch.ones(n)
+    x = torch.eye(k)[::9][:16].contiguous()  # rows pick k = 0, 9, 18, ... (both nibbles, all words)
+    config = gemv.GemvConfig(block_n=32, block_k=128, split_k=2, dot=dot)
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, None, config=config)
+    expected = reference.linear(x, packed, scales, row_scale, None)
+    assert torch.equal(got, expected)
+
+
+def test_default_mode_sends_decode_sizes_to_the_gemv_and_deterministic_mode_never(kernels):
+    gemv, gemm = kernels
+    calls = []
+    real = gemv.nvfp4_gemv
+    gemv.nvfp4_gemv = lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw)
+    try:
+        for m in (1, 16, 17):
+            for deterministic in (False, True):
+                x, packed, scales, row_scale, bias = problem(m, 32, 64, seed=m)
+                got = gemm.nvfp4_linear(x, packed, scales, row_scale, bias, deterministic=deterministic)
+                assert_matches(got, reference.linear(x, packed, scales, row_scale, bias), 1e-5)
+    finally:
+        gemv.nvfp4_gemv = real
+    assert calls == [1, 16]
+
+
+def test_deterministic_rows_without_a_forced_tile_do_not_depend_on_the_batch(kernels):
+    _, gemm = kernels
+    x, packed, scales, row_scale, bias = problem(20, 32, 64, seed=4)
+    full = gemm.nvfp4_linear(x, packed, scales, row_scale, bias, deterministic=True)
+    for rows in (slice(0, 1), slice(5, 7), slice(3, 19)):
+        assert torch.equal(gemm.nvfp4_linear(x[rows], packed, scales, row_scale, bias, deterministic=True),
+                           full[rows])
+
+
+def test_default_config_splits_k_only_while_the_tiles_leave_sms_idle():
+    from hinge_nvfp4.triton_gemv import default_config
+
+    assert default_config(1, 24576, 4096).split_k == 1  # 768 tiles >= 4 per SM
+    assert default_config(1, 6144, 4096).split_k > 1
+    assert default_config(1, 4096, 12288).split_k > 1
+    assert not default_config(2, 6144, 4096).dot and default_config(3, 6144, 4096).dot
+    small = default_config(1, 64, 256)
+    assert small.split_k == 1  # too few K steps to split
+
+
+def test_supports_refuses_rows_that_cannot_be_read_as_words():
+    from hinge_nvfp4.triton_gemv import supports
+
+    x = torch.randn(1, 64)
+    packed = torch.zeros(8, 40, dtype=torch.uint8)
+    assert supports(x, packed[:, :32])
+    assert not supports(x, packed[:, 1:33])  # storage offset 1
+    assert not supports(x, torch.zeros(8, 34, dtype=torch.uint8)[:, :32])  # row stride 34
+    assert not supports(torch.randn(17, 64), packed[:, :32])
+    assert not supports(torch.randn(64, 2).t(), packed[:, :32])
+
+
+# -- on the GPU ----------------------------------------------------------------------------------
+
+SWEEP = [(16, 512, None, False), (32, 512, None, False), (64, 256, None, False), (16, 256, None, True),
+         (32, 256, None, True), (64, 128, None, True), (32, 512, 4, False), (32, 256, 2, True)]
+
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+def test_cuda_gemv_equals_the_reference_on_qwen3_8b_shapes(m):
+    _cuda()
+    from hinge_nvfp4.triton_gemm import nvfp4_linear
+
+    for n, k in QWEN3_8B + [(1000, 4112)]:
+        x, packed, scales, row_scale, bias = problem(m, n, k, dtype=torch.bfloat16, seed=m, device="cuda")
+        got = nvfp4_linear(x, packed, scales, row_scale, bias)
+        expected = reference.linear(x, packed, scales, row_scale, bias)
+        assert_matches(got.float(), expected.float(), 2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiling", SWEEP)
+def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(tiling):
+    _cuda()
+    from hinge_nvfp4 import triton_gemv
+
+    block_n, block_k, split, dot = tiling
+    for m in (1, 5, 16):
+        x, packed, scales, row_scale, bias = problem(m, 6144, 4096, dtype=torch.bfloat16, seed=m, device="cuda")
+        split_k = split or triton_gemv.default_config(m, 6144, 4096).split_k
+        config = triton_gemv.GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, dot=dot)
+        got = triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
+        assert_matches(got.float(), reference.linear(x, packed, scales, row_scale, bias).float(), 2e-2)
+        assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 16])
+def test_cuda_gemv_graph_replay_equals_eager(m):
+    _cuda()
+    from hinge_nvfp4.triton_gemm import nvfp4_linear
+
+    x, packed, scales, row_scale, bias = problem(m, 4096, 12288, dtype=torch.bfloat16, device="cuda")
+    nvfp4_linear(x, packed, scales, row_scale, bias)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = nvfp4_linear(x, packed, scales, row_scale, bias)
+    new = torch.randn_like(x)
+    x.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, nvfp4_linear(new, packed, scales, row_scale, bias))
