@@ -1,7 +1,7 @@
 """NVFP4 W4A16 GEMM (hinge_nvfp4.triton_gemm) against bf16 cuBLAS and the bytes-moved roofline,
 then decode of the Qwen3-8B configuration at batch 1 with nvfp4 against bf16 hinge; one run.
 
-    python tools/gpu/nvfp4_gemm.py [--iters 200] [--skip-e2e]
+    python tools/gpu/nvfp4_gemm.py [--iters 200] [--skip-e2e] [--sweep]
 
 GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 4096x12288, o
 4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
@@ -9,6 +9,9 @@ CUDA graph that runs the op on ``ROTATE`` copies of the weights in turn, so each
 weights from HBM (the copies together exceed the 50 MB L2). Roofline = (weight bytes + scale
 bytes + activation and output bytes) / peak HBM bandwidth (``--hbm-tbs``, 4.8 TB/s on an H200);
 ``% roofline`` = roofline time / measured time (goal >= 70 % at M <= 16, default mode).
+M <= 16 in default mode runs the decode GEMV (``hinge_nvfp4.triton_gemv``). ``--sweep`` then
+times a few GEMV tilings per shape at M = 1 (CUDA-core) and M = 16 (tensor-core), same timing and
+roofline, and prints the best per shape next to ``default_config``'s choice.
 End to end: ``hinge bench``-style greedy decode of 128 tokens at batch 1 with ``load_format =
 dummy`` weights of the 8B config, quantizer none (bf16) vs nvfp4 (dummy packed weights: the
 speed, not the text, is measured).
@@ -71,6 +74,54 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
                   f"{roof:>11.1f} {100 * roof / fast:>9.0f}%")
 
 
+def sweep_configs(m: int, n: int, k: int) -> list:
+    """GEMV tilings to try at (m, n, k): block sizes around the default, splits 1/2x, 1x, 2x of
+    it, 4 warps; and the default with 8 warps."""
+    from hinge_nvfp4.triton_gemv import GemvConfig, default_config
+
+    base = default_config(m, n, k)
+    if base.dot:
+        blocks = [(16, 256), (32, 256), (64, 256), (32, 512), (64, 128)]
+    else:
+        blocks = [(8, 1024), (16, 512), (16, 1024), (32, 512), (32, 256), (64, 256)]
+    configs = []
+    for block_n, block_k in blocks:
+        steps = -(-k // block_k)
+        for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
+            if split <= steps:
+                configs.append(GemvConfig(block_n, block_k, split, 4, base.dot))
+    configs.append(GemvConfig(base.block_n, base.block_k, base.split_k, 8, base.dot))
+    return configs
+
+
+def sweep(iters: int, hbm_tbs: float) -> None:
+    from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.triton_gemv import default_config, nvfp4_gemv
+
+    print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot)")
+    for label, (n, k) in SHAPES.items():
+        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
+        row_scale = torch.ones(n, device="cuda")
+        for m in (1, 16):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (hbm_tbs * 1e12) * 1e6
+            results = []
+            for cfg in sweep_configs(m, n, k):
+                try:
+                    us = graph_time(lambda i=0, x=x, q=quant, rs=row_scale, c=cfg: nvfp4_gemv(
+                        x, q[i][0], q[i][1], rs, None, config=c), max(20, iters // 4))
+                except Exception as exc:  # a tiling that does not compile: report, go on
+                    print(f"  {label:22} {m:>4} {cfg}: failed: {type(exc).__name__}: {str(exc)[:120]}")
+                    continue
+                results.append((us, cfg))
+                print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
+                      f"{cfg.dot}) {us:>8.1f} us {100 * roof / us:>5.0f}%")
+            if results:
+                us, best = min(results, key=lambda r: r[0])
+                print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "
+                      f"default {default_config(m, n, k)}")
+
+
 def decode_e2e(tokens: int = 128) -> None:
     from hinge import LLM, SamplingParams
 
@@ -95,6 +146,7 @@ if __name__ == "__main__":
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
     parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
     ARGS = parser.parse_args()
@@ -102,5 +154,7 @@ if __name__ == "__main__":
         sys.exit("needs a CUDA GPU")
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
     gemm_table(ARGS.iters, ARGS.hbm_tbs)
+    if ARGS.sweep:
+        sweep(ARGS.iters, ARGS.hbm_tbs)
     if not ARGS.skip_e2e:
         decode_e2e()
