@@ -29,17 +29,21 @@ def checkpoints(tmp_path_factory):
     return tiny_checkpoints(tmp_path_factory.mktemp, seed=5)
 
 
-def _backend(monkeypatch, claim: str = "decode_graph", dtype: str = "bfloat16") -> str:
+def _backend(monkeypatch, claim: str = "decode_graph", dtype: str = "bfloat16",
+             head_dim: int = 16) -> str:
     """The first real CUDA backend here (flashinfer, then the built-in Triton kernels) whose
-    capabilities claim ``claim`` and ``dtype``; the test's fake graph backend where none does."""
+    capabilities claim ``claim``, ``dtype`` and the tiny models' ``head_dim``; the test's fake
+    graph backend where none does."""
     from hinge.plugins.auto_attention import import_problem
     from hinge.plugins.manager import get_plugin_manager
 
     pm = get_plugin_manager()
     for name, module in (("flashinfer", "flashinfer"), ("triton", "triton")):
-        if name in pm.names("attention") and import_problem(module) is None and \
-                getattr(pm.get_component("attention", name).spec.capabilities, claim) and \
-                dtype in pm.get_component("attention", name).spec.capabilities.dtypes:
+        if name not in pm.names("attention") or import_problem(module) is not None:
+            continue
+        caps = pm.get_component("attention", name).spec.capabilities
+        if getattr(caps, claim) and dtype in caps.dtypes and \
+                (caps.head_dims is None or head_dim in caps.head_dims):
             return name
     add_graph_backend(monkeypatch)
     return TEST_BACKEND

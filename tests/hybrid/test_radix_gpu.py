@@ -38,7 +38,8 @@ PAGE, GRID = 16, 64
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    return tiny_checkpoints(tmp_path_factory.mktemp, seed=3)
+    # prompts up to 2000 tokens plus their turns: past the tiny configs' 512 positions
+    return tiny_checkpoints(tmp_path_factory.mktemp, seed=3, max_position_embeddings=4096)
 
 
 def _llm(path, **kw) -> LLM:

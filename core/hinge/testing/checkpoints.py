@@ -144,14 +144,16 @@ def write_byte_tokenizer(path: str | Path, vocab_size: int = 256) -> None:
     tok.save(str(Path(path) / "tokenizer.json"))
 
 
-def tiny_checkpoints(make_dir: Callable[[str], Path], *, seed: int = 0) -> Callable[[str], Path]:
+def tiny_checkpoints(make_dir: Callable[[str], Path], *, seed: int = 0,
+                     **overrides: Any) -> Callable[[str], Path]:
     """``get(arch)``: a seeded tiny checkpoint of ``arch`` with the byte-level tokenizer, written
-    once into ``make_dir(arch)`` (e.g. ``tmp_path_factory.mktemp``) and reused afterwards."""
+    once into ``make_dir(arch)`` (e.g. ``tmp_path_factory.mktemp``) and reused afterwards;
+    ``overrides`` change config fields of every arch (e.g. ``max_position_embeddings=4096``)."""
     made: dict[str, Path] = {}
 
     def get(arch: str) -> Path:
         if arch not in made:
-            made[arch] = make_tiny_checkpoint(arch, make_dir(arch), seed=seed)
+            made[arch] = make_tiny_checkpoint(arch, make_dir(arch), seed=seed, **overrides)
             write_byte_tokenizer(made[arch])
         return made[arch]
 

@@ -102,6 +102,8 @@ def test_lse_and_requests_without_keys_match_the_restatement():
     lay = layer(128)
     c = build_batch([300, 0], [1, 1], layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
                     page_tail_fill=PAGE_TAIL_FILL)
+    for pool in (c.kv.k[0], c.kv.v[0]):  # seqused_k 300: slot 300 (never written) is a page tail
+        pool.nan_to_num_(nan=PAGE_TAIL_FILL)
     kv_k = c.kv.k[0].view(-1, PAGE, 8, 128)
     kv_v = c.kv.v[0].view(-1, PAGE, 8, 128)
     args = dict(cu_seqlens_q=torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"),
