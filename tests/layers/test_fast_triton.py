@@ -171,6 +171,17 @@ def test_fast_kernels_are_enabled_only_for_cuda_outside_deterministic_mode_unles
     assert not fast_triton.enabled(cuda_like)
 
 
+def test_the_gemv_is_off_unless_asked_for_because_cublas_was_faster_on_the_h200(monkeypatch):
+    cuda_like = types.SimpleNamespace(is_cuda=True)
+    monkeypatch.setattr(fast_triton, "triton_available", lambda: True)
+    monkeypatch.delenv("HINGE_FAST_GEMV", raising=False)
+    assert fast_triton.enabled(cuda_like) and not fast_triton.gemv_enabled(cuda_like)
+    monkeypatch.setenv("HINGE_FAST_GEMV", "1")
+    assert fast_triton.gemv_enabled(cuda_like)
+    monkeypatch.setenv("HINGE_FAST_KERNELS", "0")
+    assert not fast_triton.gemv_enabled(cuda_like)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
 @pytest.mark.parametrize("offset", [0.0, 1.0])
 def test_rmsnorm_with_a_residual_on_cpu_is_the_add_then_the_norm_bit_for_bit(deterministic, offset):
@@ -281,6 +292,7 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
                                  silu_mul=counted(interpreted.silu_mul, "silu_mul"),
                                  qk_norm_rope=counted(interpreted.qk_norm_rope, "qk_norm_rope"))
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
+    monkeypatch.setenv("HINGE_FAST_GEMV", "1")
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)
     layers = len(model.model.layers)

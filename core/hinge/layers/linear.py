@@ -5,9 +5,10 @@ stacked along the output (``qkv_proj`` = q_proj | k_proj | v_proj, ``gate_up_pro
 up_proj), split over tensor-parallel ranks by column or row. The model loader reads its
 ``checkpoint_routes``: which checkpoint tensor loads into which parameter, as which partition.
 
-Unquantized linears (the built-in ``none`` quantizer, default mode, no bias) on CUDA run at most
-``fast_triton.gemv.MAX_ROWS`` rows (decode) through the Triton GEMV
-(``hinge.layers.fast_triton.gemv``); every other case is ``quantizer.apply``.
+Unquantized linears (the built-in ``none`` quantizer, default mode, no bias) on CUDA may run at
+most ``fast_triton.gemv.MAX_ROWS`` rows (decode) through the Triton GEMV
+(``hinge.layers.fast_triton.gemv``) when ``HINGE_FAST_GEMV=1`` (off by default: slower than
+cuBLAS where measured); every other case is ``quantizer.apply``.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Linear(nn.Module):
         self.plain = _is_plain(quantizer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.plain and self.bias is None and fast_triton.enabled(x):
+        if self.plain and self.bias is None and fast_triton.gemv_enabled(x):
             gemv = fast_triton.kernels().gemv
             rows = x.reshape(-1, x.shape[-1])
             if gemv.supports(rows, self.weight):

@@ -3,6 +3,9 @@
 ``enabled(x, deterministic)`` is the one switch the layers ask: true only for a CUDA tensor, with
 Triton importable, outside the deterministic mode, and unless ``HINGE_FAST_KERNELS=0``. CPU and
 deterministic paths never reach these kernels, so their bits stay what the torch formulas give.
+``gemv_enabled`` also wants ``HINGE_FAST_GEMV=1``: on the H200 (2026-12-01,
+docs/benchmarks.md) the GEMV's default tilings ran at 0.58-0.96x of cuBLAS on the Qwen3-8B
+linears, so cuBLAS stays the default until a tuned tiling beats it.
 
 Kernels (one per module; each module's docstring states its contract):
 
@@ -25,6 +28,7 @@ from types import SimpleNamespace
 import torch
 
 ENV = "HINGE_FAST_KERNELS"
+GEMV_ENV = "HINGE_FAST_GEMV"
 
 
 @functools.cache
@@ -41,6 +45,12 @@ def enabled(x: torch.Tensor, deterministic: bool = False) -> bool:
     and ``HINGE_FAST_KERNELS`` is not ``0``."""
     return (x.is_cuda and not deterministic and os.environ.get(ENV, "1") != "0"
             and triton_available())
+
+
+def gemv_enabled(x: torch.Tensor) -> bool:
+    """Whether a linear may take the Triton GEMV: ``enabled(x)`` and ``HINGE_FAST_GEMV=1`` (off by
+    default: slower than cuBLAS where measured)."""
+    return enabled(x) and os.environ.get(GEMV_ENV, "0") == "1"
 
 
 @functools.cache
