@@ -122,23 +122,41 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                       f"default {default_config(m, n, k)}")
 
 
-def decode_e2e(tokens: int = 128) -> None:
-    from hinge import LLM, SamplingParams
+#: what a ModelOpt NVFP4 checkpoint's config carries (enough for the plugin to claim it)
+NVFP4_CONFIG = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                "ignore": ["lm_head", "model.embed_tokens"]}
 
-    print("\nend to end: Qwen3-8B config, dummy weights, batch 1, greedy decode")
-    if not ARGS.model:
-        print("  skipped: give --model PATH (a Qwen3-8B config directory with its tokenizer)")
-        return
-    for quantizer in ("none", "nvfp4"):
-        path = ARGS.model if quantizer == "none" else (ARGS.model_nvfp4 or ARGS.model)
-        llm = LLM(path, device="cuda", dtype="bfloat16", quantizer=quantizer, load_format="dummy")
-        params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
-        llm.generate([[1, 2, 3, 4]], params)
-        start = datetime.datetime.now()
-        llm.generate([[1, 2, 3, 4]], params)
-        seconds = (datetime.datetime.now() - start).total_seconds()
-        print(f"  {quantizer}: {tokens / seconds:.1f} tokens/s")
-        llm.close()
+
+def decode_e2e(tokens: int = 128) -> None:
+    """Batch-1 greedy decode, bf16 against nvfp4, dummy weights of the Qwen3-8B preset (real
+    vocabulary); the nvfp4 side's config carries an NVFP4 ``quantization_config``. ``--model`` /
+    ``--model-nvfp4`` replace the preset directories."""
+    import tempfile
+
+    from hinge import LLM, SamplingParams
+    from hinge.bench.presets import preset_config
+    from hinge.bench.random_model import write_random_model
+
+    print("\nend to end: Qwen3-8B config, dummy weights, batch 1, greedy decode, graphs as planned")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = {**preset_config("qwen3", "8b"), "torch_dtype": "bfloat16"}
+        paths = {"none": ARGS.model or str(write_random_model(f"{tmp}/bf16", config)),
+                 "nvfp4": ARGS.model_nvfp4 or str(write_random_model(
+                     f"{tmp}/nvfp4", {**config, "quantization_config": NVFP4_CONFIG}))}
+        rates = {}
+        for quantizer, path in paths.items():
+            with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
+                     load_format="dummy", mem_fraction_static=0.5) as llm:
+                params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
+                                        detokenize=False)
+                llm.generate([[1, 2, 3, 4]], params)
+                start = datetime.datetime.now()
+                llm.generate([[1, 2, 3, 4]], params)
+                seconds = (datetime.datetime.now() - start).total_seconds()
+                rates[quantizer] = tokens / seconds
+                print(f"  {quantizer}: {rates[quantizer]:.1f} tokens/s "
+                      f"({llm.engine.plan.describe()[2]})")
+        print(f"  nvfp4 / bf16: {rates['nvfp4'] / rates['none']:.2f}x (goal >= 2x)")
 
 
 if __name__ == "__main__":
