@@ -9,13 +9,15 @@ pages; page 128 is one key tile on sm_90 (the TMA path).
 
 Decode and verify steps may split (``hinge_fa4.split``): FA4 has no split-KV on sm_90, so one
 query block per (request, KV head) leaves most SMs idle at small batch; the step instead runs
-every request's fixed-size chunks as virtual requests (non-causal) and its tail (causal), then
-merges them by log-sum-exp in a fixed order (``hinge_fa4.combine``). Layers with a sliding window
-never split (their keys are few).
+every query's fixed-size chunks and its tail as virtual requests of one query in ONE kernel call
+(non-causal: a query sees all of each part), then merges them by log-sum-exp in a fixed order in
+one Triton kernel (``hinge_fa4.combine``). A split layer launches three kernels besides the KV
+write: the query copy into the slots, the attention call, the merge; everything index-like is
+laid out once per step. Layers with a sliding window never split (their keys are few).
 
 CUDA graphs: the metadata of every captured shape views static buffers (``FA4GraphBuffers``);
 ``prepare_for_replay`` refills them from the runner's static inputs with device copies (no host
-wait), and a split decode graph recomputes its split layout from them on every replay.
+wait), the split layout of a split decode graph included.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ import torch
 from hinge.batching import pad_extend_lens
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.devices import to_device
-from hinge_fa4.combine import merge_partials
+from hinge_fa4.combine import merge_parts
 from hinge_fa4.kernel import make_kernel
 from hinge_fa4.metadata import FA4GraphBuffers, FA4Metadata
 from hinge_fa4.options import FA4Options
 from hinge_fa4.plugin import FA4_SPEC
-from hinge_fa4.split import chunk_queries, gather_parts, max_chunks, split_tensors
+from hinge_fa4.split import expand_queries, max_chunks, part_width, split_tensors
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -86,13 +88,13 @@ class FA4AttentionBackend(AttentionBackend):
         if (batch.phase in DECODE_PHASES and self.options.split_kv != "never"
                 and all(e == q_len for e in ext) and self.wants_split(len(ext))):
             o = self.options
-            chunks = max((min(max((p + e - q_len) // o.split_size, 0), o.max_splits)
-                          for p, e in zip(batch.prefix_lens_cpu, ext, strict=True)), default=0)
+            last = max((p + e - 1 for p, e in zip(batch.prefix_lens_cpu, ext, strict=True)), default=0)
+            chunks = min(max(last // o.split_size, 0), o.max_splits)
             if chunks:
                 meta.uniform = True
                 meta.split = split_tensors(seq_lens, batch.page_table, q_len=q_len,
                                            page_size=self.page_size, split_size=o.split_size,
-                                           max_splits=o.max_splits, num_chunks=chunks)
+                                           max_splits=o.max_splits, num_slots=chunks + 1)
         return meta
 
     # -- per layer ----------------------------------------------------------------------------
@@ -109,7 +111,7 @@ class FA4AttentionBackend(AttentionBackend):
         kp, vp = k_cache.view(pages), v_cache.view(pages)
         window = layer.sliding_window - 1 if layer.sliding_window is not None else None
         if meta.split is not None and window is None:
-            return self._split_forward(q.contiguous(), kp, vp, layer, meta)
+            return self._split_forward(q, kp, vp, layer, meta)
         out, _ = self.kernel.varlen(
             q, kp, vp, cu_seqlens_q=meta.cu_seqlens_q, seqused_k=meta.seqused_k,
             page_table=meta.page_table, max_seqlen_q=meta.max_seqlen_q, softmax_scale=layer.scale,
@@ -118,50 +120,49 @@ class FA4AttentionBackend(AttentionBackend):
 
     def _split_forward(self, q, kp, vp, layer: AttentionLayer, meta: FA4Metadata) -> torch.Tensor:
         s = meta.split
-        common = dict(softmax_scale=layer.scale, softcap=layer.logit_softcap, return_lse=True,
-                      max_seqlen_q=s.q_len)
-        out_c, lse_c = self.kernel.varlen(chunk_queries(q, s), kp, vp, cu_seqlens_q=s.chunk_cu_q,
-                                          seqused_k=s.chunk_used, page_table=s.chunk_pages,
-                                          causal=False, **common)
-        out_t, lse_t = self.kernel.varlen(q, kp, vp, cu_seqlens_q=s.tail_cu_q, seqused_k=s.tail_used,
-                                          page_table=s.tail_pages, causal=True, **common)
-        out, _ = merge_partials(*gather_parts(s, out_t, lse_t, out_c, lse_c))
-        return out.to(q.dtype)
+        out, lse = self.kernel.split_decode(
+            expand_queries(q, s.num_slots), kp, vp, seqused_k=s.seqused_k, page_table=s.page_table,
+            softmax_scale=layer.scale, softcap=layer.logit_softcap)
+        return merge_parts(out, lse, s.num_parts, s.num_slots, q.dtype)
 
     # -- start-up -----------------------------------------------------------------------------
 
     def warmup(self, layers: Sequence[AttentionLayer], kv: KVCache) -> None:
         """Compile (or load from the JIT cache) every kernel variant the engine launches, per
-        distinct layer signature: a long prefill, a decode, and the two calls of a split decode;
-        each reads page 0 only and writes nothing but its discarded output."""
+        distinct layer signature: a long prefill, a decode, and a split decode's one call and
+        merge (layers without a window); each reads page 0 only and writes nothing but its
+        discarded output."""
         if not layers:
             return
         self.num_kv_heads = max(layer.num_kv_heads for layer in layers)
         signatures = {(layer.num_heads, layer.num_kv_heads, layer.head_dim,
                        layer.sliding_window is not None, layer.logit_softcap): layer for layer in layers}
-        calls = [(WARMUP_PREFILL_TOKENS, True, False), (1, True, False)]
-        if self.options.split_kv != "never":
-            calls += [(1, False, True), (1, True, True)]
         started = time.perf_counter()
-        ints = lambda values: torch.tensor(values, dtype=torch.int32, device=self.device)  # noqa: E731
-        for layer in signatures.values():
-            k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-            pages = (-1, kv.page_size, layer.num_kv_heads, layer.head_dim)
-            window = layer.sliding_window - 1 if layer.sliding_window is not None else None
-            for n, causal, lse in calls:
-                if window is not None and lse:
-                    continue  # windowed layers never split
-                q = torch.zeros(n, layer.num_heads, layer.head_dim, dtype=k_cache.dtype,
-                                device=self.device)
-                self.kernel.varlen(q, k_cache.view(pages), v_cache.view(pages),
-                                   cu_seqlens_q=ints([0, n]), seqused_k=ints([kv.page_size]),
-                                   page_table=ints([[0]]), max_seqlen_q=n, softmax_scale=layer.scale,
-                                   causal=causal, window_left=window, softcap=layer.logit_softcap,
-                                   return_lse=lse)
+        variants = sum(self._warm(layer, kv) for layer in signatures.values())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         logger.info("fa4: %d kernel variant(s) for %d layer signature(s) ready in %.1f s",
-                    len(calls) * len(signatures), len(signatures), time.perf_counter() - started)
+                    variants, len(signatures), time.perf_counter() - started)
+
+    def _warm(self, layer: AttentionLayer, kv: KVCache) -> int:
+        """Run one layer signature's variants once; returns how many."""
+        ints = lambda values: torch.tensor(values, dtype=torch.int32, device=self.device)  # noqa: E731
+        shape = (-1, kv.page_size, layer.num_kv_heads, layer.head_dim)
+        kp, vp = kv.k[layer.kv_layer_id].view(shape), kv.v[layer.kv_layer_id].view(shape)
+        window = layer.sliding_window - 1 if layer.sliding_window is not None else None
+        for n in (WARMUP_PREFILL_TOKENS, 1):
+            q = torch.zeros(n, layer.num_heads, layer.head_dim, dtype=kp.dtype, device=self.device)
+            self.kernel.varlen(q, kp, vp, cu_seqlens_q=ints([0, n]), seqused_k=ints([kv.page_size]),
+                               page_table=ints([[0]]), max_seqlen_q=n, softmax_scale=layer.scale,
+                               causal=True, window_left=window, softcap=layer.logit_softcap)
+        if self.options.split_kv == "never" or window is not None:  # NOTE: windows never split
+            return 2
+        q = torch.zeros(2, layer.num_heads, layer.head_dim, dtype=kp.dtype, device=self.device)
+        out, lse = self.kernel.split_decode(q, kp, vp, seqused_k=ints([kv.page_size, 0]),
+                                            page_table=ints([[0], [0]]), softmax_scale=layer.scale,
+                                            softcap=layer.logit_softcap)
+        merge_parts(out, lse, ints([1]), 2, kp.dtype)
+        return 3
 
     # -- CUDA graphs --------------------------------------------------------------------------
 
@@ -169,8 +170,10 @@ class FA4AttentionBackend(AttentionBackend):
         o = self.options
         chunks = max_chunks(max_pages, self.page_size, o.split_size, o.max_splits) \
             if o.split_kv != "never" else 0
-        self._graphs = FA4GraphBuffers.allocate(max_batch_size, max_pages, chunks,
-                                                o.split_size // self.page_size, self.device)
+        slots = chunks + 1 if chunks else 0  # NOTE: a graph whose rows never fill a chunk never splits
+        self._graphs = FA4GraphBuffers.allocate(
+            max_batch_size, max(max_num_tokens, max_batch_size), max_pages, slots,
+            part_width(max_pages, self.page_size, o.split_size, o.max_splits), self.device)
         self._captured = {}
 
     def prepare_for_capture(self, batch: ForwardBatch) -> None:
@@ -212,4 +215,5 @@ class FA4AttentionBackend(AttentionBackend):
             o = self.options
             split_tensors(seq_lens, batch.page_table, q_len=meta.split.q_len, page_size=self.page_size,
                           split_size=o.split_size, max_splits=o.max_splits,
-                          num_chunks=meta.split.num_chunks, out=meta.split)
+                          num_slots=meta.split.num_slots, width=meta.split.page_table.shape[1],
+                          out=meta.split)

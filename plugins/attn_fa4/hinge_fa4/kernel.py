@@ -5,6 +5,12 @@ Both take the same keyword arguments, flash-attn's own: queries packed ``(total_
 ``cu_seqlens_q``, keys read through ``page_table`` (int32) up to ``seqused_k`` (int32) per request
 from ``(num_pages, page_size, Hkv, D)`` pages; causal masks bottom-right aligned. The KV cache is
 written before attention (the wrapper appends nothing), as sglang's FA4 path does.
+
+``split_decode`` is the one call of a split step (``hinge_fa4.split``): V virtual requests of one
+query each, non-causal, lse returned. ``FA4Kernel`` passes the queries batched, ``(V, 1, H, D)``
+without ``cu_seqlens_q`` (flash-attn's fixed-length form with ``seqused_k`` and a page table):
+the plain tile scheduler, with no per-call tile-count kernels, which the varlen form launches
+past 256 requests; ``split_call = varlen`` passes them as ``cu_seqlens_q = arange`` instead.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class FA4Kernel:
         from flash_attn.cute import flash_attn_varlen_func
 
         self._varlen: Any = flash_attn_varlen_func
+        self.split_call = options.split_call
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
                     cache or "off")
@@ -54,6 +61,25 @@ class FA4Kernel:
             causal=causal, window_size=(window_left, 0 if window_left is not None else None),
             softcap=softcap or 0.0, return_lse=return_lse)
         return out, lse
+
+    def split_decode(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, *,
+                     seqused_k: torch.Tensor, page_table: torch.Tensor, softmax_scale: float,
+                     softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V, H, D) queries, one per virtual request -> (V, H, D) outputs and (V, H) lse (a
+        view: any strides)."""
+        v, heads, dim = q.shape
+        if self.split_call == "varlen":
+            cu = torch.arange(v + 1, dtype=torch.int32, device=q.device)
+            out, lse = self.varlen(q, k_pages, v_pages, cu_seqlens_q=cu, seqused_k=seqused_k,
+                                   page_table=page_table, max_seqlen_q=1,
+                                   softmax_scale=softmax_scale, causal=False, softcap=softcap,
+                                   return_lse=True)
+            return out, lse.t()
+        out, lse = self._varlen(
+            q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
+            page_table=page_table, softmax_scale=softmax_scale, causal=False,
+            softcap=softcap or 0.0, return_lse=True)
+        return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
 
 
 def make_kernel(options: FA4Options, device: torch.device) -> Any:

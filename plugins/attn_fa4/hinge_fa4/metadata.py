@@ -30,21 +30,19 @@ class FA4GraphBuffers:
 
     seqused_k: torch.Tensor  #: (R,) int32
     page_table: torch.Tensor  #: (R, max_pages) int32
-    num_chunks: int  #: chunk slots per row of a split decode graph (0 = graphs never split)
-    chunk_pages: torch.Tensor  #: (R * num_chunks, split_size / page_size) int32
-    chunk_used: torch.Tensor  #: (R * num_chunks,) int32
-    tail_pages: torch.Tensor  #: (R, max_pages) int32
-    tail_used: torch.Tensor  #: (R,) int32
+    num_slots: int  #: part slots per query row of a split decode graph (0 = graphs never split)
+    split_pages: torch.Tensor  #: (N * num_slots, part width) int32, N = most tokens of a graph
+    split_used: torch.Tensor  #: (N * num_slots,) int32
+    split_parts: torch.Tensor  #: (N,) int32
 
     @classmethod
-    def allocate(cls, rows: int, max_pages: int, num_chunks: int, pages_per_chunk: int,
+    def allocate(cls, rows: int, tokens: int, max_pages: int, num_slots: int, width: int,
                  device: torch.device) -> FA4GraphBuffers:
         def ints(*shape: int) -> torch.Tensor:
             return torch.zeros(shape, dtype=torch.int32, device=device)
 
-        return cls(ints(rows), ints(rows, max_pages), num_chunks,
-                   ints(rows * num_chunks, pages_per_chunk), ints(rows * num_chunks),
-                   ints(rows, max_pages), ints(rows))
+        return cls(ints(rows), ints(rows, max_pages), num_slots, ints(tokens * num_slots, width),
+                   ints(tokens * num_slots), ints(tokens))
 
     def metadata(self, rows: int, num_tokens: int, q_len: int | None, split: bool) -> FA4Metadata:
         """Views for a shape of ``rows`` request rows and ``num_tokens`` token rows; ``q_len``
@@ -56,10 +54,8 @@ class FA4GraphBuffers:
             cu.copy_(torch.arange(rows + 1, dtype=torch.int32, device=device) * q_len)
         meta = FA4Metadata(cu, self.seqused_k[:rows], self.page_table[:rows],
                            q_len if uniform else num_tokens, uniform=uniform)
-        if uniform and split and self.num_chunks:
-            c = self.num_chunks
-            meta.split = SplitTensors(
-                c, q_len, self.chunk_pages[:rows * c], self.chunk_used[:rows * c],
-                torch.arange(rows * c + 1, dtype=torch.int32, device=device) * q_len,
-                self.tail_pages[:rows], self.tail_used[:rows], cu)
+        if uniform and split and self.num_slots:
+            v = rows * q_len * self.num_slots
+            meta.split = SplitTensors(self.num_slots, q_len, self.split_pages[:v],
+                                      self.split_used[:v], self.split_parts[:rows * q_len])
         return meta

@@ -17,15 +17,19 @@ class FA4Options(BaseModel):
         "of the same call (any device; tests and debugging, slow)")
     split_kv: Literal["auto", "always", "never"] = Field(
         "auto", description="decode and verify steps: split each request's keys into chunks of "
-        "split_size at absolute positions, one kernel call over all chunks, merged by log-sum-exp "
-        "(FA4 has no split-KV on sm_90); auto = when the step has fewer (request, KV head) pairs "
-        "than the GPU has SMs; always = every decode step (a request's bits then do not depend "
-        "on the batch)")
+        "split_size at absolute positions, one kernel call over every query's chunks and tail, "
+        "merged by log-sum-exp in one Triton kernel (FA4 has no split-KV on sm_90); auto = when "
+        "the step has fewer (request, KV head) pairs than the GPU has SMs; always = every decode "
+        "step (a request's bits then do not depend on the batch)")
     split_size: int = Field(512, ge=16, le=1 << 20,
                             description="keys per chunk, a multiple of page_size")
     max_splits: int = Field(64, ge=1, le=4096,
-                            description="chunks per request at most; keys past max_splits * "
-                            "split_size go to the request's last part (its tail)")
+                            description="chunks per query at most; keys past max_splits * "
+                            "split_size go to the query's last part (its tail)")
+    split_call: Literal["batched", "varlen"] = Field(
+        "batched", description="how the split step's one kernel call passes its queries (one per "
+        "virtual request): batched = (V, 1, H, D) without cu_seqlens_q (no per-call scheduler "
+        "kernels); varlen = cu_seqlens_q = arange (the form the unsplit calls use)")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(

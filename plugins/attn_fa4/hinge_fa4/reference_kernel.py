@@ -65,6 +65,16 @@ class ReferenceKernel:
             lse[:, start:end] = row_lse.to(lse_dtype)
         return out.to(q.dtype), (lse if return_lse else None)
 
+    def split_decode(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, *,
+                     seqused_k: torch.Tensor, page_table: torch.Tensor, softmax_scale: float,
+                     softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``FA4Kernel.split_decode``: one query per virtual request, non-causal, lse (V, H)."""
+        cu = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device)
+        out, lse = self.varlen(q, k_pages, v_pages, cu_seqlens_q=cu, seqused_k=seqused_k,
+                               page_table=page_table, max_seqlen_q=1, softmax_scale=softmax_scale,
+                               causal=False, softcap=softcap, return_lse=True)
+        return out, lse.t()
+
 
 def _check_args(q, k_pages, v_pages, cu_seqlens_q, seqused_k, page_table) -> None:
     """The argument rules flash_attn.cute asserts, so a CPU test fails where the GPU would."""

@@ -41,7 +41,8 @@ def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, ex
     want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
     out, meta = run(attn, case)
     assert meta.split is not None and meta.split.num_chunks == 4, "the split path ran"
-    assert int(meta.split.tail_used.max()) > 32, "max_splits capped a long request: its tail is long"
+    tails = meta.split.seqused_k.view(-1, meta.split.num_slots)[:, 0]
+    assert int(tails.max()) > 32, "max_splits capped a long request: its tail is long"
     assert (out - want).abs().max() < 1e-10
 
 
@@ -90,28 +91,37 @@ def test_with_every_decode_split_a_requests_bits_do_not_depend_on_its_batch():
     assert torch.equal(alone, row([150, 3, 40], 0, [7, 2, 3]))
 
 
-def test_warmup_compiles_prefill_decode_and_both_split_calls_per_layer_signature():
+def test_warmup_compiles_prefill_decode_and_the_split_call_per_layer_signature():
     attn = backend(dtype=torch.float32)
     calls = []
-    real = attn.kernel.varlen
+    real_varlen, real_split = attn.kernel.varlen, attn.kernel.split_decode
+
+    inside_split = []
 
     def record(q, *args, **kw):
-        calls.append((q.shape[0], kw["causal"], kw["return_lse"], kw["window_left"], kw["softcap"]))
-        return real(q, *args, **kw)
+        if not inside_split:  # NOTE: the emulation's split call is a varlen call itself
+            calls.append(("varlen", q.shape[0], kw["causal"], kw.get("window_left"), kw["softcap"]))
+        return real_varlen(q, *args, **kw)
 
-    attn.kernel.varlen = record
+    def record_split(q, *args, **kw):
+        calls.append(("split", q.shape[0], False, None, kw["softcap"]))
+        inside_split.append(1)
+        try:
+            return real_split(q, *args, **kw)
+        finally:
+            inside_split.pop()
+
+    attn.kernel.varlen, attn.kernel.split_decode = record, record_split
     layers = [LAYER, AttentionLayer(1, 8, 2, 16, 0.25), AttentionLayer(2, 8, 2, 16, 0.25, sliding_window=64),
               AttentionLayer(3, 8, 2, 16, 0.25, logit_softcap=30.0)]
     case = build_batch([0], [1], layer=AttentionLayer(3, 8, 2, 16, 0.25), page_size=16, dtype=torch.float32,
                        page_tail_fill=PAGE_TAIL_FILL)
     attn.warmup(layers, case.kv)
     assert set(calls) == {
-        (256, True, False, None, None), (1, True, False, None, None),
-        (1, False, True, None, None), (1, True, True, None, None),
-        (256, True, False, 63, None), (1, True, False, 63, None),  # windows never split
-        (256, True, False, None, 30.0), (1, True, False, None, 30.0),
-        (1, False, True, None, 30.0), (1, True, True, None, 30.0)}
-    assert len(calls) == 10, "one call per variant and signature"
+        ("varlen", 256, True, None, None), ("varlen", 1, True, None, None), ("split", 2, False, None, None),
+        ("varlen", 256, True, 63, None), ("varlen", 1, True, 63, None),  # windows never split
+        ("varlen", 256, True, None, 30.0), ("varlen", 1, True, None, 30.0), ("split", 2, False, None, 30.0)}
+    assert len(calls) == 8, "one call per variant and signature"
 
 
 def test_a_split_size_off_the_page_grid_is_refused_with_the_fix():
@@ -155,6 +165,9 @@ def test_a_captured_split_decode_replays_like_the_oracle_and_clears_its_padded_r
                        steps=LONG_DECODE_STEPS, page_tail_fill=PAGE_TAIL_FILL)
     (meta,) = attn._captured.values()
     assert meta.split is not None and meta.split.num_chunks == 4, "the graph captured the split path"
+    max_pages = meta.page_table.shape[1]
+    assert meta.split.page_table.shape == (4 * 5, max_pages - 4 * 2), (
+        "slots of one tail and 4 chunks; rows as wide as a tail past the 4 chunks of 2 pages")
 
 
 def test_nan_past_a_requests_length_in_its_last_page_reaches_the_output_as_in_the_kernel():
@@ -170,3 +183,23 @@ def test_nan_past_a_requests_length_in_its_last_page_reaches_the_output_as_in_th
                                page_tail_fill=PAGE_TAIL_FILL)
     assert torch.isnan(run(attn, nan_tails)[0]).all()
     assert torch.isfinite(run(attn, finite_tails)[0]).all()
+
+
+def test_a_split_decode_through_the_triton_merge_equals_one_attention_in_float64(monkeypatch):
+    """The merge the backend runs on CUDA, here under Triton's interpreter in float64."""
+    from pathlib import Path
+
+    import hinge_fa4
+    import hinge_fa4.backend as backend_module
+    from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+    patch_interpreter(monkeypatch)
+    kernel = load_interpreted(Path(hinge_fa4.__file__).parent / "merge_triton.py",
+                              "_interpreted_hinge_fa4_merge_triton_backend").merge_parts_triton
+    monkeypatch.setattr(backend_module, "merge_parts", kernel)
+    attn = backend(split_kv="always", split_size=32, max_splits=4)
+    case = build_batch([300, 17, 129], [4, 4, 4], layer=LAYER, page_size=16, dtype=torch.float64,
+                       phase="verify", page_tail_fill=PAGE_TAIL_FILL)
+    want = reference_attention(case.q, case.kv, LAYER, case.batch, k=case.k, v=case.v)
+    out, meta = run(attn, case)
+    assert meta.split is not None and (out - want).abs().max() < 1e-10

@@ -1,83 +1,120 @@
-"""The merge of split attention: float64 parts merged by log-sum-exp equal one attention over
-all keys; the fixed order makes a row's bits independent of how many parts other rows have."""
+"""The merge of split attention, in torch and as the Triton kernel (under Triton's CPU
+interpreter): float64 parts merged by log-sum-exp equal one attention over all keys; unused
+slots are never read; a row's bits do not depend on the batch or on the slot count."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from fa4_helpers import attention_f64
 
-from hinge_fa4.combine import merge_partials, tree_sum
+import hinge_fa4
+from hinge_fa4.combine import merge_parts_torch
+
+KERNEL = Path(hinge_fa4.__file__).parent / "merge_triton.py"
 
 
-def parts_f64(q, keys, vals, position, bounds, scale, softcap=None):
-    """Attention of one query over each key range in ``bounds``: (out, lse) per part, float64."""
+@pytest.fixture(scope="module")
+def triton_merge():
+    """The kernel module imported with its kernel interpreted (a private copy)."""
+    from hinge.testing.triton_interpreter import load_interpreted
+
+    return load_interpreted(KERNEL, "_interpreted_hinge_fa4_merge_triton").merge_parts_triton
+
+
+@pytest.fixture
+def interpreter(monkeypatch):
+    from hinge.testing.triton_interpreter import patch_interpreter
+
+    patch_interpreter(monkeypatch)
+
+
+def parts_f64(q, keys, vals, bounds, scale, softcap=None):
+    """Attention of one query (sees every key) over each key range: (S, H, D), (S, H) float64."""
     outs, lses = [], []
     rep = q.shape[1] // keys.shape[1]
     for start, end in bounds:
-        k = keys[start:end].double().repeat_interleave(rep, 1)
-        s = torch.einsum("hd,shd->hs", q[0].double(), k) * scale
+        s = torch.einsum("hd,shd->hs", q[0].double(), keys[start:end].double().repeat_interleave(rep, 1))
+        s = s * scale
         if softcap:
             s = softcap * torch.tanh(s / softcap)
-        s = s.masked_fill(torch.arange(start, end)[None, :] > position, float("-inf"))
         lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - lse[:, None])
         outs.append(torch.einsum("hs,shd->hd", p, vals[start:end].double().repeat_interleave(rep, 1)))
         lses.append(lse)
-    return torch.stack(outs)[None], torch.stack(lses)[None]  # (1, S, H, D), (1, S, H)
+    return torch.stack(outs), torch.stack(lses)
 
 
-def test_merged_parts_equal_attention_over_all_keys_in_float64():
+def three_rows(slots=6, garbage=float("nan")):
+    """Rows of 4, 1 and 2 parts (the tail first, then chunks), unused slots full of garbage;
+    returns the slot-major parts, the part counts and the float64 oracle per row."""
     gen = torch.Generator().manual_seed(1)
-    keys, vals = torch.randn(100, 2, 8, generator=gen), torch.randn(100, 2, 8, generator=gen)
-    q = torch.randn(1, 4, 8, generator=gen)
-    for softcap in (None, 1.5):
-        # the tail first, then chunks in order: the layout hinge_fa4.split produces
-        out, lse = merge_partials(*parts_f64(q, keys, vals, 99, [(96, 100), (0, 32), (32, 64), (64, 96)],
-                                             0.35, softcap))
-        want = attention_f64(q, keys, vals, [99], scale=0.35, softcap=softcap)
-        assert out.dtype == torch.float64 and (out - want).abs().max() < 1e-12
-        k = keys.double().repeat_interleave(2, 1)
-        s = torch.einsum("hd,shd->hs", q[0].double(), k) * 0.35
-        if softcap:
-            s = softcap * torch.tanh(s / softcap)
-        assert (lse[0] - torch.logsumexp(s, -1)).abs().max() < 1e-12
+    outs, lses, wants = [], [], []
+    for n_parts, seq in ((4, 100), (1, 7), (2, 40)):
+        keys, vals = torch.randn(seq, 2, 8, generator=gen), torch.randn(seq, 2, 8, generator=gen)
+        q = torch.randn(1, 4, 8, generator=gen)
+        chunk = 32 if n_parts > 1 else seq
+        bounds = [((n_parts - 1) * chunk, seq)] + [(c * chunk, (c + 1) * chunk) for c in range(n_parts - 1)]
+        o, lse = parts_f64(q, keys, vals, bounds, 0.35)
+        pad = slots - n_parts
+        outs.append(torch.cat([o, torch.full((pad, 4, 8), garbage, dtype=torch.float64)]))
+        lses.append(torch.cat([lse, torch.full((pad, 4), garbage, dtype=torch.float64)]))
+        wants.append(attention_f64(q, keys, vals, [seq - 1], scale=0.35)[0])
+    return torch.cat(outs), torch.cat(lses), torch.tensor([4, 1, 2], dtype=torch.int32), torch.stack(wants)
 
 
-def test_empty_parts_weigh_nothing_even_when_their_outputs_are_garbage():
-    gen = torch.Generator().manual_seed(2)
-    out_parts = torch.randn(3, 4, 2, 8, generator=gen, dtype=torch.float64)
-    lse_parts = torch.randn(3, 4, 2, generator=gen, dtype=torch.float64)
-    want, want_lse = merge_partials(out_parts[:, :2], lse_parts[:, :2])
-    out_parts[:, 2:] = float("nan")
-    lse_parts[:, 2:] = float("-inf")
-    got, got_lse = merge_partials(out_parts, lse_parts)
-    assert torch.allclose(got, want, atol=1e-14) and torch.allclose(got_lse, want_lse, atol=1e-14)
+def test_merged_parts_equal_attention_over_all_keys_in_float64_in_torch():
+    out, lse, parts, want = three_rows()
+    got = merge_parts_torch(out, lse, parts, 6)
+    assert got.dtype == torch.float64 and (got - want).abs().max() < 1e-12
 
 
-def test_a_row_with_no_keys_merges_to_zeros_and_minus_infinity():
-    out, lse = merge_partials(torch.full((1, 2, 1, 4), float("nan")), torch.full((1, 2, 1), float("-inf")))
-    assert torch.equal(out, torch.zeros(1, 1, 4)) and lse.item() == float("-inf")
+@pytest.mark.usefixtures("interpreter")
+def test_the_triton_merge_equals_attention_over_all_keys_in_float64_with_lse_in_any_layout(triton_merge):
+    out, lse, parts, want = three_rows()
+    got = triton_merge(out, lse, parts, 6, torch.float64)
+    assert (got - want).abs().max() < 1e-12
+    transposed = lse.t().contiguous().t()  # flash-attn's varlen lse is (H, V): a (V, H) view of it
+    assert torch.equal(triton_merge(out, transposed, parts, 6, torch.float64), got)
 
 
-def test_a_rows_bits_do_not_depend_on_the_part_count_of_the_batch():
-    """float32: the same 5 parts merged alone, padded to 8 and to 64 slots, beside other rows."""
+@pytest.mark.usefixtures("interpreter")
+def test_the_triton_merge_writes_bfloat16_within_one_rounding(triton_merge):
+    out, lse, parts, want = three_rows()
+    got = triton_merge(out.float(), lse.float(), parts, 6, torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    assert (got.double() - want).abs().max() <= 1.6e-2 * max(1.0, float(want.abs().max()))
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_a_row_whose_parts_have_no_keys_merges_to_zeros(triton_merge):
+    out = torch.full((2, 1, 4), float("nan"))
+    lse = torch.full((2, 1), float("-inf"))
+    for merged in (merge_parts_torch(out.clone(), lse, torch.tensor([2], dtype=torch.int32), 2),
+                   triton_merge(out.clone(), lse, torch.tensor([2], dtype=torch.int32), 2, torch.float32)):
+        assert torch.equal(merged, torch.zeros(1, 1, 4))
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_a_rows_bits_do_not_depend_on_the_batch_or_the_slot_count(triton_merge):
+    """float32: the same 5 parts merged alone in 5 slots, and in 8 or 64 slots beside other rows
+    (garbage in the unused slots)."""
     gen = torch.Generator().manual_seed(3)
-    outs = torch.randn(1, 5, 4, 16, generator=gen)
-    lses = torch.randn(1, 5, 4, generator=gen) * 3
-    alone, alone_lse = merge_partials(outs, lses)
-    for slots, rows in ((8, 3), (64, 7), (6, 1)):
-        big_o = torch.randn(rows, slots, 4, 16, generator=gen)
-        big_l = torch.randn(rows, slots, 4, generator=gen)
-        big_o[1 % rows, :5], big_l[1 % rows, :5] = outs[0], lses[0]
-        big_l[1 % rows, 5:] = float("-inf")
-        got, got_lse = merge_partials(big_o, big_l)
-        assert torch.equal(got[1 % rows], alone[0]), f"bits changed with {slots} part slots"
-        assert torch.equal(got_lse[1 % rows], alone_lse[0])
-
-
-def test_the_tree_sum_associates_by_index_alone():
-    x = torch.tensor([[1e8, 1.0, -1e8, 1.0, 3.0]], dtype=torch.float32)
-    # ((x0 + x4) + (x2 + 0)) + ((x1 + 0) + (x3 + 0)) in float32
-    want = ((x[0, 0] + x[0, 4]) + x[0, 2]) + (x[0, 1] + x[0, 3])
-    assert tree_sum(x, dim=1)[0] == want
-    assert tree_sum(torch.tensor([[7.0]]), dim=1).item() == 7.0
+    outs = torch.randn(5, 4, 16, generator=gen)
+    lses = torch.randn(5, 4, generator=gen) * 3
+    five = torch.tensor([5], dtype=torch.int32)
+    alone = {"torch": merge_parts_torch(outs, lses, five, 5),
+             "triton": triton_merge(outs, lses, five, 5, torch.float32)}
+    for slots, rows in ((8, 3), (64, 2)):
+        big_o = torch.randn(rows * slots, 4, 16, generator=gen)
+        big_l = torch.randn(rows * slots, 4, generator=gen)
+        big_o[slots:slots + 5], big_l[slots:slots + 5] = outs, lses
+        big_o[slots + 5:2 * slots], big_l[slots + 5:2 * slots] = float("nan"), float("nan")
+        parts = torch.randint(1, slots + 1, (rows,), generator=gen, dtype=torch.int32)
+        parts[1] = 5
+        got = {"torch": merge_parts_torch(big_o, big_l, parts, slots),
+               "triton": triton_merge(big_o, big_l, parts, slots, torch.float32)}
+        for name in alone:
+            assert torch.equal(got[name][1], alone[name][0]), f"{name}: bits changed with {slots} slots"
