@@ -57,3 +57,32 @@ def test_seeds_and_positions_change_the_draw():
     by_step = {draw(probs, torch.tensor([1]), torch.tensor([s])).item() for s in range(20)}
     by_seed = {draw(probs, torch.tensor([s]), torch.tensor([0])).item() for s in range(20)}
     assert len(by_step) >= 18 and len(by_seed) >= 18
+
+
+def test_the_noise_of_given_token_ids_is_their_column_of_the_whole_vocabulary():
+    keys = row_keys(torch.tensor([3, 2**40 + 1]), torch.tensor([5, 0]))
+    whole = uniform_noise(keys, 5000)
+    ids = torch.randint(5000, (2, 64), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(uniform_noise(keys, ids), whole.gather(1, ids))
+    assert torch.equal(uniform_noise(keys, ids[0]), whole[:, ids[0]])
+
+
+def test_a_race_over_shuffled_candidates_picks_the_token_of_the_race_over_the_vocabulary():
+    g = torch.Generator().manual_seed(2)
+    weights = torch.rand(8, 3000, generator=g) * (torch.rand(8, 3000, generator=g) < 0.02)
+    seeds, steps = torch.arange(8) + 100, torch.arange(8)
+    whole = draw(weights, seeds, steps)
+    top = weights.argsort(dim=-1, descending=True)[:, :80]  # every non-zero weight and more
+    keep = torch.stack([r[torch.randperm(80, generator=g)] for r in top])  # in shuffled order
+    assert (weights.gather(1, keep) > 0).sum() == (weights > 0).sum()
+    assert torch.equal(draw(weights.gather(1, keep), seeds, steps, keep), whole)
+
+
+def test_a_tied_race_goes_to_the_smallest_token_id_in_any_column_order():
+    weights = torch.zeros(1, 10)
+    weights[0, [3, 7]] = 1.0
+    ids = torch.tensor([[7, 3]])
+    noise = uniform_noise(row_keys(torch.tensor([0]), torch.tensor([0])), ids)
+    tied = torch.ones(1, 2) * noise.log().neg()  # weight / exp equal for both ids
+    assert draw(tied, torch.tensor([0]), torch.tensor([0]), ids).item() == 3
+    assert draw(tied.flip(1), torch.tensor([0]), torch.tensor([0]), ids.flip(1)).item() == 3

@@ -1,9 +1,12 @@
 """One draw per row from a batch of distributions, seeded per request, in a few batched ops.
 
-``draw(probs, seeds, steps)`` returns ``argmax_v probs[r, v] / E[r, v]`` with ``E ~ Exp(1)``:
-the exponential race, which picks token ``v`` with probability ``probs[r, v]`` (the minimum of
-independent ``E_v / p_v`` is attained at ``v`` with probability ``p_v / sum p``). The noise is a
-counter-based hash of (the request's seed, how many tokens it has drawn before, the token id):
+``draw(weights, seeds, steps)`` returns ``argmax_v weights[r, v] / E[r, v]`` with ``E ~ Exp(1)``:
+the exponential race, which picks token ``v`` with probability ``w_v / sum w`` (the minimum of
+independent ``E_v / w_v`` is attained at ``v`` with that probability), so the weights need no
+normalising. The noise is a counter-based hash of (the request's seed, how many tokens it has
+drawn before, the token id), so a race over a subset of the vocabulary (``token_ids``: the
+sampler's top-k candidates) gives each token the noise it has in the race over the whole
+vocabulary, and both pick the same token when the other tokens weigh 0:
 
 - no generator state: the same request draws the same token at the same position whatever the
   batch around it, the step it lands in (overlap scheduling) or a retraction in between;
@@ -40,15 +43,31 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return _mix(key ^ (steps & _M32))
 
 
-def uniform_noise(keys: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(B, V) float32 uniforms in (0, 1) from (B,) row keys: one hash per (row, token id)."""
-    ids = (torch.arange(vocab_size, device=keys.device, dtype=torch.int64) * _GOLDEN) & _M32
-    h = _mix(keys[:, None] ^ ids[None, :])
+def uniform_noise(keys: torch.Tensor, token_ids: int | torch.Tensor) -> torch.Tensor:
+    """(B, N) float32 uniforms in (0, 1) from (B,) row keys: one hash per (row, token id).
+
+    ``token_ids`` is an (N,) or (B, N) integer tensor of ids below 2**32, or an int V meaning
+    ``arange(V)``; the uniform of (row, id) is the same whichever ids come with it."""
+    if isinstance(token_ids, int):
+        token_ids = torch.arange(token_ids, device=keys.device)
+    ids = (token_ids.to(torch.int64) * _GOLDEN) & _M32
+    h = _mix(keys[:, None] ^ (ids if ids.dim() == 2 else ids[None, :]))
     return ((h >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
-def draw(probs: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """(B,) int64 tokens, row ``r`` drawn from ``probs[r]`` (rows sum to 1, zeros never drawn)
-    with the noise of (``seeds[r]``, ``steps[r]``)."""
-    exp = -torch.log(uniform_noise(row_keys(seeds, steps), probs.shape[1]))
-    return (probs / exp).argmax(dim=-1)
+def draw(weights: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
+         token_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) int64 tokens, row ``r`` drawn from ``weights[r]`` (non-negative, not all 0; zeros
+    are never drawn) with the noise of (``seeds[r]``, ``steps[r]``).
+
+    ``weights`` is (B, V) in token-id order, or (B, N) with ``token_ids`` (B, N) naming each
+    column's token (any order, each id at most once per row); a tie of the race goes to the
+    smallest token id either way, so the columns' order never changes the token."""
+    keys = row_keys(seeds, steps)
+    ids = weights.shape[1] if token_ids is None else token_ids
+    score = weights / -torch.log(uniform_noise(keys, ids))
+    if token_ids is None:
+        return score.argmax(dim=-1)  # NOTE: the first maximum is the smallest id
+    best = score.amax(dim=-1, keepdim=True)
+    none = torch.iinfo(torch.int64).max
+    return torch.where(score == best, token_ids.to(torch.int64), none).amin(dim=-1)

@@ -3,9 +3,16 @@
 Order (vLLM's): repetition/frequency/presence penalties on the model logits, then the host-made
 edits (``LogitEdits``: ``logit_bias``, stop tokens masked before ``min_new_tokens``, grammar
 masks), then greedy argmax (temperature 0 or top_k 1) or temperature, then top-k, top-p and
-min-p masks, then a draw from the renormalised distribution keyed by the request's seed and
-how many tokens it has drawn (``hinge.engine.draw``: one batched exponential race, no generator
-state).
+min-p masks, then a draw from the kept tokens' weights keyed by the request's seed and how many
+tokens it has drawn (``hinge.engine.draw``: one batched exponential race, no generator state).
+
+Sampled rows whose ``top_k`` is at most ``K_MAX`` take the top-k path: ``torch.topk`` of
+``top_k + TIE_MARGIN`` candidates per row instead of sorting the vocabulary, and the filters and
+the race run on those candidates only (the race's noise is per token id, so it is the full
+path's). The filters (``kept_weights``) decide by value and sum in exact integers, so both paths
+keep the same tokens with the same weights and draw the same token; they differ only when more
+than ``TIE_MARGIN`` tokens beyond the k-th tie with it at a non-zero weight (the full path keeps
+them all, the top-k path those ``topk`` returned).
 
 Grammar masks (structured outputs, ``hinge.grammar``) are filled on the host by each request's
 matcher in ``prepare`` (one int32 bitmask row per constrained request), copied to the logits'
@@ -13,8 +20,8 @@ device and applied here, in the eager sampler, after the forward: never inside a
 
 Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
 and masks), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
-row-wise and the draw's noise is a function of (seed, position, token id), so a row's result
-does not depend on the other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
+row-wise, the filters' only reductions are exact (max, integer sums) and the draw's noise is a
+function of (seed, position, token id), so a row's result does not depend on the other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
 Triton program per row on CUDA, fixed 16-row blocks on CPU).
 """
 
@@ -32,6 +39,13 @@ from hinge.layers import batch_invariant
 if TYPE_CHECKING:
     from hinge.engine.request import Request
 
+#: sampled rows with ``0 < top_k <= K_MAX`` draw from ``torch.topk`` candidates, not a full sort
+K_MAX = 1024
+#: candidates fetched past a row's k-th, so ties at the k-th value are kept (module docstring)
+TIE_MARGIN = 64
+#: fixed-point scale of the filters' exact integer sums (vocabularies below 2**23 cannot overflow)
+_FIXED = float(2**40)
+
 
 @dataclass
 class SamplingArgs:
@@ -46,8 +60,11 @@ class SamplingArgs:
     #: (B,) int64 per-request seeds and draws so far (``Request.sample_seed``, ``num_generated``)
     seeds: torch.Tensor | None
     steps: torch.Tensor | None
-    #: (seen, counts, repetition, frequency, presence) of the batch rows, or None without penalties
-    penalties: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+    #: (seen, counts, repetition, frequency, presence) of the ``penalty_rows``, or None without
+    #: penalties; seen is None when no row has a repetition penalty, counts when none has a
+    #: frequency or presence penalty
+    penalties: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, torch.Tensor,
+                     torch.Tensor] | None
     num_top_logprobs: int
     need_logprobs: bool
     #: (B,) int64 device-table rows (``Request.row``) and which batch rows keep penalty counts
@@ -55,6 +72,9 @@ class SamplingArgs:
     penalty_rows: torch.Tensor | None = None
     #: bias, banned stop tokens and grammar masks of the sampling logits, or None
     edits: LogitEdits | None = None
+    #: groups of sampled batch rows drawn together: (rows, candidates per row for the top-k
+    #: path, or None for a sort of the whole vocabulary)
+    groups: list[tuple[list[int], int | None]] | None = None
 
 
 @dataclass
@@ -68,9 +88,10 @@ class LogitEdits:
     grammar_rows: torch.Tensor | None = None  #: (G,) int64 batch rows with a grammar
     grammar_mask: torch.Tensor | None = None  #: (G, ceil(V / 32)) int32 bitmask, on the device
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """A copy of ``logits`` (B, V) with the edits made."""
-        x = logits.clone()
+    def apply(self, logits: torch.Tensor, copy: bool = True) -> torch.Tensor:
+        """``logits`` (B, V) with the edits made: a copy, or ``logits`` itself (``copy`` False:
+        the caller's own temporary)."""
+        x = logits.clone() if copy else logits
         if self.bias is not None:
             rows, cols, values = self.bias
             x.index_put_((rows, cols), values, accumulate=True)
@@ -172,6 +193,7 @@ class Sampler:
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
+            groups=self._groups([i for i, g in enumerate(greedy) if not g], top_k),
             temperature=to_device(temps, torch.float32, self.device).unsqueeze(1),
             top_k=to_device(top_k, torch.int64, self.device),
             top_p=to_device([p.top_p for p in ps], torch.float32, self.device),
@@ -180,6 +202,19 @@ class Sampler:
             steps=to_device([r.num_generated for r in reqs], torch.int64, self.device),
             **common,
         )
+
+    def _groups(self, sampled: list[int], top_k: list[int]) -> list[tuple[list[int], int | None]]:
+        """Sampled rows with ``top_k <= K_MAX`` in one top-k group, the others in one full group;
+        with ``deterministic`` one group per row (see ``sample``), so a row's path is its own."""
+        def candidates(k: int) -> int | None:
+            return min(k + TIE_MARGIN, self.vocab_size) if k <= K_MAX else None
+
+        if self.deterministic:
+            return [([i], candidates(top_k[i])) for i in sampled]
+        fast = [i for i in sampled if top_k[i] <= K_MAX]
+        full = [i for i in sampled if top_k[i] > K_MAX]
+        groups = [(full, None)] if full else []
+        return groups + ([(fast, candidates(max(top_k[i] for i in fast)))] if fast else [])
 
     def _prepare_penalties(self, reqs: list[Request], rows: torch.Tensor | None):
         users = [i for i, r in enumerate(reqs) if r.params.has_penalties]
@@ -190,12 +225,18 @@ class Sampler:
             self.counts = PenaltyCounts(self.max_rows, self.vocab_size, self.device)
         for i in users:
             self.counts.ensure(reqs[i])
-        ps = [r.params for r in reqs]
+        ps = [reqs[i].params for i in users]
         col = lambda xs: to_device(xs, torch.float32, self.device).unsqueeze(1)  # noqa: E731
-        penalties = (self.counts.seen.index_select(0, rows), self.counts.counts.index_select(0, rows),
-                     col([p.repetition_penalty for p in ps]), col([p.frequency_penalty for p in ps]),
-                     col([p.presence_penalty for p in ps]))
-        return penalties, to_device(users, torch.int64, self.device)
+        penalty_rows = to_device(users, torch.int64, self.device)
+        table_rows = rows.index_select(0, penalty_rows) if len(users) < len(reqs) else rows
+        # NOTE: only the tables a penalty reads: each is a (rows, vocab) gather
+        seen = (self.counts.seen.index_select(0, table_rows)
+                if any(p.repetition_penalty != 1 for p in ps) else None)
+        counts = (self.counts.counts.index_select(0, table_rows)
+                  if any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps) else None)
+        penalties = (seen, counts, col([p.repetition_penalty for p in ps]),
+                     col([p.frequency_penalty for p in ps]), col([p.presence_penalty for p in ps]))
+        return penalties, penalty_rows
 
     def _prepare_edits(self, reqs: list[Request]) -> LogitEdits | None:
         """Bias, min_new_tokens bans and grammar masks of this step's rows (host lists, one copy
@@ -248,22 +289,24 @@ class Sampler:
 
         Also counts the drawn tokens for the requests with penalties (so the next step sees them
         without the host) and writes nothing else; no device sync."""
-        raw = logits.float()
-        x = apply_penalties(raw, *args.penalties) if args.penalties is not None else raw
+        raw = logits.float()  # NOTE: no copy: the model's logits are float32
+        x = raw
+        if args.penalties is not None:
+            x = self._penalise(x, args)
         if args.edits is not None:
-            x = args.edits.apply(x)
-        tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
-        sampled_rows = [i for i, g in enumerate(args.greedy) if not g]
-        if sampled_rows:
-            idx = to_device(sampled_rows, torch.int64, x.device)
-            scaled = finite(x[idx] / args.temperature[idx])
-            if self.deterministic:  # NOTE: one row at a time: the scan and sum of top-p then
-                probs = torch.cat([  # reduce the same way whatever the batch (CUDA's differ)
-                    filtered_probs(scaled[j:j + 1], args.top_k[i:i + 1], args.top_p[i:i + 1],
-                                   args.min_p[i:i + 1]) for j, i in enumerate(sampled_rows)])
-            else:
-                probs = filtered_probs(scaled, args.top_k[idx], args.top_p[idx], args.min_p[idx])
-            tokens.index_copy_(0, idx, draw(probs, args.seeds[idx], args.steps[idx]))
+            x = args.edits.apply(x, copy=x is raw)
+        if all(not g for g in args.greedy):
+            tokens = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+        else:
+            tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
+        # NOTE: with ``deterministic`` each group is one row, as a CUDA sort or topk may pick
+        # its algorithm by the batch; the filters and the race are exact, so a batch of one row
+        # draws what the row draws in any batch
+        for rows, candidates in args.groups or []:
+            sel = _rows(rows, x.device)
+            tokens[sel] = sample_rows(x[sel], candidates, args.temperature[sel], args.top_k[sel],
+                                      args.top_p[sel], args.min_p[sel], args.seeds[sel],
+                                      args.steps[sel])
         if args.penalty_rows is not None:
             self.counts.add(args.rows.index_select(0, args.penalty_rows),
                             tokens.index_select(0, args.penalty_rows))
@@ -276,12 +319,35 @@ class Sampler:
             return SampledTokens(tokens, chosen, ids, vals)
         return SampledTokens(tokens, chosen, None, None)
 
+    def _penalise(self, x: torch.Tensor, args: SamplingArgs) -> torch.Tensor:
+        """``x`` with the penalties of ``args.penalty_rows`` (a copy; only those rows computed)."""
+        if args.penalties[2].shape[0] == x.shape[0]:
+            return apply_penalties(x, *args.penalties)
+        rows = args.penalty_rows
+        return x.index_copy(0, rows, apply_penalties(x.index_select(0, rows), *args.penalties))
+
+
+def _rows(rows: list[int], device: torch.device) -> slice | torch.Tensor:
+    """An index of batch rows ``rows``: a slice (a view, no gather) when they are consecutive."""
+    if rows == list(range(rows[0], rows[0] + len(rows))):
+        return slice(rows[0], rows[0] + len(rows))
+    return to_device(rows, torch.int64, device)
+
 
 def apply_penalties(logits, seen, counts, repetition, frequency, presence) -> torch.Tensor:
-    """HF-style repetition penalty over prompt + output, OpenAI frequency/presence over output."""
-    penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
-    out = torch.where(seen, penalised, logits)
-    return finite(out - frequency * counts - presence * (counts > 0).float())
+    """HF-style repetition penalty over prompt + output, OpenAI frequency/presence over output.
+
+    ``seen`` None skips the repetition penalty, ``counts`` None the other two. An overflow
+    (a tiny repetition penalty) stays +-inf here: greedy takes it as the maximum and the
+    sampled path clamps after the temperature (``finite``); frequency and presence penalties
+    are at most 2 in size, so no inf - inf."""
+    out = logits
+    if seen is not None:
+        penalised = torch.where(logits > 0, logits / repetition, logits * repetition)
+        out = torch.where(seen, penalised, logits)
+    if counts is not None:
+        out = out - frequency * counts - presence * (counts > 0).float()
+    return out
 
 
 def finite(logits: torch.Tensor) -> torch.Tensor:
@@ -291,22 +357,55 @@ def finite(logits: torch.Tensor) -> torch.Tensor:
     return logits.clamp(min=-big, max=big)
 
 
+def sample_rows(logits: torch.Tensor, candidates: int | None, temperature: torch.Tensor,
+                top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
+                seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """(B,) int64 tokens drawn from ``logits`` (B, V) at ``temperature`` (B, 1) with the
+    top-k / top-p / min-p filters (``kept_weights``) and the seeded race (``hinge.engine.draw``).
+
+    ``candidates`` C: only the C largest logits of each row take part (``torch.topk``, no sort
+    of the vocabulary); the caller makes C at least every row's top_k, plus ``TIE_MARGIN``.
+    None: the whole vocabulary, sorted. Temperature and the overflow clamp are monotone, so they
+    run on the sorted values only."""
+    if candidates is None:
+        vals, ids = logits.sort(dim=-1, descending=True)
+    else:
+        vals, ids = logits.topk(candidates, dim=-1)
+    vals = finite(vals / temperature)
+    return draw(kept_weights(vals, top_k, top_p, min_p), seeds, steps, ids)
+
+
+def kept_weights(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 min_p: torch.Tensor) -> torch.Tensor:
+    """(B, C) float32 weights ``exp(v - max)`` of the tokens each row keeps, 0 for the others.
+
+    ``vals`` (B, C) holds each row's largest logits (all V, or a top-k prefix), sorted
+    descending. top-k keeps the values >= the k-th (ties at the k-th value kept); top-p keeps the
+    most likely tokens until their mass reaches ``top_p`` of the top-k mass, the token that
+    crosses it and every token tied with it included; min-p drops tokens whose probability is
+    below ``min_p`` times the row's largest. Every decision is by value, so the order of tied
+    values never matters, and the masses are sums of the weights in 2**-40 fixed point (exact
+    int64), so a row's kept set and weights are the same bits for any C that holds all of its
+    top-k tokens, in any batch, on any device.
+    """
+    width = vals.shape[1]
+    kth = vals.gather(1, (top_k - 1).clamp(max=width - 1).unsqueeze(1))
+    weights = torch.exp(vals - vals[:, :1]).masked_fill(vals < kth, 0.0)
+    fixed = (weights * _FIXED).to(torch.int64)  # NOTE: exact scaling (a power of 2), truncated
+    mass = fixed.cumsum(dim=-1)
+    need = torch.ceil(top_p.double() * mass[:, -1].double()).to(torch.int64)  # (B,)
+    crossing = ((mass - fixed) < need.unsqueeze(1)).sum(dim=-1, keepdim=True).clamp(min=1)
+    cut = torch.where((top_p < 1).unsqueeze(1), vals.gather(1, crossing - 1), kth)
+    keep = (vals >= cut) & (weights >= min_p.unsqueeze(1))
+    return weights.masked_fill(~keep, 0.0)
+
+
 def filtered_probs(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                    min_p: torch.Tensor) -> torch.Tensor:
-    """Softmax of ``logits`` (B, V) restricted to each row's top-k, top-p and min-p set.
-
-    top-k keeps the k largest (ties at the k-th value kept); top-p keeps the most likely tokens
-    until their mass reaches ``top_p`` (the token that crosses it included); min-p drops tokens
-    whose probability is below ``min_p`` times the row's largest.
-    """
+    """Softmax of ``logits`` (B, V) restricted to each row's top-k, top-p and min-p set
+    (``kept_weights`` normalised, in token-id order): the distribution ``sample_rows`` draws
+    from."""
     sorted_logits, order = logits.sort(dim=-1, descending=True)
-    kth = sorted_logits.gather(1, (top_k - 1).clamp(max=logits.shape[1] - 1).unsqueeze(1))
-    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
-    probs = torch.softmax(sorted_logits, dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop = (mass_before >= top_p.unsqueeze(1)) & (top_p < 1).unsqueeze(1)
-    drop |= probs < min_p.unsqueeze(1) * probs[:, :1]
-    drop[:, 0] = False
-    probs = probs.masked_fill(drop, 0.0)
-    probs = probs / probs.sum(dim=-1, keepdim=True)
+    weights = kept_weights(sorted_logits, top_k, top_p, min_p)
+    probs = weights / weights.sum(dim=-1, keepdim=True)
     return torch.zeros_like(probs).scatter_(1, order, probs)
