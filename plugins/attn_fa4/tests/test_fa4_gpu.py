@@ -1,5 +1,6 @@
 """fa4 on a CUDA GPU (written for the H200; not yet run): the real flash_attn.cute kernel against
-its torch restatement over random paged layouts, the split decode through the kit's contract and
+its torch restatement over random paged layouts, the split call in both query forms, the Triton
+merge, the kernels one split layer launches, the split decode through the kit's contract and
 under graph capture, bits of a request alone vs batched, warm-up filling the on-disk JIT cache,
 and tiny dense and hybrid models generating with fa4 what they generate with flashinfer.
 
@@ -117,6 +118,77 @@ def test_lse_and_requests_without_keys_match_the_restatement():
     assert float((lse[:, 0] - ref_lse[:, 0]).abs().max()) <= 2e-2, "lse is natural log"
     assert torch.equal(out[1], torch.zeros_like(out[1])), "a request with no keys writes zeros"
     assert bool((lse[:, 1] == float("-inf")).all()), "and lse -inf"
+
+
+# -- the split call and its merge ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split_call", ["batched", "varlen"])
+def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call):
+    """One query per virtual request, non-causal, lse as (V, H): parts of 300, 128, 1 and 0
+    keys (an empty slot: zeros and lse -inf) through page rows that start mid-request."""
+    lay = layer(128)
+    c = build_batch([1000], [1], layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
+                    page_tail_fill=PAGE_TAIL_FILL)
+    assert c.batch.page_table.shape[1] >= 8, "the request's 8 pages"
+    for pool in (c.kv.k[0], c.kv.v[0]):
+        pool.nan_to_num_(nan=PAGE_TAIL_FILL)
+    kp, vp = c.kv.k[0].view(-1, PAGE, 8, 128), c.kv.v[0].view(-1, PAGE, 8, 128)
+    row = c.batch.page_table[0].to(torch.int32)
+    q = torch.randn(4, 32, 128, dtype=BF16, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    args = dict(seqused_k=torch.tensor([300, 128, 1, 0], dtype=torch.int32, device="cuda"),
+                page_table=torch.stack([row[0:3], row[2:5], row[5:8], row[0:3]]).contiguous(),
+                softmax_scale=lay.scale)
+    real = FA4Kernel(FA4Options(split_call=split_call), torch.device("cuda"))
+    out, lse = real.split_decode(q, kp, vp, **args)
+    ref_out, ref_lse = ReferenceKernel().split_decode(q, kp, vp, **args)
+    assert out.shape == (4, 32, 128) and lse.shape == (4, 32)
+    assert float((out[:3].float() - ref_out[:3].float()).abs().max()) <= 3e-2
+    assert float((lse[:3] - ref_lse[:3]).abs().max()) <= 2e-2
+    assert torch.equal(out[3], torch.zeros_like(out[3])) and bool((lse[3] == float("-inf")).all())
+
+
+def test_the_triton_merge_equals_the_float64_merge_to_bf16_rounding_and_replays_in_a_graph():
+    from hinge_fa4.combine import merge_parts, merge_parts_torch
+
+    gen = torch.Generator("cuda").manual_seed(1)
+    slots, rows = 9, 16
+    out = torch.randn(rows * slots, 32, 128, device="cuda", generator=gen).to(BF16)
+    lse = torch.randn(32, rows * slots, device="cuda", generator=gen).t() * 4  # a (V, H) view
+    parts = torch.randint(1, slots + 1, (rows,), dtype=torch.int32, device="cuda", generator=gen)
+    want = merge_parts_torch(out.double(), lse.double(), parts, slots)
+    got = merge_parts(out, lse, parts, slots, BF16)
+    err = float((got.double() - want).abs().max())
+    assert err <= 1.6e-2 * max(1.0, float(want.abs().max())), f"max |triton - float64| = {err:.3g}"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = merge_parts(out, lse, parts, slots, BF16)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, got)
+
+
+def test_a_split_layer_launches_five_kernels():
+    """KV write (k, v), the query copy into the slots, the attention call, the merge: the
+    profile of one split decode layer at 4096 keys (was ~45 with two calls and torch merges)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    lay = layer(128)
+    c = build_batch([4096], [1], layer=lay, page_size=PAGE, dtype=BF16, device="cuda",
+                    page_tail_fill=PAGE_TAIL_FILL)
+    attn = backend(split_kv="always", split_size=512)
+    c.batch.attn_metadata = attn.prepare_metadata(c.batch)
+    assert c.batch.attn_metadata.split.num_slots == 9
+    attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)  # compiles
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "fa4_split_kernels.json"), "w") as f:
+            json.dump(kernels, f, indent=2)
+    assert len(kernels) <= 5, f"{len(kernels)} kernels per split layer: {kernels}"
 
 
 # -- split decode under graphs, and batch invariance ------------------------------------------------

@@ -1,0 +1,121 @@
+"""fa4's split decode alone: us per layer and kernels per layer, by split size and query form.
+
+Decode of ``--batch`` requests (default 1 4 16) of ``--context`` keys (default 4096), GQA 32/8,
+head dim 128, bf16, 128-token pages, one KV buffer per layer across enough layers to leave L2
+(``fa4_attention.py``'s setup), each step captured in one CUDA graph through the backend's graph
+protocol. Rows: the raw unsplit kernel, and hinge fa4 with ``split_kv = always`` at each
+``--split-sizes`` for ``split_call`` batched and varlen; each with the kernels one layer launches
+(torch profiler, eager) and the share of copy bandwidth (goal at batch 1: >= 40%).
+
+    python tools/gpu/fa4_split_decode.py             # a markdown table
+    OUT=/tmp/out python tools/gpu/fa4_split_decode.py  # also $OUT/fa4_split_decode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+from fa4_attention import (  # NOTE: the sibling script (sys.path[0] is this folder)
+    DIM,
+    DT,
+    HEADS,
+    KV_HEADS,
+    L2_BYTES,
+    PAGE,
+    batch_of,
+    copy_gbps,
+    cuda_ms,
+    graphed,
+    kv_pool,
+)
+
+from hinge.contracts import AttentionLayer
+from hinge.plugins.specs import BuildContext
+
+
+def kernels_per_layer(fn) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float) -> list[dict]:
+    from flash_attn.cute import flash_attn_varlen_func
+
+    from hinge_fa4.backend import FA4AttentionBackend
+    from hinge_fa4.options import FA4Options
+
+    pages_per = -(-(context + 1) // PAGE)
+    per_layer = batch_size * context * KV_HEADS * DIM * 2 * 2
+    num_layers = max(8, -(-4 * L2_BYTES // per_layer))
+    kv = kv_pool(num_layers, 1 + batch_size * pages_per)
+    layers = [AttentionLayer(i, HEADS, KV_HEADS, DIM, DIM**-0.5) for i in range(num_layers)]
+    q = torch.randn(batch_size, HEADS, DIM, dtype=DT, device="cuda")
+    k = torch.randn(batch_size, KV_HEADS, DIM, dtype=DT, device="cuda")
+    live = batch_of([context] * batch_size, [1] * batch_size, pages_per)
+    raw_args = dict(cu_seqlens_q=torch.arange(batch_size + 1, dtype=torch.int32, device="cuda"),
+                    seqused_k=torch.full((batch_size,), context + 1, dtype=torch.int32, device="cuda"),
+                    page_table=live.page_table.to(torch.int32).contiguous(), max_seqlen_q=1,
+                    softmax_scale=DIM**-0.5, causal=True)
+
+    def raw(i: int) -> None:
+        flash_attn_varlen_func(q, kv.k[i].view(-1, PAGE, KV_HEADS, DIM),
+                               kv.v[i].view(-1, PAGE, KV_HEADS, DIM), **raw_args)
+
+    variants = [("raw kernel, no split", raw)]
+    build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
+    for size in split_sizes:
+        for form in ("batched", "varlen"):
+            attn = FA4AttentionBackend(FA4Options(split_kv="always", split_size=size, split_call=form), build)
+            attn.warmup(layers[:1], kv)
+            attn.init_graph_buffers(batch_size, batch_size, pages_per)
+            holder, step = batch_of([context] * batch_size, [1] * batch_size, pages_per, static=True)
+            attn.prepare_for_capture(holder.batch)
+            attn.prepare_for_replay(step, batch_size)
+
+            def one(i: int, a=attn, static=holder.batch) -> None:
+                a.forward(q, k, k, layers[i], kv, static)
+
+            variants.append((f"fa4 split {size}, {form}", one))
+    out = []
+    for name, layer_fn in variants:
+        try:
+            kernels = kernels_per_layer(lambda f=layer_fn: f(0))
+            ms = cuda_ms(graphed(lambda f=layer_fn: [f(i) for i in range(num_layers)])) / num_layers
+        except Exception as exc:  # noqa: BLE001 - one failing row must not hide the others
+            print(f"batch {batch_size} {name}: {type(exc).__name__}: {exc}")
+            continue
+        gbps = per_layer / ms / 1e6
+        out.append({"batch": batch_size, "what": name, "us_per_layer": ms * 1e3, "gbps": gbps,
+                    "of_copy": gbps / copy, "kernels": kernels})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--split-sizes", type=int, nargs="+", default=[256, 512, 1024])
+    args = parser.parse_args()
+    copy = copy_gbps()
+    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy)]
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, {args.context} keys per request\n")
+    print("| batch | what | us/layer | GB/s | of copy | kernels/layer |\n| --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['batch']} | {r['what']} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
+              f"{r['of_copy']:.0%} | {len(r['kernels'])} |")
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "fa4_split_decode.json"), "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
