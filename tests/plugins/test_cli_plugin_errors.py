@@ -24,7 +24,8 @@ def hinge(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 class TestMisspelledHookPlugin:
     @pytest.fixture(scope="class")
-    def env(self, tmp_path_factory):
+    @classmethod
+    def env(cls, tmp_path_factory):
         return installed_env(tmp_path_factory.mktemp("site"), "misspelled")
 
     def test_hinge_plugins_exits_0_and_lists_it_as_failed_with_the_did_you_mean(self, env):
@@ -59,7 +60,8 @@ class TestMisspelledHookPlugin:
 
 class TestDuplicateName:
     @pytest.fixture(scope="class")
-    def env(self, tmp_path_factory):
+    @classmethod
+    def env(cls, tmp_path_factory):
         return installed_env(tmp_path_factory.mktemp("site"), "good", "dup")
 
     def test_hinge_plugins_exits_0_and_marks_the_name_under_both_owners(self, env):
