@@ -185,7 +185,10 @@ def _rows(tok0, q_lo, q_len, kv_len, kvh, num_rows, BLOCK_M: tl.constexpr, G_P2:
 # ---------------------------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["num_requests", "num_rows", "num_split_programs", "window"])
+# NOTE: stride_pt (the page table's width) too: start-up warm-up launches with a one-page table,
+# requests with the builder's; a value specialisation would compile again on the first request
+@triton.jit(do_not_specialize=["num_requests", "num_rows", "num_split_programs", "window",
+                               "stride_pt"])
 def attention_kernel(
     Q, K, V, Out, PartO, PartML, CuQ, KvLens, PageTable,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
