@@ -178,13 +178,19 @@ class StatePool:
                     t.index_copy_(0, dst, t.index_select(0, src))
 
     # per-step access (layers)
-    def read(self, state_id: int, slots: torch.Tensor, fresh: torch.Tensor | None = None):
-        """Initial (conv, ssm) of the step's requests; rows with ``fresh`` start from zeros."""
+    def read(self, state_id: int, slots: torch.Tensor, fresh: torch.Tensor | None = None, *,
+             conv: bool = True, ssm: bool = True):
+        """Initial (conv, ssm) of the step's requests (copies); rows with ``fresh`` start from
+        zeros. ``conv=False`` / ``ssm=False`` skip one (None in its place): a kernel that reads
+        the pool in place needs no copy of the matrix states."""
         # NOTE: index_select / index_copy_, not advanced indexing: on CPU the latter is ~2x slower
-        conv = self.conv[state_id].index_select(0, slots)
-        ssm = self.ssm[state_id].index_select(0, slots) if self.ssm[state_id] is not None else None
+        want_conv, want_ssm = conv, ssm
+        conv = self.conv[state_id].index_select(0, slots) if want_conv else None
+        ssm = (self.ssm[state_id].index_select(0, slots)
+               if want_ssm and self.ssm[state_id] is not None else None)
         if fresh is not None:
-            conv = conv.masked_fill(fresh[:, None, None], 0)
+            if conv is not None:
+                conv = conv.masked_fill(fresh[:, None, None], 0)
             if ssm is not None:
                 ssm = ssm.masked_fill(fresh.view(-1, *[1] * (ssm.dim() - 1)), 0)
         return conv, ssm

@@ -8,7 +8,9 @@ The two checkpoint layouts differ only in the projections: Qwen3.5 has ``in_proj
 ``in_proj_qkvz`` and ``in_proj_ba``. Either way they load into one ``in_proj`` (one GEMM). Each request reads its state slot (``ctx.batch.state_slots``)
 from ``ctx.states``; a request with no prefix starts from zeros; the final state and the step's
 checkpoints are written through ``hinge.layers.recurrent_kernels.checkpoints`` (the one write
-path), and with ``track_states`` the state after every row goes to ``ctx.position_states``.
+path), and with ``track_states`` the state after every row goes to ``ctx.position_states``. A decode
+step on kernels with an in-place path (fla, deterministic CUDA) runs the delta rule in the pool:
+each state is read and written once, where it lies (``RecurrentKernels.decode_in_pool``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ from torch import nn
 from hinge.forward import RecurrentLayerSpec
 from hinge.layers import batch_invariant
 from hinge.layers.linear import Linear
-from hinge.layers.recurrent_kernels.checkpoints import run_split, write_step_states
+from hinge.layers.recurrent_kernels.checkpoints import (
+    decodes_in_pool,
+    run_split,
+    step_write_slots,
+    write_step_states,
+)
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -138,7 +145,7 @@ class GatedDeltaNet(nn.Module):
         track = batch.track_states
         t = h.shape[0]
         mixed, z, b, a = self.project(h)
-        conv0, ssm0 = ctx.states.read(sid, slots, fresh)
+        conv0, _ = ctx.states.read(sid, slots, fresh, ssm=False)
         weight = self.conv1d.weight[:, 0]
 
         def conv_run(rows, states, cu_seqlens):
@@ -155,11 +162,21 @@ class GatedDeltaNet(nn.Module):
         beta = pointwise(b, torch.sigmoid, det)
         g = -self.A_log.float().exp() * pointwise(a.float() + self.dt_bias, F.softplus, det)
 
-        def rule_run(rows, states, cu_seqlens):
-            r = self.kernels.gated_delta_rule(*rows, states[0], cu_seqlens, track_states=track)
-            return (r.out, r.position_states), (r.final_state,)
+        rule_out = None
+        if decodes_in_pool(batch):  # the kernel reads and writes the pool: no gather, no scatter
+            rule_out = self.kernels.decode_in_pool(q, k, v, g, beta, ctx.states.ssm[sid], slots,
+                                                   step_write_slots(batch), batch.prefix_lens)
+        if rule_out is not None:
+            positions, state, rule_ck = None, None, None
+        else:
+            _, ssm0 = ctx.states.read(sid, slots, fresh, conv=False)
 
-        (rule_out, positions), (state,), rule_ck = run_split(rule_run, (q, k, v, g, beta), (ssm0,), batch)
+            def rule_run(rows, states, cu_seqlens):
+                r = self.kernels.gated_delta_rule(*rows, states[0], cu_seqlens, track_states=track)
+                return (r.out, r.position_states), (r.final_state,)
+
+            (rule_out, positions), (state,), rule_ck = run_split(rule_run, (q, k, v, g, beta), (ssm0,),
+                                                                 batch)
         write_step_states(ctx, sid, window, state,
                           None if conv_ck is None else (conv_ck[0], rule_ck[0]))
         if track:

@@ -86,3 +86,29 @@ class RecurrentKernels(ABC):
         :param g: (T, Hv) log decay (<= 0), float32. :param beta: (T, Hv) in (0, 1).
         :param initial_state: (B, Hv, Dk, Dv), any float dtype (computed in float32).
         """
+
+    def decode_in_pool(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        pool: torch.Tensor,
+        read_slots: torch.Tensor,
+        write_slots: torch.Tensor,
+        prefix_lens: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """The gated delta rule of a decode step (one token per request: ``q`` (B, Hk, Dk), ...)
+        that reads and writes the state pool in place, or None where these kernels have no such
+        path (the caller then gathers the states, runs ``gated_delta_rule`` and writes the final
+        states back).
+
+        Request ``i`` starts from ``pool[read_slots[i]]`` (zeros where ``prefix_lens[i] == 0``);
+        its state after the token is written to ``pool[write_slots[i]]`` in the pool's dtype.
+        Device work only (no host read of the slots): it runs inside a captured CUDA graph.
+
+        :param pool: (slots, Hv, Dk, Dv), the layer's matrix states (``StatePool.ssm[state_id]``).
+        :returns: out (B, Hv, Dv) in the query dtype, or None.
+        """
+        return None

@@ -3,7 +3,7 @@
 Every recurrent layer (gated DeltaNet, short conv; torch, fla and deterministic kernels) writes
 states through ``write_step_states`` only, eager or replayed from a CUDA graph:
 
-- the state after the whole step goes to ``batch.state_write_slots`` (the slot each request reads,
+- the state after the whole step goes to ``step_write_slots(batch)`` (the slot each request reads,
   unless the step ends on a checkpoint: then the final state lands in the checkpoint slot and the
   request reads it from there next step; no copy);
 - a checkpoint inside the step (request ``i`` keeps its state after ``checkpoint_lens_cpu[i]`` of
@@ -12,7 +12,13 @@ states through ``write_step_states`` only, eager or replayed from a CUDA graph:
   ended with. Kernels carry the state from token to token, so the final state and every output row
   are those of one run (bit for bit with the deterministic kernels);
 - every write stamps the slot with the step's stamp (``batch.state_stamps``): the receipt the
-  engine reads back before a checkpoint may enter the prefix cache.
+  engine reads back before a checkpoint may enter the prefix cache;
+- a decode step (``decodes_in_pool``: one token per request, no checkpoint inside, no
+  per-position states) whose kernels have an in-place path (``RecurrentKernels.decode_in_pool``)
+  has the matrix state read from and written to the pool by the kernel itself, at the same
+  ``step_write_slots``; ``write_step_states`` then writes the conv window and the stamps (its
+  ``ssm`` is None). Eager and replayed decode steps take the same path: the choice is made on the
+  host from the step's shape, never from its values.
 
 Graph replays only ever carry checkpoints at the step's end (``GraphRunner.find`` runs a step
 with a checkpoint inside it eager): the split's layout is built on the host.
@@ -103,14 +109,27 @@ def _scatter(a: torch.Tensor, b: torch.Tensor, split: CheckpointSplit) -> torch.
     return out
 
 
+def step_write_slots(batch: ForwardBatch) -> torch.Tensor:
+    """The slots the state after the step goes to, one per request."""
+    return batch.state_write_slots if batch.state_write_slots is not None else batch.state_slots
+
+
+def decodes_in_pool(batch: ForwardBatch) -> bool:
+    """Whether the step may run its delta rule in the pool (``RecurrentKernels.decode_in_pool``):
+    one token per request, no checkpoint inside the step, no per-position states. Host lists only."""
+    return (not batch.track_states and not any(batch.checkpoint_lens_cpu)
+            and all(n == 1 for n in batch.extend_lens_cpu))
+
+
 def write_step_states(ctx: ForwardContext, state_id: int, conv: torch.Tensor,
                       ssm: torch.Tensor | None, checkpoint: tuple[torch.Tensor, torch.Tensor | None]
                       | None) -> None:
     """Write one layer's states after the step (and its checkpoints inside the step) with the
-    step's stamps. The only place a recurrent layer writes the state pool."""
+    step's stamps. The only place a recurrent layer writes the state pool, but for the matrix
+    state of a step its kernel ran in the pool (``ssm`` None: no matrix state, or already
+    written at ``step_write_slots``)."""
     batch = ctx.batch
-    slots = batch.state_write_slots if batch.state_write_slots is not None else batch.state_slots
-    ctx.states.write(state_id, slots, conv, ssm, batch.state_stamps)
+    ctx.states.write(state_id, step_write_slots(batch), conv, ssm, batch.state_stamps)
     if checkpoint is not None:
         assert batch.checkpoint_slots is not None, "checkpoint lengths without checkpoint slots"
         ctx.states.write(state_id, batch.checkpoint_slots, checkpoint[0], checkpoint[1],

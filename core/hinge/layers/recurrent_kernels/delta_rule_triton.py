@@ -37,6 +37,21 @@ EPS = 1e-6  #: the L2-norm epsilon of the torch reference (``torch_ref.l2norm``)
 
 
 @triton.jit
+def token_step(S, q, k, v, g, beta, scale, eps):
+    """One token of the recurrence on a (BK, BV) float32 slice of the state: the one place its
+    arithmetic is written (this kernel and ``decode_in_pool`` inline it, so a decode row is the
+    same bits whichever runs it). Returns the new slice and the token's (BV,) output."""
+    qn = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
+    kn = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
+    S = S * tl.exp(g)
+    kv = tl.sum(S * kn[:, None], axis=0)
+    delta = (v - kv) * beta
+    S = S + kn[:, None] * delta[None, :]
+    o = tl.sum(S * qn[:, None], axis=0)
+    return S, o
+
+
+@triton.jit
 def _delta_rule_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, cu_ptr, out_ptr, final_ptr, states_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
@@ -77,13 +92,7 @@ def _delta_rule_kernel(
         v_next = tl.load(v_row + nxt * stride_vt, mask=mask_v & ok, other=0.0).to(tl.float32)
         g_next = tl.load(g_ptr + nxt * stride_gt + i_h, mask=ok, other=0.0).to(tl.float32)
         beta_next = tl.load(beta_ptr + nxt * stride_bt + i_h, mask=ok, other=0.0).to(tl.float32)
-        qn = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
-        kn = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
-        S = S * tl.exp(g)
-        kv = tl.sum(S * kn[:, None], axis=0)
-        delta = (v - kv) * beta
-        S = S + kn[:, None] * delta[None, :]
-        o = tl.sum(S * qn[:, None], axis=0)
+        S, o = token_step(S, q, k, v, g, beta, scale, eps)
         tl.store(out_ptr + (t * HV + i_h) * DV + offs_v, o.to(out_ptr.dtype.element_ty),
                  mask=mask_v)
         if TRACK:

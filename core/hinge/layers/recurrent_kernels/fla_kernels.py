@@ -2,9 +2,11 @@
 
 Prefill runs ``chunk_gated_delta_rule`` over the packed batch (``cu_seqlens``, one initial state
 per request; bf16/fp16 only, float32 prefill falls back to the reference); decode (every request
-one token) runs ``fused_recurrent_gated_delta_rule`` with one row per request. Per-position states
-(verify steps, a few tokens) and the short convolution use the torch reference, which runs on
-CUDA as is.
+one token) runs hinge's ``decode_in_pool`` kernel, which reads and writes the state pool in place
+(fla's ``fused_recurrent_gated_delta_rule`` takes a contiguous batch of states and returns a new
+one: the layer would gather and scatter every state around it, three times the bytes; it remains
+the decode path of ``gated_delta_rule`` called with gathered states). Per-position states (verify
+steps, a few tokens) and the short convolution use the torch reference, which runs on CUDA as is.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
 
     def runs_on(self, x: torch.Tensor) -> bool:
         return x.is_cuda
+
+    def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
+        if not self.runs_on(q):
+            return None
+        from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
+
+        return decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
 
     def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
         if track_states or not self.runs_on(q):

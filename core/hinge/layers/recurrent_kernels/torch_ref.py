@@ -392,3 +392,12 @@ class TorchRecurrentKernels(RecurrentKernels):
             q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states,
             deterministic=self.deterministic,
         )
+
+    def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
+        """Deterministic on CUDA: the Triton kernel in place (the same bits as the token-recurrence
+        kernel's decode rows). The reference elsewhere has no in-place path."""
+        if not (self.deterministic and q.is_cuda):
+            return None
+        from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
+
+        return decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)

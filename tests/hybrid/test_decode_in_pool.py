@@ -1,0 +1,111 @@
+"""The in-place decode kernel (``decode_in_pool``) on CPU under Triton's interpreter: each request
+starts from its read slot (zeros when fresh), its new state lands in its write slot, nothing
+else in the pool changes, and a tiny Qwen3.5 decoding through it matches the torch reference
+kernels. Bits against the token-recurrence kernel and speed are GPU checks
+(test_decode_in_pool_gpu.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hybrid_harness import StepHarness, load_hinge
+
+import hinge
+from hinge.layers.recurrent_kernels import TorchRecurrentKernels
+from hinge.testing.reference import reference_gated_delta_rule
+from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+KERNELS = Path(hinge.__file__).parent / "layers" / "recurrent_kernels"
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    """Private copies of the two kernel modules with their kernels interpreted."""
+    return (load_interpreted(KERNELS / "decode_in_pool.py", "_interpreted_decode_in_pool"),
+            load_interpreted(KERNELS / "delta_rule_triton.py", "_interpreted_delta_rule_triton"))
+
+
+@pytest.fixture
+def interpreter(monkeypatch, interpreted):
+    patch_interpreter(monkeypatch)
+    return interpreted
+
+
+def _decode_inputs(b, hk=2, hv=4, dk=8, dv=6, slots=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    xs = (torch.randn(b, hk, dk, generator=gen), torch.randn(b, hk, dk, generator=gen),
+          torch.randn(b, hv, dv, generator=gen), torch.nn.functional.logsigmoid(torch.randn(b, hv, generator=gen) + 2),
+          torch.rand(b, hv, generator=gen))
+    return xs, torch.randn(slots, hv, dk, dv, generator=gen) * 0.3
+
+
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16])
+def test_each_request_reads_its_slot_and_writes_its_new_state_to_its_write_slot_only(interpreter, pool_dtype):
+    xs, pool = _decode_inputs(3)
+    pool = pool.to(pool_dtype)
+    before = pool.clone()
+    read, write = torch.tensor([3, 5, 1]), torch.tensor([3, 6, 2])  # in place; elsewhere; elsewhere
+    prefix = torch.tensor([7, 0, 2])  # request 1 is fresh: it starts from zeros, not from slot 5
+    out = interpreter[0].decode_in_pool(*xs, pool, read, write, prefix)
+    tol = 1e-5 if pool_dtype == torch.float32 else 1e-2
+    for i in range(3):
+        s0 = before[read[i]].double() if prefix[i] else torch.zeros_like(before[0], dtype=torch.float64)
+        o64, s64, _ = reference_gated_delta_rule(*(x[i : i + 1] for x in xs), s0)
+        torch.testing.assert_close(out[i].double(), o64[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(pool[write[i]].double(), s64, rtol=tol, atol=tol)
+    untouched = [s for s in range(pool.shape[0]) if s not in write.tolist()]
+    assert torch.equal(pool[untouched], before[untouched]), "only the write slots change"
+
+
+def test_decode_rows_are_the_bits_of_the_token_recurrence_kernel_from_the_gathered_states(interpreter):
+    in_pool, recurrence = interpreter
+    xs, pool = _decode_inputs(5, seed=1)
+    read, write, prefix = torch.tensor([1, 2, 3, 4, 5]), torch.tensor([6, 7, 3, 0, 5]), torch.ones(5, dtype=torch.int64)
+    out, final, _ = recurrence.gated_delta_rule(*xs, pool[read], list(range(6)))
+    got = in_pool.decode_in_pool(*xs, pool, read, write, prefix)
+    assert torch.equal(got, out) and torch.equal(pool[write], final)
+
+
+def test_an_empty_step_returns_no_rows_and_leaves_the_pool(interpreter):
+    xs, pool = _decode_inputs(0)
+    before = pool.clone()
+    empty = torch.zeros(0, dtype=torch.int64)
+    assert interpreter[0].decode_in_pool(*xs, pool, empty, empty, empty).shape == (0, 4, 6)
+    assert torch.equal(pool, before)
+
+
+def test_a_pool_of_other_head_sizes_is_refused_with_its_shape(interpreter):
+    xs, pool = _decode_inputs(2)
+    with pytest.raises(ValueError, match=r"\(slots, 4, 8, 6\)"):
+        interpreter[0].decode_in_pool(*xs, pool[:, :2], torch.tensor([1, 2]), torch.tensor([1, 2]), torch.tensor([1, 1]))
+
+
+class InterpretedInPool(TorchRecurrentKernels):
+    """The torch reference with the in-place decode kernel of the CUDA kernels, interpreted."""
+
+    def __init__(self, module) -> None:
+        super().__init__()
+        self.module, self.calls = module, 0
+
+    def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
+        self.calls += 1
+        return self.module.decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
+
+
+def test_a_tiny_qwen3_5_decoding_in_the_pool_matches_the_reference_kernels(interpreter, hybrid_checkpoints):
+    path = hybrid_checkpoints("Qwen3_5ForCausalLM")
+    runs = {}
+    for name, kernels in (("reference", TorchRecurrentKernels()), ("in pool", InterpretedInPool(interpreter[0]))):
+        model = load_hinge(path)
+        model.set_recurrent_kernels(kernels)
+        h = StepHarness(model, max_requests=4)
+        h.step([("a", [5, 6, 7, 8]), ("b", [9, 10]), ("c", [11])])  # prefill: the gather path
+        logits = [h.step([("a", [12 + i]), ("b", [20 + i]), ("c", [30 + i])]).logits for i in range(3)]
+        runs[name] = (torch.stack(logits), [s.clone() for s in h.states.ssm if s is not None], kernels)
+    (want, want_states, _), (got, got_states, kernels) = runs["reference"], runs["in pool"]
+    assert kernels.calls == 3 * 2, "every decode step of both DeltaNet layers ran in the pool"
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for a, b in zip(got_states, want_states, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
