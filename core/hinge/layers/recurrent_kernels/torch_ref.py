@@ -252,15 +252,24 @@ def _bucket_layout(segments: tuple[tuple[int, int], ...], members: tuple[int, ..
     return tuple(to_device(x, torch.int64, device) for x in (index, list(members), src, dst))
 
 
+@functools.lru_cache(maxsize=16)
+def _grid_layout(cu_seqlens: tuple[int, ...], b_pad: int, steps: int, device: torch.device) -> torch.Tensor:
+    """The (b_pad, steps) token rows of the deterministic grid (``T`` = the zero row where a
+    request has no token), built on the host once per step layout: no op per request."""
+    t = cu_seqlens[-1]
+    index = [[t] * steps for _ in range(b_pad)]
+    for i, (s, e) in enumerate(_segments(list(cu_seqlens))):
+        index[i][: e - s] = range(s, e)
+    return to_device(index, torch.int64, device)
+
+
 def delta_rule_deterministic(q, k, v, g, beta, initial_state, cu_seqlens, track_states):
     """Token by token, requests in fixed blocks of BLOCK_ROWS rows (see the module docstring)."""
     b, t = len(cu_seqlens) - 1, q.shape[0]
     hv, dv = v.shape[1:]
     steps, b_pad = max(e - s for s, e in _segments(cu_seqlens)), -(-b // BLOCK_ROWS) * BLOCK_ROWS
     # (b_pad, steps) grid of rows; padding keeps the state: g = 0 (decay 1), beta = 0 (no write)
-    index = torch.full((b_pad, steps), t, dtype=torch.long, device=q.device)
-    for i, (s, e) in enumerate(_segments(cu_seqlens)):
-        index[i, : e - s] = torch.arange(s, e, device=q.device)
+    index = _grid_layout(tuple(cu_seqlens), b_pad, steps, q.device)
 
     def grid(x):
         padded = torch.cat([x.float(), x.new_zeros((1, *x.shape[1:]), dtype=torch.float32)])
