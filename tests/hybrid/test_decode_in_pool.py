@@ -6,6 +6,7 @@ kernels. Bits against the token-recurrence kernel and speed are GPU checks
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,11 @@ import hinge
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.testing.reference import reference_gated_delta_rule
 from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+# NOTE: the compiled module first: an interpreted copy of decode_in_pool.py imports token_step from
+# it, and a first import under TRITON_INTERPRET would leave its kernels interpreted for the session
+pytest.importorskip("triton")
+importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
 
 KERNELS = Path(hinge.__file__).parent / "layers" / "recurrent_kernels"
 

@@ -10,6 +10,8 @@ view a graph capture has (``prefix_lens_cpu`` all zero: the static batch's host 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +22,11 @@ from hybrid_harness import StepHarness, load_hinge
 import hinge
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+# NOTE: the compiled module first: an interpreted copy of decode_in_pool.py imports token_step from
+# it, and a first import under TRITON_INTERPRET would leave its kernels interpreted for the session
+if importlib.util.find_spec("triton") is not None:
+    importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
 
 
 def decode_ops(model, batch_size: int, *, capture_view: bool = False) -> Counter:
