@@ -9,9 +9,9 @@ of request ``i``'s state straight from ``pool[read_slots[i]]`` (zeros when ``pre
 a fresh request, or a padded graph row) and stores the new slice straight into
 ``pool[write_slots[i]]``: 2 passes, the minimum.
 
-The tiling and the per-token arithmetic are the deterministic kernel's (``delta_rule_triton``:
-one program per (request, value head, ``BV`` value columns), ``token_step`` inlined, one warp), so
-the outputs and states are batch invariant and the same bits as that kernel's decode rows.
+The tiling and the token loop are the deterministic kernel's (``delta_rule_triton``: one program
+per (request, value head, ``BV`` value columns), ``walk_tokens`` inlined, one warp), so the outputs
+and states are batch invariant and the same bits as that kernel's decode rows.
 
 Safe in place: a program reads and writes only its own (slot, head, columns) tile, and no two live
 requests of a step share a slot (each reads its own slot or its own checkpoint and writes its own
@@ -25,21 +25,31 @@ import torch
 import triton
 import triton.language as tl
 
-from hinge.layers.recurrent_kernels.delta_rule_triton import BV, EPS, token_step
+from hinge.layers.recurrent_kernels.delta_rule_triton import (
+    BV,
+    EPS,
+    MAX_UNIFORM_ROWS,
+    _arange,
+    walk_tokens,
+)
 
 
 @triton.jit
 def _decode_in_pool_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, read_ptr, write_ptr, prefix_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, cu_ptr, read_ptr, write_ptr, prefix_ptr, out_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
     scale, eps,
     HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
 ):
-    i_n = tl.program_id(0)  # request = token row
+    i_n = tl.program_id(0)
     i_h = tl.program_id(1)
     i_v = tl.program_id(2)
     i_hk = i_h // REP
+    # NOTE: row i_n from cu = 0, 1, 2, ... loaded, as the token-recurrence kernel does: the same
+    # token loop (a trip count known at compile time would let it lay the loop out otherwise)
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
     offs_k = tl.arange(0, BK)
     offs_v = i_v * BV + tl.arange(0, BV)
     mask_k = offs_k < DK
@@ -47,18 +57,14 @@ def _decode_in_pool_kernel(
     mask_s = mask_k[:, None] & mask_v[None, :]
     s_off = offs_k[:, None] * DV + offs_v[None, :]
     src = tl.load(read_ptr + i_n).to(tl.int64)
-    dst = tl.load(write_ptr + i_n).to(tl.int64)
     resumes = tl.load(prefix_ptr + i_n) != 0  # a fresh request starts from zeros
     S = tl.load(pool_ptr + (src * HV + i_h) * DK * DV + s_off, mask=mask_s & resumes,
                 other=0.0).to(tl.float32)
-    row = i_n.to(tl.int64)
-    q = tl.load(q_ptr + row * stride_qt + i_hk * stride_qh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + row * stride_kt + i_hk * stride_kh + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + row * stride_vt + i_h * stride_vh + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + row * stride_gt + i_h).to(tl.float32)
-    beta = tl.load(beta_ptr + row * stride_bt + i_h).to(tl.float32)
-    S, o = token_step(S, q, k, v, g, beta, scale, eps)
-    tl.store(out_ptr + (row * HV + i_h) * DV + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
+    S = walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, out_ptr, bos, eos, i_h, i_hk,
+                    offs_k, offs_v, mask_k, mask_v, mask_s, s_off, stride_qt, stride_qh, stride_kt,
+                    stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, scale, eps, HV, DK, DV,
+                    False)
+    dst = tl.load(write_ptr + i_n).to(tl.int64)
     tl.store(pool_ptr + (dst * HV + i_h) * DK * DV + s_off, S.to(pool_ptr.dtype.element_ty),
              mask=mask_s)
 
@@ -85,8 +91,11 @@ def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
     out = torch.empty(b, hv, dv, dtype=q.dtype, device=q.device)
     if b == 0:
         return out
+    if b > MAX_UNIFORM_ROWS:
+        raise ValueError(f"decode_in_pool takes at most {MAX_UNIFORM_ROWS} requests a call, got {b}")
     _decode_in_pool_kernel[(b, hv, triton.cdiv(dv, BV))](
-        q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens, out,
+        q, k, v, g, beta, pool, _arange(q.device)[: b + 1], read_slots, write_slots,
+        prefix_lens, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         g.stride(0), beta.stride(0), dk ** -0.5, EPS,
         HV=hv, REP=hv // hk, DK=dk, DV=dv, BK=triton.next_power_of_2(dk), BV=BV, num_warps=1,

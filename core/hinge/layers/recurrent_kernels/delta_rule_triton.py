@@ -38,9 +38,8 @@ EPS = 1e-6  #: the L2-norm epsilon of the torch reference (``torch_ref.l2norm``)
 
 @triton.jit
 def token_step(S, q, k, v, g, beta, scale, eps):
-    """One token of the recurrence on a (BK, BV) float32 slice of the state: the one place its
-    arithmetic is written (this kernel and ``decode_in_pool`` inline it, so a decode row is the
-    same bits whichever runs it). Returns the new slice and the token's (BV,) output."""
+    """One token of the recurrence on a (BK, BV) float32 slice of the state. Returns the new
+    slice and the token's (BV,) output."""
     qn = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps) * scale
     kn = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
     S = S * tl.exp(g)
@@ -52,27 +51,15 @@ def token_step(S, q, k, v, g, beta, scale, eps):
 
 
 @triton.jit
-def _delta_rule_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, cu_ptr, out_ptr, final_ptr, states_ptr,
-    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
-    scale, eps,
-    HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    BK: tl.constexpr, BV: tl.constexpr, TRACK: tl.constexpr,
-):
-    i_n = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_v = tl.program_id(2)
-    i_hk = i_h // REP
-    bos = tl.load(cu_ptr + i_n).to(tl.int64)
-    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_k = offs_k < DK
-    mask_v = offs_v < DV
-    mask_s = mask_k[:, None] & mask_v[None, :]
-    s_off = offs_k[:, None] * DV + offs_v[None, :]
-    head = (i_n * HV + i_h).to(tl.int64) * DK * DV
-    S = tl.load(s0_ptr + head + s_off, mask=mask_s, other=0.0).to(tl.float32)
+def walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, states_ptr, bos, eos, i_h, i_hk,
+                offs_k, offs_v, mask_k, mask_v, mask_s, s_off, stride_qt, stride_qh, stride_kt,
+                stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, scale, eps,
+                HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, TRACK: tl.constexpr):
+    """Rows ``bos..eos-1`` of one request through the recurrence from its (BK, BV) float32 slice
+    ``S`` of the state: outputs (and with ``TRACK`` the state after each row) stored, the final
+    slice returned. The one place the token loop is written: ``_delta_rule_kernel`` and
+    ``decode_in_pool`` both inline it (the same code, so a decode row is the same bits whichever
+    kernel runs it)."""
     q_row = q_ptr + i_hk * stride_qh + offs_k
     k_row = k_ptr + i_hk * stride_kh + offs_k
     v_row = v_ptr + i_h * stride_vh + offs_v
@@ -98,6 +85,34 @@ def _delta_rule_kernel(
         if TRACK:
             tl.store(states_ptr + (t * HV + i_h) * DK * DV + s_off, S, mask=mask_s)
         q, k, v, g, beta = q_next, k_next, v_next, g_next, beta_next
+    return S
+
+
+@triton.jit
+def _delta_rule_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, cu_ptr, out_ptr, final_ptr, states_ptr,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
+    scale, eps,
+    HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, TRACK: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_h = tl.program_id(1)
+    i_v = tl.program_id(2)
+    i_hk = i_h // REP
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k = offs_k < DK
+    mask_v = offs_v < DV
+    mask_s = mask_k[:, None] & mask_v[None, :]
+    s_off = offs_k[:, None] * DV + offs_v[None, :]
+    head = (i_n * HV + i_h).to(tl.int64) * DK * DV
+    S = tl.load(s0_ptr + head + s_off, mask=mask_s, other=0.0).to(tl.float32)
+    S = walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, states_ptr, bos, eos, i_h, i_hk,
+                    offs_k, offs_v, mask_k, mask_v, mask_s, s_off, stride_qt, stride_qh, stride_kt,
+                    stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, scale, eps, HV, DK, DV, TRACK)
     tl.store(final_ptr + head + s_off, S, mask=mask_s)
 
 
