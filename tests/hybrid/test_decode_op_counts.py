@@ -92,3 +92,14 @@ def test_a_decode_step_in_the_pool_copies_no_matrix_state_and_does_not_grow(hybr
     # matrix states (index_copy_); the conv windows and the stamps still take them
     for op in ("aten::index_select", "aten::masked_fill", "aten::index_copy_"):
         assert gather[op] - small[op] == deltanets, (op, gather[op], small[op])
+
+
+def test_the_in_pool_decode_can_be_turned_off_from_the_environment(monkeypatch):
+    from types import SimpleNamespace
+
+    from hinge.layers.recurrent_kernels.checkpoints import decodes_in_pool
+
+    batch = SimpleNamespace(track_states=False, checkpoint_lens_cpu=[0, 0], extend_lens_cpu=[1, 1])
+    assert decodes_in_pool(batch)
+    monkeypatch.setenv("HINGE_DECODE_IN_POOL", "0")
+    assert not decodes_in_pool(batch)

@@ -27,6 +27,7 @@ with a checkpoint inside it eager): the split's layout is built on the host.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -114,11 +115,17 @@ def step_write_slots(batch: ForwardBatch) -> torch.Tensor:
     return batch.state_write_slots if batch.state_write_slots is not None else batch.state_slots
 
 
+#: ``HINGE_DECODE_IN_POOL=0`` sends decode steps back through gather, kernel and scatter (the
+#: in-pool kernel is new and was not yet run on a GPU when it became the default: 2026-12-01)
+IN_POOL_ENV = "HINGE_DECODE_IN_POOL"
+
+
 def decodes_in_pool(batch: ForwardBatch) -> bool:
     """Whether the step may run its delta rule in the pool (``RecurrentKernels.decode_in_pool``):
-    one token per request, no checkpoint inside the step, no per-position states. Host lists only."""
-    return (not batch.track_states and not any(batch.checkpoint_lens_cpu)
-            and all(n == 1 for n in batch.extend_lens_cpu))
+    one token per request, no checkpoint inside the step, no per-position states, and not turned
+    off by ``HINGE_DECODE_IN_POOL=0``. Host lists only."""
+    return (os.environ.get(IN_POOL_ENV, "1") != "0" and not batch.track_states
+            and not any(batch.checkpoint_lens_cpu) and all(n == 1 for n in batch.extend_lens_cpu))
 
 
 def write_step_states(ctx: ForwardContext, state_id: int, conv: torch.Tensor,
