@@ -9,6 +9,7 @@ copies without blocking; on CPU it is ``torch.tensor``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -20,3 +21,13 @@ def to_device(values: Sequence, dtype: torch.dtype, device: torch.device | str) 
     if torch.device(device).type != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)
+
+
+@functools.cache
+def num_sms(device: torch.device | str, fallback: int = 132) -> int:
+    """Streaming multiprocessors of a CUDA ``device`` (what kernel tilings size their grids by);
+    ``fallback`` anywhere else (the CPU interpreter tiles as for an H100/H200)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return fallback
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -29,7 +29,7 @@ from hinge.builtin.triton_kernels import interpreter_requested, kernels
 from hinge.builtin.triton_kernels.launch import paged_attention
 from hinge.builtin.triton_options import TritonAttentionOptions
 from hinge.contracts import AttentionBackend, AttentionLayer
-from hinge.devices import to_device
+from hinge.devices import num_sms, to_device
 from hinge.static_batch import pad_extend_lens
 
 if TYPE_CHECKING:
@@ -90,7 +90,6 @@ class TritonAttentionBackend(AttentionBackend):
         self._graph_rows = 0
         self._graph_splits = 1
         self._graph_metas: dict[tuple[int, int], TritonAttentionMetadata] = {}
-        self._target: dict[torch.device, int] = {}
         self._compiled = None
 
     # -- per step (eager) ---------------------------------------------------------------------
@@ -150,10 +149,7 @@ class TritonAttentionBackend(AttentionBackend):
         return self._compiled
 
     def _target_programs(self, device: torch.device) -> int:
-        if device not in self._target:
-            sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-            self._target[device] = PROGRAMS_PER_SM * sms
-        return self._target[device]
+        return PROGRAMS_PER_SM * num_sms(device, fallback=1)
 
     # -- start-up ----------------------------------------------------------------------------
 

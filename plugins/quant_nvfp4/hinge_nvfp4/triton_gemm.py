@@ -26,6 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import num_sms
 from hinge_nvfp4 import triton_gemv
 
 
@@ -140,8 +141,7 @@ def nvfp4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, ro
     if m == 0:
         return out
     if tile is None:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 132
-        tile = pick_tile(m, n, k, deterministic, sms)
+        tile = pick_tile(m, n, k, deterministic, num_sms(x.device))
     sbits = scales.view(torch.uint8)
     ws = torch.empty(tile.split_k, m, n, dtype=torch.float32, device=x.device) if tile.split_k > 1 else out
     grid = (triton.cdiv(m, tile.block_m) * triton.cdiv(n, tile.block_n), tile.split_k)

@@ -40,6 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import num_sms
+from hinge.layers.fast_triton.gemv import split_k_for
+
 MAX_ROWS = 16
 REDUCE_BLOCK = 1024
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -189,13 +192,6 @@ def supports(x: torch.Tensor, packed: torch.Tensor) -> bool:
 
 
 @functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # the interpreter: any fixed count
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-@functools.cache
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
     """The tiling chosen by reasoning for an H100/H200-class GPU (no autotuning).
 
@@ -209,11 +205,7 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
         block_n, block_k, dot = 32 // max(1, triton.next_power_of_2(m)), 512, False
     else:
         block_n, block_k, dot = 32, 256, True
-    tiles = -(-n // block_n)
-    steps = -(-k // block_k)
-    split = 1
-    while tiles * split < 4 * num_sms and steps // (split * 2) >= 2:
-        split *= 2
+    split = split_k_for(-(-n // block_n), -(-k // block_k), 4, num_sms)
     return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, dot=dot)
 
 
@@ -230,7 +222,7 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
             f"{packed.storage_offset()}; check triton_gemv.supports first and use triton_gemm otherwise")
     m, k = x.shape
     n = packed.shape[0]
-    cfg = config or default_config(m, n, k, _num_sms(x.device))
+    cfg = config or default_config(m, n, k, num_sms(x.device))
     if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
         raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import num_sms
+
 #: streaming multiprocessors assumed when there is no CUDA device (the CPU interpreter)
 DEFAULT_NUM_SMS = 132
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -90,12 +92,6 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return DEFAULT_NUM_SMS
-
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, (..., K) x (N, K) -> (..., N) in ``x``'s dtype, batch invariant.
@@ -114,7 +110,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0:
         return out.reshape(*lead, n)
-    cfg = matmul_config(n, k, x.dtype, _num_sms(x.device))
+    cfg = matmul_config(n, k, x.dtype, num_sms(x.device, DEFAULT_NUM_SMS))
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
     _matmul_kernel[grid](
         a, weight, bias if bias is not None else out, out, m, n, k,

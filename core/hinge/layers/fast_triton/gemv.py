@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import num_sms
+
 MAX_ROWS = 16
 DTYPES = (torch.float16, torch.bfloat16)
 REDUCE_BLOCK = 1024
@@ -98,11 +100,13 @@ def supports(x: torch.Tensor, w: torch.Tensor) -> bool:
             and x.stride(-1) == 1 and w.is_contiguous() and x.device == w.device)
 
 
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132  # the interpreter: any fixed count
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def split_k_for(tiles: int, steps: int, programs_per_sm: int, num_sms: int) -> int:
+    """The smallest power of two of K slices giving ``tiles`` row tiles at least
+    ``programs_per_sm`` programs per SM, keeping at least two K steps (of ``steps``) per slice."""
+    split = 1
+    while tiles * split < programs_per_sm * num_sms and steps // (split * 2) >= 2:
+        split *= 2
+    return split
 
 
 @functools.cache
@@ -120,11 +124,7 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
         block_n, block_k, dot = 16 // max(1, triton.next_power_of_2(m)), 512, False
     else:
         block_n, block_k, dot = 16, 256, True
-    tiles = -(-n // block_n)
-    steps = -(-k // block_k)
-    split = 1
-    while tiles * split < 3 * num_sms and steps // (split * 2) >= 2:
-        split *= 2
+    split = split_k_for(-(-n // block_n), -(-k // block_k), 3, num_sms)
     return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, dot=dot)
 
 
@@ -137,7 +137,7 @@ def gemv(x: torch.Tensor, w: torch.Tensor, config: GemvConfig | None = None) -> 
             f"w {tuple(w.shape)} {w.dtype}; check gemv.supports first and use F.linear otherwise")
     m, k = x.shape
     n = w.shape[0]
-    cfg = config or default_config(m, n, k, _num_sms(x.device))
+    cfg = config or default_config(m, n, k, num_sms(x.device))
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.block_k), cfg.split_k) * cfg.block_k
     even_k = k_per_split * cfg.split_k == k
