@@ -30,6 +30,7 @@ from hinge.layers.recurrent_kernels.delta_rule_triton import (
     EPS,
     MAX_UNIFORM_ROWS,
     _arange,
+    state_tile,
     walk_tokens,
 )
 
@@ -48,14 +49,8 @@ def _decode_in_pool_kernel(
     i_hk = i_h // REP
     # NOTE: row i_n from cu = 0, 1, 2, ... loaded, as the token-recurrence kernel does: the same
     # token loop (a trip count known at compile time would let it lay the loop out otherwise)
-    bos = tl.load(cu_ptr + i_n).to(tl.int64)
-    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_k = offs_k < DK
-    mask_v = offs_v < DV
-    mask_s = mask_k[:, None] & mask_v[None, :]
-    s_off = offs_k[:, None] * DV + offs_v[None, :]
+    bos, eos, offs_k, offs_v, mask_k, mask_v, mask_s, s_off = state_tile(cu_ptr, i_n, i_v, DK, DV,
+                                                                          BK, BV)
     src = tl.load(read_ptr + i_n).to(tl.int64)
     resumes = tl.load(prefix_ptr + i_n) != 0  # a fresh request starts from zeros
     S = tl.load(pool_ptr + (src * HV + i_h) * DK * DV + s_off, mask=mask_s & resumes,

@@ -51,6 +51,22 @@ def token_step(S, q, k, v, g, beta, scale, eps):
 
 
 @triton.jit
+def state_tile(cu_ptr, i_n, i_v, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
+               BV: tl.constexpr):
+    """Row ``i_n``'s token range and the (BK, BV) tile of its state that program ``i_v`` owns:
+    (bos, eos, offs_k, offs_v, mask_k, mask_v, mask_s, s_off). Shared by both kernels."""
+    bos = tl.load(cu_ptr + i_n).to(tl.int64)
+    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    offs_v = i_v * BV + tl.arange(0, BV)
+    mask_k = offs_k < DK
+    mask_v = offs_v < DV
+    mask_s = mask_k[:, None] & mask_v[None, :]
+    s_off = offs_k[:, None] * DV + offs_v[None, :]
+    return bos, eos, offs_k, offs_v, mask_k, mask_v, mask_s, s_off
+
+
+@triton.jit
 def walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, states_ptr, bos, eos, i_h, i_hk,
                 offs_k, offs_v, mask_k, mask_v, mask_s, s_off, stride_qt, stride_qh, stride_kt,
                 stride_kh, stride_vt, stride_vh, stride_gt, stride_bt, scale, eps,
@@ -100,14 +116,8 @@ def _delta_rule_kernel(
     i_h = tl.program_id(1)
     i_v = tl.program_id(2)
     i_hk = i_h // REP
-    bos = tl.load(cu_ptr + i_n).to(tl.int64)
-    eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    offs_k = tl.arange(0, BK)
-    offs_v = i_v * BV + tl.arange(0, BV)
-    mask_k = offs_k < DK
-    mask_v = offs_v < DV
-    mask_s = mask_k[:, None] & mask_v[None, :]
-    s_off = offs_k[:, None] * DV + offs_v[None, :]
+    bos, eos, offs_k, offs_v, mask_k, mask_v, mask_s, s_off = state_tile(cu_ptr, i_n, i_v, DK, DV,
+                                                                          BK, BV)
     head = (i_n * HV + i_h).to(tl.int64) * DK * DV
     S = tl.load(s0_ptr + head + s_off, mask=mask_s, other=0.0).to(tl.float32)
     S = walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, states_ptr, bos, eos, i_h, i_hk,
