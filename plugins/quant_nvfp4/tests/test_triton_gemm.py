@@ -101,12 +101,16 @@ def test_cuda_deterministic_rows_are_batch_invariant():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay_equals_eager():
+@pytest.mark.parametrize("m, n, k", [(4, 6144, 4096), (1, 4096, 12288), (16, 4096, 12288),
+                                     (64, 6144, 4096)],
+                         ids=["gemv-4", "gemv-1", "gemv-16", "tiles-64"])
+def test_cuda_graph_replay_equals_eager(m, n, k):
+    """The decode GEMV (M <= 16, default mode) and the tiled GEMM (M = 64) in a CUDA graph."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from hinge_nvfp4.triton_gemm import nvfp4_linear
 
-    x, packed, scales, row_scale, bias = problem(4, 6144, 4096, dtype=torch.bfloat16, device="cuda")
+    x, packed, scales, row_scale, bias = problem(m, n, k, dtype=torch.bfloat16, device="cuda")
     nvfp4_linear(x, packed, scales, row_scale, bias)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
