@@ -34,12 +34,12 @@ def _backend(monkeypatch, claim: str = "decode_graph", dtype: str = "bfloat16",
     """The first real CUDA backend here (flashinfer, then the built-in Triton kernels) whose
     capabilities claim ``claim``, ``dtype`` and the tiny models' ``head_dim``; the test's fake
     graph backend where none does."""
-    from hinge.plugins.auto_attention import import_problem
+    from hinge.plugins.auto_attention import PREFERENCES, import_problem
     from hinge.plugins.manager import get_plugin_manager
 
     pm = get_plugin_manager()
-    for name, module in (("flashinfer", "flashinfer"), ("triton", "triton")):
-        if name not in pm.names("attention") or import_problem(module) is not None:
+    for name, module in PREFERENCES["cuda"]:  # auto's order, without the torch reference
+        if module is None or name not in pm.names("attention") or import_problem(module) is not None:
             continue
         caps = pm.get_component("attention", name).spec.capabilities
         if getattr(caps, claim) and dtype in caps.dtypes and \
