@@ -137,6 +137,9 @@ class EngineConfig(BaseModel):
     #: ``auto`` reads the checkpoint; ``dummy`` only its config.json, with seeded random weights
     #: (benchmarks of real shapes without the weights)
     load_format: Literal["auto", "dummy"] = "auto"
+    #: start-up warm-up requests that compile every kernel before the first request
+    #: (hinge.engine.warmup); ``auto`` = on CUDA only
+    warmup: Literal["auto", "on", "off"] = "auto"
     #: torch intra-op threads on CPU; None (or "auto") = chosen at start (hinge.threads)
     cpu_threads: int | None = Field(None, ge=1)
     #: fields ``resolved()`` filled from ``DEVICE_DEFAULTS``, with the value it filled in

@@ -27,6 +27,8 @@ from hinge.engine.sampler import Sampler
 from hinge.engine.scheduler import Scheduler
 from hinge.engine.stats import EngineStats, server_info
 from hinge.engine.validation import validate_request
+from hinge.engine.warmup import enabled as warmup_enabled
+from hinge.engine.warmup import run_warmup
 
 if TYPE_CHECKING:
     from hinge.config import EngineConfig
@@ -111,10 +113,7 @@ class Engine:
         self.cache = self.plan.build_cache(build)
         self.cache.attach(cache_context(config, self.kv, self.states))
         # loop parts
-        self.scheduler = Scheduler(self.kv, self.cache,
-                                   max_running_requests=config.max_running_requests,
-                                   chunked_prefill_size=config.chunked_prefill_size,
-                                   states=self.states)
+        self.scheduler = self.new_scheduler(self.cache)
         self.runner = ModelRunner(self.model, self.attn, self.kv, self.device, states=self.states,
                                   max_rows=config.max_running_requests + 1,
                                   max_pages=self.kv.pages_needed(self.max_model_len),
@@ -141,7 +140,14 @@ class Engine:
         #: checkpoints the receipts confirmed, by path (eager, graph) and phase (the request's:
         #: prefill or decode)
         self.checkpoint_writes: dict[str, dict[str, int]] = {}
+        if warmup_enabled(config):  # the first request compiles nothing (hinge.engine.warmup)
+            run_warmup(self)
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
+
+    def new_scheduler(self, cache) -> Scheduler:
+        """A scheduler over this engine's pools with ``cache`` as its prefix cache."""
+        return Scheduler(self.kv, cache, max_running_requests=self.config.max_running_requests,
+                         chunked_prefill_size=self.config.chunked_prefill_size, states=self.states)
 
     def _state_pool_factory(self, config: EngineConfig):
         """``make(num_slots) -> StatePool`` for hybrid models, None for dense ones."""

@@ -1,0 +1,75 @@
+"""Start-up warm-up requests (``hinge.engine.warmup``): they leave no trace in the engine's
+counters, pools or prefix cache, and what a client gets afterwards is what it gets without them."""
+
+from __future__ import annotations
+
+import pytest
+
+from hinge.builtin.no_cache import NoCachePolicy
+from hinge.config import EngineConfig
+from hinge.engine import warmup
+from hinge.engine.engine import Engine
+from hinge.sampling_params import SamplingParams
+from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+
+PARAMS = [SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True, logprobs=True),
+          SamplingParams(max_new_tokens=6, temperature=0.8, top_p=0.9, top_k=20, seed=3,
+                         repetition_penalty=1.2, ignore_eos=True, logprobs=True)]
+PROMPTS = [[5, 9, 11, 40, 2, 7, 7, 13], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]]
+
+
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def checkpoint(request, tmp_path_factory):
+    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(f"warmup-{request.param}"),
+                                seed=5)
+    write_byte_tokenizer(path)
+    return path
+
+
+def _engine(path, mode: str) -> Engine:
+    return Engine(EngineConfig(model=str(path), device="cpu", warmup=mode,
+                               kv_cache_bytes=64 << 20), progress=False)
+
+
+def _run(engine: Engine) -> list:
+    rids = [engine.add_request(p, sp) for p, sp in zip(PROMPTS, PARAMS, strict=True)]
+    done = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                done[out.rid] = out
+    return [(done[r].token_ids, done[r].logprobs) for r in rids]
+
+
+def test_auto_warms_up_on_cuda_only_and_on_and_off_mean_what_they_say():
+    def cfg(device, mode):
+        return EngineConfig(device=device, warmup=mode)
+
+    assert [warmup.enabled(cfg("cpu", m)) for m in ("auto", "on", "off")] == [False, True, False]
+    assert [warmup.enabled(cfg("cuda", m)) for m in ("auto", "on", "off")] == [True, True, False]
+
+
+def test_after_the_warm_up_every_counter_pool_and_the_cache_are_as_at_start(checkpoint):
+    engine = _engine(checkpoint, "on")
+    stats = engine.stats()
+    assert (stats.forward_steps, stats.generation_tokens, stats.num_finished, stats.prompt_tokens) \
+        == (0, 0, 0, 0)
+    assert stats.eager_steps == {} and stats.kv_pages_used == 0 and stats.kv_pages_cached == 0
+    assert stats.prefix_cache["query_tokens"] == 0 and stats.prefix_cache["tree_nodes"] <= 1
+    assert stats.prefix_cache["checkpoint_writes"] == {}
+    assert engine.kv.allocator.num_used == 0
+    if engine.states is not None:
+        assert engine.states.num_used == 0 and engine.states.checkpoints.num_used == 0
+    assert engine.scheduler.cache is engine.cache  # the real cache is back
+    assert not engine.has_unfinished()
+
+
+def test_a_warmed_up_engine_gives_the_same_tokens_and_logprobs_as_a_cold_one(checkpoint):
+    warm, cold = _engine(checkpoint, "on"), _engine(checkpoint, "off")
+    assert _run(warm) == _run(cold)
+
+
+def test_a_warm_up_that_keeps_pages_is_an_error_naming_the_leak(checkpoint, monkeypatch):
+    monkeypatch.setattr(NoCachePolicy, "insert", lambda self, tokens, pages, *a, **k: [])
+    with pytest.raises(RuntimeError, match=r"warm-up requests kept [1-9]\d* KV pages"):
+        _engine(checkpoint, "on")

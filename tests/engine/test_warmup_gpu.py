@@ -1,0 +1,63 @@
+"""On CUDA the start-up warm-up leaves nothing for the first requests to compile (run on the GPU
+machine: ``pytest -m gpu tests/engine/test_warmup_gpu.py``): after the engine starts, Triton's
+post-compile hook sees no new kernel specialization while requests of other lengths, batched and
+alone, greedy and sampled, run and hit the prefix cache, in default and deterministic mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinge.config import EngineConfig
+from hinge.engine.engine import Engine
+from hinge.sampling_params import SamplingParams
+from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+SAMPLED = SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9, top_k=50,
+                         repetition_penalty=1.1, logprobs=True, ignore_eos=True, seed=1)
+GREEDY = SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True, logprobs=True)
+
+
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def checkpoint(request, tmp_path_factory):
+    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(f"warm-{request.param}"), seed=2)
+    write_byte_tokenizer(path)
+    return path
+
+
+def _run(engine: Engine, prompts, params) -> list:
+    rids = [engine.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
+    done = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            if out.finished:
+                done[out.rid] = out
+    return [done[r] for r in rids]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+def test_requests_after_start_up_compile_no_triton_kernel(checkpoint, deterministic):
+    import triton
+
+    engine = Engine(EngineConfig(model=str(checkpoint), device="cuda", dtype="bfloat16",
+                                 deterministic=deterministic, warmup="on"), progress=False)
+    compiled: list[str] = []
+    hook = triton.knobs.runtime.jit_post_compile_hook
+    triton.knobs.runtime.jit_post_compile_hook = lambda *a, fn=None, repr=None, **k: compiled.append(repr)
+    try:
+        g = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (57, 300, 48, 1, 130)]
+        first = _run(engine, prompts[:2], [GREEDY, SAMPLED])
+        _run(engine, prompts[2:4], [SAMPLED, GREEDY])
+        _run(engine, prompts[4:], [GREEDY])
+        # a second turn: the first turn's prompt and output plus a suffix hits the prefix cache
+        turn2 = prompts[1] + first[1].token_ids + prompts[4][:40]
+        _run(engine, [turn2], [GREEDY])
+        cached = engine.stats().cached_tokens
+    finally:
+        triton.knobs.runtime.jit_post_compile_hook = hook
+        engine.close()
+    assert cached > 0  # the hit path ran
+    assert compiled == [], f"{len(compiled)} kernel specializations compiled after start-up: {compiled[:5]}"
