@@ -30,7 +30,7 @@ from hinge.layers import (
 )
 from hinge.layers.rotary import CHUNK
 from hinge.models.base import ModelConfig
-from hinge.models.stack import DecoderStackLM
+from hinge.models.stack import DecoderStackLM, pre_norm_layer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -140,12 +140,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm_args)
         self.mlp = mlp
 
-    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        # the attention output's residual add rides in the post-attention norm (one fused kernel
-        # on CUDA, the same add then norm elsewhere); the MLP's add stays, as the stack reads h
-        attn = self.self_attn(self.input_layernorm(h), cos, sin, ctx)
-        x, h = self.post_attention_layernorm(attn, h)
-        return self.mlp(x) + h
+    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext,
+                residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mlp output, residual)``: both residual adds ride in the norms (``hinge.models.stack``)."""
+        return pre_norm_layer(self.input_layernorm, self.self_attn, self.post_attention_layernorm,
+                              self.mlp, h, residual, cos, sin, ctx)
 
 
 class DenseDecoderLM(DecoderStackLM):

@@ -55,9 +55,9 @@ class Lfm2DecoderLayer(HybridLayer):
                                      f"{prefix}.feed_forward", deterministic=deterministic,
                                      names=("w1", "w3", "w2"), tp=tp)
 
-    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        h = h + self.mix(self.operator_norm(h), cos, sin, ctx)
-        return h + self.feed_forward(self.ffn_norm(h))
+    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext, residual=None):
+        return self.residual_step(self.operator_norm, self.ffn_norm, self.feed_forward,
+                                  h, residual, cos, sin, ctx)
 
 
 class Lfm2ForCausalLM(HybridDecoderLM):

@@ -39,9 +39,9 @@ class Qwen3_5DecoderLayer(HybridLayer):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, **norm)
         self.mlp = mlp
 
-    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
-        h = h + self.mix(self.input_layernorm(h), cos, sin, ctx)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext, residual=None):
+        return self.residual_step(self.input_layernorm, self.post_attention_layernorm, self.mlp,
+                                  h, residual, cos, sin, ctx)
 
 
 class Qwen3_5ForCausalLM(HybridDecoderLM):

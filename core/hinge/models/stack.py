@@ -3,8 +3,14 @@
 ``logits_indices`` rows, capturing the hidden states ``capture_hidden_layers`` asks for (numbered
 as ``hinge.models.base`` says).
 
-A subclass builds ``self.rotary``, its layers (each called ``layer(h, cos, sin, ctx)``) and then
-calls ``build_stack``; the final norm's checkpoint name is ``final_norm_name``.
+A subclass builds ``self.rotary``, its layers and then calls ``build_stack``; the final norm's
+checkpoint name is ``final_norm_name``.
+
+Residual passing (sglang's): a layer is called ``layer(h, cos, sin, ctx, residual) -> (out,
+residual)`` and the hidden state after it is ``out + residual``, never formed unless captured.
+Each add rides in the next norm (``RMSNorm(x, residual)``: one fused kernel on CUDA, the same add
+then norm elsewhere), so a pre-norm layer costs two fused add+norms and no bare add
+(``pre_norm_layer``); the first layer gets ``residual=None``, the final norm takes the last pair.
 """
 
 from __future__ import annotations
@@ -20,6 +26,15 @@ from hinge.models.base import CausalLM
 
 if TYPE_CHECKING:
     from hinge.forward import ForwardContext
+
+
+def pre_norm_layer(norm1: RMSNorm, mix, norm2: RMSNorm, ffn, h: torch.Tensor,
+                   residual: torch.Tensor | None, *mix_args) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h + residual -> +mix(norm1(.)) -> +ffn(norm2(.))`` as ``(ffn output, residual)``: the
+    adds ride in the norms. Bit for bit what the three adds written out give (the add commutes)."""
+    x, residual = (norm1(h), h) if residual is None else norm1(h, residual)
+    x, residual = norm2(mix(x, *mix_args), residual)
+    return ffn(x), residual
 
 
 class DecoderStack(nn.Module):
@@ -71,11 +86,12 @@ class DecoderStackLM(CausalLM):
             hidden[0] = h
         max_pos = max(batch.seq_lens_cpu, default=1) - 1 if batch.extend_lens_cpu else None
         cos, sin = self.rotary(batch.positions, max_pos, dtype=h.dtype)
+        residual = None
         for i, layer in enumerate(self.model.layers):
-            h = layer(h, cos, sin, ctx)
+            h, residual = layer(h, cos, sin, ctx, residual)
             if i + 1 in capture and i + 1 < num_layers:
-                hidden[i + 1] = h
-        h = self.model.final_norm(h)
+                hidden[i + 1] = h + residual
+        h = self.model.final_norm(h) if residual is None else self.model.final_norm(h, residual)[0]
         if num_layers in capture:
             hidden[num_layers] = h  # NOTE: HF ties the last hidden state to the final-normed one
         logits = self.lm_head(h.index_select(0, batch.logits_indices))
