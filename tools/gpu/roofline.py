@@ -2,6 +2,7 @@
 
     python tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b
     OUT=/tmp/out python tools/gpu/roofline.py ...        # also $OUT/roofline.json
+    python tools/gpu/roofline.py --profile ...           # + kernel breakdowns (step_profile.py)
 
 For each model (a ``hinge.bench`` preset, random weights built on the GPU, nothing downloaded):
 
@@ -190,6 +191,14 @@ def bench_model(arch: str, size: str, args: argparse.Namespace, bandwidth: float
                                  "first_ttft_ms": first * 1e3, "warm_ttft_ms": warm * 1e3,
                                  "startup_s": start_s})
                     print(json.dumps({"model": result["model"], **rows[-1]}), flush=True)
+                if args.profile:  # where a greedy decode step's time goes, batch 1 and batch B
+                    from step_profile import profile_decode  # NOTE: the sibling script
+
+                    greedy = SamplingParams(max_new_tokens=args.b1_tokens, temperature=0.0,
+                                            ignore_eos=True, detokenize=False)
+                    for b in (1, args.batch):
+                        prof = profile_decode(llm.engine, prompts(b, args.prompt_len), greedy)
+                        result.setdefault("profiles", []).append({"mode": mode, **prof})
             gc.collect()
             torch.cuda.empty_cache()
     return result
@@ -227,6 +236,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["default", "deterministic"])
     ap.add_argument("--mem-fraction", type=float, default=0.35)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile greedy decode steps at batch 1 and --batch (step_profile.py)")
     args = ap.parse_args()
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.3f} TB/s on {torch.cuda.get_device_name()}", flush=True)
@@ -238,6 +249,12 @@ def main() -> None:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "roofline.json"), "w") as f:
             json.dump(stamp, f, indent=1)
+    for r in results:
+        if r.get("profiles"):
+            from step_profile import table as profile_table
+
+            for prof in r["profiles"]:
+                print(profile_table(prof, f"{r['model']} {prof['mode']}"))
     for r in results:
         print(table(r, bandwidth))
 

@@ -1,0 +1,98 @@
+"""Where a decode step's time goes: the kernels of a few engine steps, from the torch profiler.
+
+``profile_decode(engine, prompts, params, steps)`` adds the requests, steps until every one of
+them decodes, then profiles ``steps`` decode steps (CUDA activity: graph replays are listed kernel
+by kernel). It returns per step: the host wall time between step returns, the device time the
+kernels took (their sum), the kernel count, and the kernels grouped by name and by kind (GEMM,
+attention, norm, recurrent, sampling, copies, other), each with us per step and launches per step.
+The difference between the wall time and the kernel sum is time the device was idle: launch
+gaps inside a graph, host work it waited for.
+
+    from step_profile import profile_decode, table   # from a sibling script (roofline.py --profile)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+
+KINDS = (  # first match wins: FA4's CuTe kernels carry "cutlass" in their names too
+    ("attention", r"flashinfer|attention|batchdecode|batchprefill|paged|fmha|flash"),
+    ("gemm", r"gemm|gemv|nvjet|cutlass|xmma|cublas|_matmul|splitk|sm90_"),
+    ("norm", r"rmsnorm|rms_norm|layer_norm|_norm_"),
+    ("recurrent", r"delta|conv1d|fused_recurrent|chunk_|in_pool|recurrence"),
+    ("sampling", r"argmax|topk|sort|softmax|multinomial|exponential|sampl|gather_logits|cumsum"),
+    ("copy", r"copy|memcpy|memset|fill|index|scatter|gather|cat"),
+)
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    for kind, pattern in KINDS:
+        if re.search(pattern, low):
+            return kind
+    return "other"
+
+
+def short(name: str, width: int = 70) -> str:
+    name = re.sub(r"<.*", "<...>", name)  # templates say little and are long
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: int = 16) -> dict[str, Any]:
+    """Profile ``steps`` decode steps once every request of ``prompts`` decodes (see the module)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for p in prompts:
+        engine.add_request(list(p), params)
+    # prefill (and any chunk) first, then two decode steps so the pipeline (overlap) is steady
+    for _ in range(64):
+        engine.step()
+        if all(r.num_output >= 2 for r in engine.scheduler.running) and not engine.scheduler.waiting:
+            break
+    torch.cuda.synchronize()
+    stamps = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            engine.step()
+            stamps.append(time.perf_counter())
+        torch.cuda.synchronize()
+    while engine.has_unfinished():
+        for req in list(engine.scheduler.running) + list(engine.scheduler.waiting):
+            engine.abort_request(req.rid)
+        engine.step()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for e in kernels:
+        entry = by_name[e.name]
+        entry[0] += e.device_time_total  # us (a kernel event: its own time range)
+        entry[1] += 1
+    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for name, (us, n) in by_name.items():
+        by_kind[kind_of(name)][0] += us
+        by_kind[kind_of(name)][1] += n
+    wall = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1) * 1e6
+    busy = sum(us for us, _ in by_name.values()) / steps
+    return {
+        "batch": len(prompts), "steps": steps, "wall_us_per_step": wall, "kernel_us_per_step": busy,
+        "idle_us_per_step": wall - busy, "kernels_per_step": len(kernels) / steps,
+        "by_kind": {k: {"us": us / steps, "launches": n / steps}
+                    for k, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
+        "top": [{"name": short(name), "kind": kind_of(name), "us": us / steps, "launches": n / steps}
+                for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:20]],
+    }
+
+
+def table(prof: dict[str, Any], title: str) -> str:
+    lines = [f"\n{title}: batch {prof['batch']}, {prof['wall_us_per_step']:.0f} us per step "
+             f"(kernels {prof['kernel_us_per_step']:.0f} us, device idle "
+             f"{prof['idle_us_per_step']:.0f} us), {prof['kernels_per_step']:.0f} kernels per step",
+             "| kind | us/step | launches/step |", "| --- | --- | --- |"]
+    lines += [f"| {k} | {v['us']:.0f} | {v['launches']:.0f} |" for k, v in prof["by_kind"].items()]
+    lines += ["", "| kernel | kind | us/step | launches/step |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{t['name']}` | {t['kind']} | {t['us']:.1f} | {t['launches']:.0f} |" for t in prof["top"]]
+    return "\n".join(lines)
