@@ -12,7 +12,7 @@
 # brings back at most 8 files); a summary line per file is printed last and kept in $OUT.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-LOGS=/tmp/lanes; rm -rf "$LOGS"; mkdir -p "$LOGS"
+LOGS=/tmp/lanes; rm -rf "$LOGS"; mkdir -p "$LOGS"; : > "$OUT/lanes-summary.txt"
 LIMIT=${LIMIT:-240}
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-cache}
 lane() {
@@ -25,11 +25,12 @@ lane() {
             > "$LOGS/$name.log" 2>&1
         local rc=$?
         local last; last=$(grep -E "passed|failed|error|skipped|no tests" "$LOGS/$name.log" | tail -1)
-        printf '%-60s rc=%-3s %4ss  %s\n' "$f" "$rc" $((SECONDS - start)) "$last" >> "$LOGS/summary.txt"
+        # NOTE: into $OUT as each file ends too, so a call cut off at its limit still reports
+        printf '%-60s rc=%-3s %4ss  %s\n' "$f" "$rc" $((SECONDS - start)) "$last" \
+            | tee -a "$OUT/lanes-summary.txt" >> "$LOGS/summary.txt"
     done
 }
 for spec in "$@"; do lane "$spec" & done
 wait
 tar -C /tmp -czf "$OUT/lanes.tgz" lanes
-cp "$LOGS/summary.txt" "$OUT/lanes-summary.txt"
 cat "$LOGS/summary.txt"

@@ -4,8 +4,8 @@
 # `python3 -m pip install -q -e . --no-deps --no-build-isolation`):
 #
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, one kernel lane
-#   bash tools/gpu/open_issue_checks.sh bench    # fa4 split decode, fa4, roofline (~8 min)
-#   bash tools/gpu/open_issue_checks.sh bench2   # nvfp4 GEMM + end to end, hybrid radix TTFT
+#   bash tools/gpu/open_issue_checks.sh bench    # fa4 split decode, roofline + profiles (~9 min)
+#   bash tools/gpu/open_issue_checks.sh bench2   # fa4, nvfp4 GEMM + end to end, ncu of the GEMVs
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -16,8 +16,8 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 case "${1:-}" in
 tests)
     LIMIT=${LIMIT:-240} bash tools/gpu/lanes.sh \
-        "tests/hybrid/test_radix_gpu.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,tests/engine/test_grammar_gpu.py,tests/engine/test_graphs_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
-        "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/layers/test_fast_triton.py,plugins/quant_nvfp4/tests"
+        "tests/hybrid/test_radix_gpu.py,tests/engine/test_warmup_gpu.py,tests/engine/test_graphs_gpu.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
+        "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/layers/test_fast_triton.py,tests/models/test_dense_gpu.py,plugins/quant_nvfp4/tests"
     ;;
 bench|bench2)
     b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
@@ -25,11 +25,18 @@ bench|bench2)
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
         b fa4_split 90 python3 tools/gpu/fa4_split_decode.py
-        b fa4 100 python3 tools/gpu/fa4_attention.py
-        b roofline 300 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b
+        b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile
     else
-        b nvfp4 200 python3 tools/gpu/nvfp4_gemm.py
-        b radix35 300 python3 tools/gpu/radix_ttft.py --arch qwen3_5 --size 9b --attention auto
+        b fa4 100 python3 tools/gpu/fa4_attention.py
+        b nvfp4 220 python3 tools/gpu/nvfp4_gemm.py
+        ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
+            # shellcheck disable=SC2086
+            b "ncu-${spec// /-}" 60 "$ncu" --clock-control none --kernel-name regex:gemv_kernel \
+                --launch-skip 3 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+                --section ComputeWorkloadAnalysis --section WarpStateStats --section InstructionStats \
+                --section LaunchStats --section Occupancy python3 tools/gpu/ncu_gemv.py $spec
+        done
     fi
     cat "$OUT/rc.txt"
     ;;
