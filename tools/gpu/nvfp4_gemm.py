@@ -75,9 +75,9 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
 
 
 def sweep_configs(m: int, n: int, k: int) -> list:
-    """GEMV tilings to try at (m, n, k), in both layouts (``strided``, ``split``): block sizes
-    around the default, splits 1/2x, 1x, 2x of it, 4 warps; and the default with 8 warps."""
-    from hinge_nvfp4.triton_gemv import LAYOUTS, GemvConfig, default_config
+    """GEMV tilings to try at (m, n, k): block sizes around the default, splits 1/2x, 1x, 2x of
+    it, 4 warps; and the default with 8 warps."""
+    from hinge_nvfp4.triton_gemv import GemvConfig, default_config
 
     base = default_config(m, n, k)
     if base.dot:
@@ -85,13 +85,12 @@ def sweep_configs(m: int, n: int, k: int) -> list:
     else:
         blocks = [(8, 1024), (16, 512), (16, 1024), (32, 512), (32, 256), (64, 256)]
     configs = []
-    for layout in LAYOUTS:
-        for block_n, block_k in blocks:
-            steps = -(-k // block_k)
-            for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
-                if split <= steps and not (layout == "strided" and base.dot and block_k < 128):
-                    configs.append(GemvConfig(block_n, block_k, split, 4, base.dot, layout=layout))
-        configs.append(GemvConfig(base.block_n, base.block_k, base.split_k, 8, base.dot, layout=layout))
+    for block_n, block_k in blocks:
+        steps = -(-k // block_k)
+        for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
+            if split <= steps:
+                configs.append(GemvConfig(block_n, block_k, split, 4, base.dot))
+    configs.append(GemvConfig(base.block_n, base.block_k, base.split_k, 8, base.dot))
     return configs
 
 
@@ -99,7 +98,7 @@ def sweep(iters: int, hbm_tbs: float) -> None:
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemv import default_config, nvfp4_gemv
 
-    print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot, layout)")
+    print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot)")
     for label, (n, k) in SHAPES.items():
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         row_scale = torch.ones(n, device="cuda")
@@ -116,7 +115,7 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                     continue
                 results.append((us, cfg))
                 print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
-                      f"{cfg.dot}, {cfg.layout}) {us:>8.1f} us {100 * roof / us:>5.0f}%")
+                      f"{cfg.dot}) {us:>8.1f} us {100 * roof / us:>5.0f}%")
             if results:
                 us, best = min(results, key=lambda r: r[0])
                 print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "

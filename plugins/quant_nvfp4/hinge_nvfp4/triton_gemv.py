@@ -27,18 +27,6 @@ How it streams (the cost at M <= 16 is decoding, not multiplying; cf. Marlin's l
   significant bits) are joined back into K order and fed to ``tl.dot`` with the rows padded to 16
   (float32 accumulation on the tensor cores).
 
-Two layouts of the same arithmetic (``GemvConfig.layout``):
-
-- ``strided`` (the default): nothing is reshaped, split or joined in the loop, so no register
-  tensor changes layout (a shuffle through shared memory per step in Triton). Code position ``j``
-  of word ``w`` is element ``8 w + j``: the activations are loaded as 8 strided (rows, words)
-  tiles ``x[8 w + j]`` (the same few KB of ``x`` for every program: L1 hits), each block scale as
-  a (rows, words) tile indexed ``w // 2``; M <= 2 sums ``x_j * c_j`` per word and multiplies by the
-  word's scale, larger M runs 8 dots of K = words, one per position (a dot over K is a sum: its
-  order is free).
-- ``split``: the first version, as described above, joined back into K order (kept to compare
-  in ``tools/gpu/nvfp4_gemm.py --sweep``; not yet measured against ``strided`` on a GPU).
-
 ``default_config`` picks the tiling from the shape alone; ``tools/gpu/nvfp4_gemm.py --sweep``
 measures alternatives on the GPU.
 """
@@ -57,7 +45,6 @@ from hinge.layers.fast_triton.gemv import split_k_for
 
 MAX_ROWS = 16
 REDUCE_BLOCK = 1024
-LAYOUTS = ("strided", "split")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -72,7 +59,6 @@ class GemvConfig:
     num_warps: int = 4
     dot: bool = False
     num_stages: int = 3
-    layout: str = "strided"  #: ``strided`` or ``split`` (module docstring)
 
 
 @triton.jit
@@ -181,107 +167,6 @@ def _nvfp4_gemv_kernel(
 
 
 @triton.jit
-def _x_position(x_rows, kk, offs_w, word_ok, J: tl.constexpr, EVEN_K: tl.constexpr):
-    """(rows, words) activations of code position ``J``: ``x[kk + 8 w + J]``."""
-    cols = kk + 8 * offs_w + J
-    if EVEN_K:
-        return tl.load(x_rows + cols[None, :])
-    return tl.load(x_rows + cols[None, :], mask=word_ok[None, :], other=0.0)
-
-
-@triton.jit
-def _nvfp4_gemv_strided_kernel(
-    x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
-    M, N, K, stride_xm, stride_wn, stride_sn, stride_os, stride_om, k_per_split,
-    HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
-    USE_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    """The ``strided`` layout (module docstring): the same contract as ``_nvfp4_gemv_kernel``."""
-    BLOCK_W: tl.constexpr = BLOCK_K // 8  # int32 words (8 codes) per row per step
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_w = tl.arange(0, BLOCK_W)
-    # clamp instead of masking: rows past M or N re-read a valid row and are never stored
-    rows_m = tl.minimum(offs_m, M - 1)
-    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
-    w_rows = w_ptr + rows_n[:, None] * stride_wn
-    s_rows = s_ptr + rows_n[:, None] * stride_sn
-    x_rows = x_ptr + rows_m[:, None] * stride_xm
-    k_start = pid_k * k_per_split
-    if USE_DOT:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    else:
-        acc3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_W), dtype=tl.float32)
-    for k0 in range(0, k_per_split, BLOCK_K):
-        kk = k_start + k0
-        ws = kk // 8 + offs_w
-        word_ok = ws < K // 8
-        if EVEN_K:
-            words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
-            sbits = tl.load(s_rows + (ws // 2)[None, :], eviction_policy="evict_first")
-        else:
-            words = tl.load(w_rows + ws[None, :], mask=word_ok[None, :], other=0,
-                            eviction_policy="evict_first")
-            sbits = tl.load(s_rows + (ws // 2)[None, :], mask=word_ok[None, :], other=0,
-                            eviction_policy="evict_first")
-        words = words.to(tl.uint32, bitcast=True)
-        sw = _e4m3_scaled(sbits)  # (BLOCK_N, BLOCK_W): each word's block scale * 2^14
-        c0, c4 = _e2m1_pair(words, 0)
-        c1, c5 = _e2m1_pair(words, 1)
-        c2, c6 = _e2m1_pair(words, 2)
-        c3, c7 = _e2m1_pair(words, 3)
-        x0 = _x_position(x_rows, kk, offs_w, word_ok, 0, EVEN_K)
-        x1 = _x_position(x_rows, kk, offs_w, word_ok, 1, EVEN_K)
-        x2 = _x_position(x_rows, kk, offs_w, word_ok, 2, EVEN_K)
-        x3 = _x_position(x_rows, kk, offs_w, word_ok, 3, EVEN_K)
-        x4 = _x_position(x_rows, kk, offs_w, word_ok, 4, EVEN_K)
-        x5 = _x_position(x_rows, kk, offs_w, word_ok, 5, EVEN_K)
-        x6 = _x_position(x_rows, kk, offs_w, word_ok, 6, EVEN_K)
-        x7 = _x_position(x_rows, kk, offs_w, word_ok, 7, EVEN_K)
-        if USE_DOT:
-            ty = x0.dtype  # codes * scale are exact in x's dtype (2 + 4 significant bits)
-            if IEEE:
-                acc = tl.dot(x0, tl.trans((c0 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x1, tl.trans((c1 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x2, tl.trans((c2 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x3, tl.trans((c3 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x4, tl.trans((c4 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x5, tl.trans((c5 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x6, tl.trans((c6 * sw).to(ty)), acc, input_precision="ieee")
-                acc = tl.dot(x7, tl.trans((c7 * sw).to(ty)), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(x0, tl.trans((c0 * sw).to(ty)), acc)
-                acc = tl.dot(x1, tl.trans((c1 * sw).to(ty)), acc)
-                acc = tl.dot(x2, tl.trans((c2 * sw).to(ty)), acc)
-                acc = tl.dot(x3, tl.trans((c3 * sw).to(ty)), acc)
-                acc = tl.dot(x4, tl.trans((c4 * sw).to(ty)), acc)
-                acc = tl.dot(x5, tl.trans((c5 * sw).to(ty)), acc)
-                acc = tl.dot(x6, tl.trans((c6 * sw).to(ty)), acc)
-                acc = tl.dot(x7, tl.trans((c7 * sw).to(ty)), acc)
-        else:
-            part = (x0.to(tl.float32)[:, None, :] * c0[None, :, :]
-                    + x1.to(tl.float32)[:, None, :] * c1[None, :, :]
-                    + x2.to(tl.float32)[:, None, :] * c2[None, :, :]
-                    + x3.to(tl.float32)[:, None, :] * c3[None, :, :]
-                    + x4.to(tl.float32)[:, None, :] * c4[None, :, :]
-                    + x5.to(tl.float32)[:, None, :] * c5[None, :, :]
-                    + x6.to(tl.float32)[:, None, :] * c6[None, :, :]
-                    + x7.to(tl.float32)[:, None, :] * c7[None, :, :])
-            acc3 += part * sw[None, :, :]
-    if not USE_DOT:
-        acc = tl.sum(acc3, axis=2)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if EPILOGUE:
-        acc = acc * tl.load(rs_ptr + rows_n)[None, :]
-        if HAS_BIAS:
-            acc = acc + tl.load(bias_ptr + rows_n).to(tl.float32)[None, :]
-    tl.store(out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :],
-             acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _reduce_kernel(part_ptr, rs_ptr, bias_ptr, out_ptr, N, stride_ps, stride_pm, stride_om,
                    HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
     m = tl.program_id(0)
@@ -340,11 +225,6 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
     cfg = config or default_config(m, n, k, num_sms(x.device))
     if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
         raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
-    if cfg.layout not in LAYOUTS:
-        raise ValueError(f"GemvConfig.layout must be one of {LAYOUTS}, got {cfg.layout!r}")
-    if cfg.layout == "strided" and cfg.dot and cfg.block_k < 128:
-        raise ValueError(f"the strided layout's dots run K = block_k / 8 >= 16: block_k >= 128, got "
-                         f"{cfg.block_k}")
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))
     words = packed.view(torch.int32)
     sbits = scales.view(torch.uint8)
@@ -353,8 +233,7 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
     grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
     split = cfg.split_k > 1
     part = torch.empty(cfg.split_k, m, n, dtype=torch.float32, device=x.device) if split else out
-    kernel = _nvfp4_gemv_strided_kernel if cfg.layout == "strided" else _nvfp4_gemv_kernel
-    kernel[grid](
+    _nvfp4_gemv_kernel[grid](
         x, words, sbits, row_scale, bias if bias is not None else row_scale, part,
         m, n, k, x.stride(0), words.stride(0), sbits.stride(0),
         part.stride(0) if split else 0, part.stride(-2), k_per_split,

@@ -38,42 +38,32 @@ def assert_matches(got, expected, bound):
     assert err <= bound * max(1.0, float(expected.abs().max())), err
 
 
-def config_for(gemv, layout, block_n, block_k, split_k, dot):
-    """A tiling in ``layout``; the strided layout's dots need block_k >= 128 (K = block_k / 8)."""
-    if layout == "strided" and dot:
-        block_k = max(block_k, 128)
-    return gemv.GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, dot=dot, layout=layout)
-
-
-@pytest.mark.parametrize("layout", ["strided", "split"])
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("tiling", TILINGS)
-def test_interpreted_gemv_equals_the_reference_for_ragged_rows_in_every_tiling(kernels, m, tiling, layout):
+def test_interpreted_gemv_equals_the_reference_for_ragged_rows_in_every_tiling(kernels, m, tiling):
     gemv, _ = kernels
     n_, k_, split, dot = tiling
     x, packed, scales, row_scale, bias = problem(m, 40, 208, seed=m)
-    config = config_for(gemv, layout, n_, k_, split, dot)
+    config = gemv.GemvConfig(block_n=n_, block_k=k_, split_k=split, dot=dot)
     got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias if m % 2 else None, config=config)
     expected = reference.linear(x, packed, scales, row_scale, bias if m % 2 else None)
     assert got.shape == (m, 40) and got.dtype == torch.float32
     assert_matches(got, expected, 1e-5)
 
 
-@pytest.mark.parametrize("layout", ["strided", "split"])
 @pytest.mark.parametrize("dot", [False, True])
-def test_interpreted_gemv_in_bfloat16_matches_within_one_rounding(kernels, dot, layout):
+def test_interpreted_gemv_in_bfloat16_matches_within_one_rounding(kernels, dot):
     gemv, _ = kernels
     x, packed, scales, row_scale, bias = problem(3, 24, 96, dtype=torch.bfloat16, seed=5)
-    config = config_for(gemv, layout, 16, 64, 2, dot)
+    config = gemv.GemvConfig(block_n=16, block_k=64, split_k=2, dot=dot)
     got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
     expected = reference.linear(x, packed, scales, row_scale, bias)
     assert got.dtype == torch.bfloat16
     assert_matches(got.float(), expected.float(), 1.6e-2)
 
 
-@pytest.mark.parametrize("layout", ["strided", "split"])
 @pytest.mark.parametrize("dot", [False, True])
-def test_interpreted_gemv_decodes_every_code_byte_and_every_finite_scale_exactly(kernels, dot, layout):
+def test_interpreted_gemv_decodes_every_code_byte_and_every_finite_scale_exactly(kernels, dot):
     """Byte (n, c) = 7n + c mod 256, so the columns read hold every byte value; the block scales run
     through fp8 0x00..0x7E (zero, subnormals, normals up to 448); x is one-hot, so each output is
     one decoded code times its scale, exact in float32."""
@@ -85,21 +75,10 @@ def test_interpreted_gemv_decodes_every_code_byte_and_every_finite_scale_exactly
     scales = scales.to(torch.uint8).view(torch.float8_e4m3fn)
     row_scale = torch.ones(n)
     x = torch.eye(k)[::9][:16].contiguous()  # rows pick k = 0, 9, 18, ... (both nibbles, all words)
-    config = config_for(gemv, layout, 32, 128, 2, dot)
+    config = gemv.GemvConfig(block_n=32, block_k=128, split_k=2, dot=dot)
     got = gemv.nvfp4_gemv(x, packed, scales, row_scale, None, config=config)
     expected = reference.linear(x, packed, scales, row_scale, None)
     assert torch.equal(got, expected)
-
-
-def test_a_strided_dot_tiling_too_short_for_its_dots_is_refused_naming_the_minimum():
-    from hinge_nvfp4.triton_gemv import GemvConfig, nvfp4_gemv
-
-    x, packed, scales, row_scale, _ = problem(4, 32, 256, seed=1)
-    with pytest.raises(ValueError, match="block_k >= 128"):
-        nvfp4_gemv(x, packed, scales, row_scale, None,
-                   config=GemvConfig(block_n=16, block_k=64, dot=True, layout="strided"))
-    with pytest.raises(ValueError, match="layout must be one of"):
-        nvfp4_gemv(x, packed, scales, row_scale, None, config=GemvConfig(layout="rows"))
 
 
 def test_default_mode_sends_decode_sizes_to_the_gemv_and_deterministic_mode_never(kernels):
