@@ -99,6 +99,12 @@ def test_cuda_budget_arithmetic_takes_weights_and_the_profiled_step_out_of_the_f
     capped = kv_budget_bytes("cuda", kv_cache_bytes=gib, mem_fraction_static=0.8,
                              free_before_weights=100 * gib, free_now=84 * gib, activation_bytes=0)
     assert capped == gib
+    # the process's own count of its weights wins over the drop in free memory (which another
+    # process starting beside it also causes)
+    own = kv_budget_bytes("cuda", kv_cache_bytes=None, mem_fraction_static=0.8,
+                          free_before_weights=100 * gib, free_now=40 * gib, activation_bytes=0,
+                          weight_bytes=16 * gib)
+    assert own == 80 * gib - 16 * gib
     with pytest.raises(ValueError, match="lower chunked_prefill_size"):
         kv_budget_bytes("cuda", kv_cache_bytes=None, mem_fraction_static=0.5,
                         free_before_weights=100 * gib, free_now=60 * gib, activation_bytes=11 * gib)

@@ -78,6 +78,7 @@ class Engine:
         build = self.plan.build_context()
         # model
         free_before = torch.cuda.mem_get_info()[0] if self.device == "cuda" else None
+        allocated_before = torch.cuda.memory_allocated() if self.device == "cuda" else 0
         quantizer = self.plan.build_quantizer(build)
         self.model = load_model(config.model, device=self.device, dtype=self.dtype,
                                 quantizer=quantizer, deterministic=config.deterministic,
@@ -103,7 +104,8 @@ class Engine:
             activations *= 2  # NOTE: the graph pool keeps the largest prefill step's activations
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
                                  mem_fraction_static=config.mem_fraction_static,
-                                 free_before_weights=free_before, activation_bytes=activations)
+                                 free_before_weights=free_before, activation_bytes=activations,
+                                 weight_bytes=self._weight_bytes(allocated_before))
         self.states = self._create_state_pool(config, budget)
         if self.states is not None:
             budget -= self.states.nbytes
@@ -143,6 +145,13 @@ class Engine:
         if warmup_enabled(config):  # the first request compiles nothing (hinge.engine.warmup)
             run_warmup(self)
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
+
+    def _weight_bytes(self, allocated_before: int) -> int | None:
+        """CUDA: what this process allocated since ``allocated_before`` (the weights, once the
+        profiling forward freed its pools); None elsewhere."""
+        if self.device != "cuda":
+            return None
+        return torch.cuda.memory_allocated() - allocated_before
 
     def new_scheduler(self, cache) -> Scheduler:
         """A scheduler over this engine's pools with ``cache`` as its prefix cache."""

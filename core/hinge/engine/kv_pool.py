@@ -81,21 +81,24 @@ def kv_bytes_per_token(layers: list[AttentionLayer], dtype: torch.dtype) -> int:
 
 def kv_budget_bytes(device: str, *, kv_cache_bytes: int | None, mem_fraction_static: float,
                     free_before_weights: int | None = None, activation_bytes: int = 0,
-                    free_now: int | None = None) -> int:
+                    free_now: int | None = None, weight_bytes: int | None = None) -> int:
     """Bytes the KV pool (and the recurrent-state pool) may take.
 
     CPU: ``kv_cache_bytes`` (None: 256 MiB). CUDA: ``mem_fraction_static`` of the memory that was
-    free before the weights loaded, minus what the weights (and anything else since) took and
-    minus ``activation_bytes`` (the peak of a profiling forward at the largest step,
-    ``hinge.engine.memory``), capped at ``kv_cache_bytes`` when that is set. What the fraction
-    leaves over is headroom for CUDA graphs and the allocator.
+    free before the weights loaded, minus what the weights took and minus ``activation_bytes``
+    (the peak of a profiling forward at the largest step, ``hinge.engine.memory``), capped at
+    ``kv_cache_bytes`` when that is set. What the fraction leaves over is headroom for CUDA
+    graphs and the allocator. ``weight_bytes`` is what this process allocated for the weights
+    (the engine passes torch's count); without it, the drop in free memory since
+    ``free_before_weights``, which also counts other processes' allocations on the card
+    (engines starting side by side once measured 117 GiB of weights for a tiny model).
     """
     if device != "cuda":
         return DEFAULT_CPU_KV_BYTES if kv_cache_bytes is None else int(kv_cache_bytes)
     if free_now is None:
         free_now = torch.cuda.mem_get_info()[0]
     before = free_now if free_before_weights is None else free_before_weights
-    weights = before - free_now
+    weights = before - free_now if weight_bytes is None else weight_bytes
     budget = int(mem_fraction_static * before) - weights - activation_bytes
     if kv_cache_bytes is not None:
         budget = min(budget, int(kv_cache_bytes))
