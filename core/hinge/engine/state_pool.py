@@ -195,12 +195,15 @@ class StatePool:
                 ssm = ssm.masked_fill(fresh.view(-1, *[1] * (ssm.dim() - 1)), 0)
         return conv, ssm
 
-    def write(self, state_id: int, slots: torch.Tensor, conv: torch.Tensor,
+    def write(self, state_id: int, slots: torch.Tensor, conv: torch.Tensor | None,
               ssm: torch.Tensor | None = None, stamps: torch.Tensor | None = None) -> None:
         """The one write path of recurrent state: a step's final states, a checkpoint inside it,
         eager or replayed from a CUDA graph. ``stamps`` (the step's, ``ForwardBatch.state_stamps``)
-        are written beside the state: the receipt ``receipt`` reads back."""
-        self.conv[state_id].index_copy_(0, slots, conv.to(self.conv_dtype))
+        are written beside the state: the receipt ``receipt`` reads back. ``conv`` / ``ssm`` None:
+        a kernel already wrote that state in place at ``slots`` (``RecurrentKernels.conv_in_pool``,
+        ``decode_in_pool``); the stamps are still written here."""
+        if conv is not None:
+            self.conv[state_id].index_copy_(0, slots, conv.to(self.conv_dtype))
         if ssm is not None:
             self.ssm[state_id].index_copy_(0, slots, ssm.to(self.ssm_dtype))
         if stamps is not None:

@@ -10,7 +10,9 @@ from ``ctx.states``; a request with no prefix starts from zeros; the final state
 checkpoints are written through ``hinge.layers.recurrent_kernels.checkpoints`` (the one write
 path), and with ``track_states`` the state after every row goes to ``ctx.position_states``. A decode
 step on kernels with an in-place path (fla, deterministic CUDA) runs the delta rule in the pool:
-each state is read and written once, where it lies (``RecurrentKernels.decode_in_pool``).
+each state is read and written once, where it lies (``RecurrentKernels.decode_in_pool``); in
+default mode on CUDA the conv window too (``RecurrentKernels.conv_in_pool``: one kernel instead of
+a gather, ~15 small tensor ops and a scatter).
 """
 
 from __future__ import annotations
@@ -145,15 +147,22 @@ class GatedDeltaNet(nn.Module):
         track = batch.track_states
         t = h.shape[0]
         mixed, z, b, a = self.project(h)
-        conv0, _ = ctx.states.read(sid, slots, fresh, ssm=False)
         weight = self.conv1d.weight[:, 0]
+        in_pool = decodes_in_pool(batch)
+        conv_out = self.kernels.conv_in_pool(
+            mixed, weight, None, ctx.states.conv[sid], slots, step_write_slots(batch),
+            batch.prefix_lens, activation="silu") if in_pool else None
+        if conv_out is not None:  # the window was read and written in the pool
+            windows, window, conv_ck = None, None, None
+        else:
+            conv0, _ = ctx.states.read(sid, slots, fresh, ssm=False)
 
-        def conv_run(rows, states, cu_seqlens):
-            r = self.kernels.causal_conv1d(rows[0], weight, None, states[0], cu_seqlens,
-                                           activation="silu", track_states=track)
-            return (r.out, r.position_windows), (r.final_window,)
+            def conv_run(rows, states, cu_seqlens):
+                r = self.kernels.causal_conv1d(rows[0], weight, None, states[0], cu_seqlens,
+                                               activation="silu", track_states=track)
+                return (r.out, r.position_windows), (r.final_window,)
 
-        (conv_out, windows), (window,), conv_ck = run_split(conv_run, (mixed,), (conv0,), batch)
+            (conv_out, windows), (window,), conv_ck = run_split(conv_run, (mixed,), (conv0,), batch)
         q, k, v = torch.split(conv_out, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(t, self.num_k_heads, self.head_k_dim)
@@ -163,7 +172,7 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * pointwise(a.float() + self.dt_bias, F.softplus, det)
 
         rule_out = None
-        if decodes_in_pool(batch):  # the kernel reads and writes the pool: no gather, no scatter
+        if in_pool:  # the kernel reads and writes the pool: no gather, no scatter
             rule_out = self.kernels.decode_in_pool(q, k, v, g, beta, ctx.states.ssm[sid], slots,
                                                    step_write_slots(batch), batch.prefix_lens)
         if rule_out is not None:
@@ -178,7 +187,7 @@ class GatedDeltaNet(nn.Module):
             (rule_out, positions), (state,), rule_ck = run_split(rule_run, (q, k, v, g, beta), (ssm0,),
                                                                  batch)
         write_step_states(ctx, sid, window, state,
-                          None if conv_ck is None else (conv_ck[0], rule_ck[0]))
+                          None if conv_ck is None or rule_ck is None else (conv_ck[0], rule_ck[0]))
         if track:
             ctx.position_states.conv[sid] = windows
             ctx.position_states.ssm[sid] = positions

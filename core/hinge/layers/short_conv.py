@@ -15,7 +15,12 @@ from torch import nn
 from hinge.forward import RecurrentLayerSpec
 from hinge.layers.gated_deltanet import DepthwiseConv, recurrent_inputs
 from hinge.layers.linear import Linear
-from hinge.layers.recurrent_kernels.checkpoints import run_split, write_step_states
+from hinge.layers.recurrent_kernels.checkpoints import (
+    decodes_in_pool,
+    run_split,
+    step_write_slots,
+    write_step_states,
+)
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -41,6 +46,13 @@ class ShortConv(nn.Module):
         batch, sid = ctx.batch, self.spec.state_id
         slots, fresh = recurrent_inputs(ctx, "short conv")
         gate_b, gate_c, x = self.in_proj(h).chunk(3, dim=-1)
+        bx = gate_b * x
+        out = self.kernels.conv_in_pool(
+            bx, self.conv.weight[:, 0], self.conv.bias, ctx.states.conv[sid], slots,
+            step_write_slots(batch), batch.prefix_lens) if decodes_in_pool(batch) else None
+        if out is not None:  # the window was read and written in the pool
+            write_step_states(ctx, sid, None, None, None)
+            return self.out_proj(gate_c * out)
         window, _ = ctx.states.read(sid, slots, fresh)
 
         def run(rows, states, cu_seqlens):
@@ -48,7 +60,7 @@ class ShortConv(nn.Module):
                                            cu_seqlens, track_states=batch.track_states)
             return (r.out, r.position_windows), (r.final_window,)
 
-        (out, windows), (final,), ck = run_split(run, (gate_b * x,), (window,), batch)
+        (out, windows), (final,), ck = run_split(run, (bx,), (window,), batch)
         write_step_states(ctx, sid, final, None, None if ck is None else (ck[0], None))
         if batch.track_states:
             ctx.position_states.conv[sid] = windows

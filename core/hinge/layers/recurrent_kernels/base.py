@@ -112,3 +112,29 @@ class RecurrentKernels(ABC):
         :returns: out (B, Hv, Dv) in the query dtype, or None.
         """
         return None
+
+    def conv_in_pool(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        pool: torch.Tensor,
+        read_slots: torch.Tensor,
+        write_slots: torch.Tensor,
+        prefix_lens: torch.Tensor,
+        *,
+        activation: str | None = None,
+    ) -> torch.Tensor | None:
+        """``causal_conv1d`` of a decode step (one input per request: ``x`` (B, C)) that reads
+        each request's window from the pool and writes the window after the token back, or None
+        where these kernels have no such path (the caller then gathers the windows, runs
+        ``causal_conv1d`` and writes the final windows back).
+
+        Request ``i`` continues from ``pool[read_slots[i]]`` (zeros where ``prefix_lens[i] == 0``);
+        its window after the token goes to ``pool[write_slots[i]]`` in the pool's dtype. Device
+        work only: it runs inside a captured CUDA graph.
+
+        :param pool: (slots, C, K-1), the layer's windows (``StatePool.conv[state_id]``).
+        :returns: out (B, C) in x's dtype, or None.
+        """
+        return None

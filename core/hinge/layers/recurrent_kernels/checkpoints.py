@@ -16,8 +16,9 @@ states through ``write_step_states`` only, eager or replayed from a CUDA graph:
 - a decode step (``decodes_in_pool``: one token per request, no checkpoint inside, no
   per-position states) whose kernels have an in-place path (``RecurrentKernels.decode_in_pool``)
   has the matrix state read from and written to the pool by the kernel itself, at the same
-  ``step_write_slots``; ``write_step_states`` then writes the conv window and the stamps (its
-  ``ssm`` is None). Eager and replayed decode steps take the same path: the choice is made on the
+  ``step_write_slots``, and likewise the conv window (``RecurrentKernels.conv_in_pool``, default
+  mode on CUDA); ``write_step_states`` then writes what is left and the stamps (its ``ssm`` /
+  ``conv`` None). Eager and replayed decode steps take the same path: the choice is made on the
   host from the step's shape, never from its values.
 
 Graph replays only ever carry checkpoints at the step's end (``GraphRunner.find`` runs a step
@@ -128,13 +129,13 @@ def decodes_in_pool(batch: ForwardBatch) -> bool:
             and not any(batch.checkpoint_lens_cpu) and all(n == 1 for n in batch.extend_lens_cpu))
 
 
-def write_step_states(ctx: ForwardContext, state_id: int, conv: torch.Tensor,
+def write_step_states(ctx: ForwardContext, state_id: int, conv: torch.Tensor | None,
                       ssm: torch.Tensor | None, checkpoint: tuple[torch.Tensor, torch.Tensor | None]
                       | None) -> None:
     """Write one layer's states after the step (and its checkpoints inside the step) with the
-    step's stamps. The only place a recurrent layer writes the state pool, but for the matrix
-    state of a step its kernel ran in the pool (``ssm`` None: no matrix state, or already
-    written at ``step_write_slots``)."""
+    step's stamps. The only place a recurrent layer writes the state pool, but for the states
+    of a decode step its kernels ran in the pool (``conv`` / ``ssm`` None: already written at
+    ``step_write_slots``; ``ssm`` None also for a layer without a matrix state)."""
     batch = ctx.batch
     ctx.states.write(state_id, step_write_slots(batch), conv, ssm, batch.state_stamps)
     if checkpoint is not None:

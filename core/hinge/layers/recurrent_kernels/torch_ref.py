@@ -402,6 +402,18 @@ class TorchRecurrentKernels(RecurrentKernels):
             deterministic=self.deterministic,
         )
 
+    def conv_in_pool(self, x, weight, bias, pool, read_slots, write_slots, prefix_lens, *,
+                     activation=None):
+        """Default mode on CUDA: the Triton kernel in place (``conv_in_pool``). Deterministic mode
+        keeps the torch conv (a decode row must be the bits of a prefill row); CPU has no
+        in-place path."""
+        if self.deterministic or not x.is_cuda:
+            return None
+        from hinge.layers.recurrent_kernels.conv_in_pool import conv_in_pool
+
+        return conv_in_pool(x, weight, bias, pool, read_slots, write_slots, prefix_lens,
+                            activation=activation)
+
     def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
         """Deterministic on CUDA: the Triton kernel in place (the same bits as the token-recurrence
         kernel's decode rows). The reference elsewhere has no in-place path."""

@@ -1,0 +1,186 @@
+"""The in-place decode conv (``conv_in_pool``) on CPU under Triton's interpreter: each request
+continues from its read slot's window (zeros when fresh), its output is the torch reference
+conv's, its new window lands in its write slot and nothing else in the pool changes; a tiny
+Qwen3.5 and a tiny LFM2 decoding through it (and the in-pool delta rule) match the reference
+kernels, with fewer ops per step. Speed and CUDA bits are GPU checks (test_conv_in_pool_gpu.py)."""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hybrid_harness import StepHarness, load_hinge
+from test_decode_op_counts import decode_ops
+
+import hinge
+from hinge.layers.recurrent_kernels import TorchRecurrentKernels
+from hinge.layers.recurrent_kernels.torch_ref import torch_causal_conv1d
+from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+pytest.importorskip("triton")
+importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")  # compiled first
+
+KERNELS = Path(hinge.__file__).parent / "layers" / "recurrent_kernels"
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return (load_interpreted(KERNELS / "conv_in_pool.py", "_interpreted_conv_in_pool"),
+            load_interpreted(KERNELS / "decode_in_pool.py", "_interpreted_decode_in_pool_conv"))
+
+
+@pytest.fixture
+def conv(monkeypatch, modules):
+    patch_interpreter(monkeypatch)
+    return modules[0].conv_in_pool
+
+
+def _inputs(b, c=300, k=4, slots=8, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, c + 5, generator=gen).to(dtype)[:, 5:]  # a view, as the in_proj split gives
+    weight = torch.randn(c, k, generator=gen).to(dtype)
+    bias = torch.randn(c, generator=gen).to(dtype)
+    pool = torch.randn(slots, c, k - 1, generator=gen).to(dtype)
+    return x, weight, bias, pool
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_request_continues_its_window_and_writes_the_next_one_to_its_write_slot_only(
+        conv, activation, dtype):
+    x, weight, bias, pool = _inputs(4, dtype=dtype)
+    before = pool.clone()
+    read, write = torch.tensor([3, 5, 1, 2]), torch.tensor([3, 6, 4, 0])  # in place; elsewhere...
+    prefix = torch.tensor([7, 0, 2, 9])  # request 1 is fresh: zeros, not slot 5's window
+    for b in (None, bias):
+        pool.copy_(before)
+        out = conv(x, weight, b, pool, read, write, prefix, activation=activation)
+        windows = torch.stack([before[r] if p else torch.zeros_like(before[0])
+                               for r, p in zip(read.tolist(), prefix.tolist(), strict=True)])
+        want = torch_causal_conv1d(x, weight, b, windows, list(range(5)), activation=activation)
+        tol = dict(rtol=0, atol=0) if dtype == torch.float32 and activation is None else \
+            dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(out, want.out, **tol)
+        assert torch.equal(pool[write], want.final_window.to(dtype)), "the window after the token"
+        untouched = [s for s in range(pool.shape[0]) if s not in write.tolist()]
+        assert torch.equal(pool[untouched], before[untouched]), "only the write slots change"
+
+
+def test_an_empty_step_and_a_pool_of_another_width(conv):
+    x, weight, bias, pool = _inputs(0)
+    empty = torch.zeros(0, dtype=torch.int64)
+    assert conv(x, weight, None, pool, empty, empty, empty).shape == (0, 300)
+    x, weight, bias, pool = _inputs(2)
+    with pytest.raises(ValueError, match=r"pool \(slots, C, K-1\)"):
+        conv(x, weight, None, pool[:, :100], torch.tensor([1, 2]), torch.tensor([1, 2]), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        conv(x, weight, None, pool, torch.tensor([1, 2]), torch.tensor([1, 2]), torch.tensor([1, 1]),
+             activation="gelu")
+
+
+class InterpretedInPool(TorchRecurrentKernels):
+    """The torch reference with the CUDA default mode's in-place decode kernels, interpreted."""
+
+    def __init__(self, conv_module=None, rule_module=None) -> None:
+        super().__init__()
+        self.conv_module, self.rule_module = conv_module, rule_module
+        self.calls = Counter()
+
+    def conv_in_pool(self, *args, **kwargs):
+        if self.conv_module is None:
+            return None
+        self.calls["conv"] += 1
+        return self.conv_module.conv_in_pool(*args, **kwargs)
+
+    def decode_in_pool(self, *args):
+        if self.rule_module is None:
+            return None
+        self.calls["rule"] += 1
+        return self.rule_module.decode_in_pool(*args)
+
+
+@pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])
+def test_a_tiny_hybrid_decoding_in_the_pool_matches_the_reference_kernels(
+        monkeypatch, modules, hybrid_checkpoints, arch):
+    patch_interpreter(monkeypatch)
+    path = hybrid_checkpoints(arch)
+    runs = {}
+    for name, kernels in (("reference", TorchRecurrentKernels()),
+                          ("in pool", InterpretedInPool(*modules))):
+        model = load_hinge(path)
+        model.set_recurrent_kernels(kernels)
+        h = StepHarness(model, max_requests=4)
+        h.step([("a", [5, 6, 7, 8]), ("b", [9, 10]), ("c", [11])])  # prefill: the gather path
+        logits = [h.step([("a", [12 + i]), ("b", [20 + i]), ("c", [30 + i])]).logits for i in range(3)]
+        runs[name] = (torch.stack(logits), [w.clone() for w in h.states.conv], kernels)
+    (want, want_windows, _), (got, got_windows, kernels) = runs["reference"], runs["in pool"]
+    layers = len(load_hinge(path).recurrent_layers)
+    assert kernels.calls["conv"] == 3 * layers, "every decode step of every recurrent layer"
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for a, b in zip(got_windows, want_windows, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_decode_step_with_the_conv_in_the_pool_gathers_and_scatters_no_window(
+        monkeypatch, modules, hybrid_checkpoints):
+    patch_interpreter(monkeypatch)
+    model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"))
+    model.set_recurrent_kernels(InterpretedInPool(None, modules[1]))  # the delta rule alone
+    conv_gather = decode_ops(model, 4, capture_view=True)
+    model.set_recurrent_kernels(InterpretedInPool(*modules))
+    small, large = (decode_ops(model, b, capture_view=True) for b in (2, 16))
+    assert {op: (small[op], large[op]) for op in set(small) | set(large) if small[op] != large[op]} == {}
+    layers = len(model.recurrent_layers)
+    # per DeltaNet layer, beside what the in-pool delta rule saves: no window gather (index_select),
+    # no concatenation (cat) and one scatter (index_copy_) fewer: only the stamps are written
+    assert conv_gather["aten::cat"] - small["aten::cat"] >= layers
+    assert sum(conv_gather.values()) - sum(small.values()) >= 10 * layers
+
+
+@pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])
+def test_a_decode_step_in_the_pool_ending_on_a_checkpoint_writes_and_stamps_that_slot_only(
+        monkeypatch, modules, hybrid_checkpoints, arch):
+    """Invariant 1 on the in-pool path: the step's state write aimed at the checkpoint slot, its
+    stamp the receipt, the slot it read untouched."""
+    from test_checkpoint_writes import CHECKPOINT, OWN, PROMPT, Pools
+
+    patch_interpreter(monkeypatch)
+    model = load_hinge(hybrid_checkpoints(arch))
+    kernels = InterpretedInPool(*modules)
+    model.set_recurrent_kernels(kernels)
+    pools = Pools(model, False)
+    pools.step(PROMPT[:8], stamp=1)  # prefill: the gather path
+    before = pools.state(OWN)
+    pools.step(PROMPT[8:9], stamp=2, write_slot=CHECKPOINT)  # one token: in the pool
+    assert kernels.calls["conv"] == len(model.recurrent_layers)
+    reference = Pools(load_hinge(hybrid_checkpoints(arch)), False)
+    reference.step(PROMPT[:9], stamp=1)
+    for got, want in zip(pools.state(CHECKPOINT), reference.state(OWN), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-5)
+    for got, want in zip(pools.state(OWN), before, strict=True):
+        assert torch.equal(got, want), "the slot read is not written"
+    assert pools.states.receipt([CHECKPOINT], 2).written() == [True]
+
+
+@pytest.mark.parametrize("silu", [True, False])
+def test_the_kernel_compiles_for_hopper_without_spilling(silu):
+    """The interpreter takes code the compiler refuses: compile it for sm_90 (the H200) here."""
+    pytest.importorskip("triton.backends.nvidia", reason="needs Triton's CUDA backend (ptxas)")
+    import sys
+
+    sys.path.insert(0, str(Path(hinge.__file__).parents[2] / "tools" / "kernels"))
+    import sass_loop
+
+    from hinge.layers.recurrent_kernels.conv_in_pool import BLOCK_C, _conv_in_pool_kernel
+
+    sig = dict(x_ptr="*bf16", w_ptr="*bf16", b_ptr="*bf16", pool_ptr="*bf16", read_ptr="*i64",
+               write_ptr="*i64", prefix_ptr="*i64", out_ptr="*bf16", C="i32", stride_xt="i32",
+               stride_wc="i32", stride_ps="i32", stride_pc="i32", stride_ot="i32")
+    kernel = sass_loop.compile_for_hopper(
+        _conv_in_pool_kernel, sig, dict(K=4, KP2=4, HAS_BIAS=False, SILU=silu, BLOCK=BLOCK_C),
+        num_warps=4, num_stages=1)
+    registers, spilled = sass_loop.ptxas_usage(kernel)
+    assert spilled == 0 and 0 < registers <= 128

@@ -1,0 +1,81 @@
+"""The in-place decode conv on CUDA at Qwen3.5-9B and LFM2 sizes (run on the GPU host:
+``pytest -m gpu tests/hybrid/test_conv_in_pool_gpu.py -s``): outputs and windows against the torch
+reference conv from gathered windows (bf16: one SiLU ulp), fresh requests from zeros, and the same
+in a CUDA graph replayed with new slots and inputs. Its speed is in the decode-step profile of
+``tools/gpu/roofline.py --profile`` (kernels per step)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinge.layers.recurrent_kernels.torch_ref import torch_causal_conv1d
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+#: Qwen3.5-9B DeltaNet: 2 x 16 key heads x 128 + 32 value heads x 128 channels, kernel 4; LFM2
+SIZES = {"qwen3_5": (8192, 4, "silu", False), "lfm2": (2048, 3, None, True)}
+
+
+def _inputs(b, c, k, bias, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda").bfloat16()
+
+    x = rand(b, c + 64)[:, 64:]  # a view of a wider projection, as the layers pass it
+    pool = rand(2 * b + 1, c, k - 1)
+    read = torch.randperm(b, device="cuda", generator=gen) + 1
+    return x, rand(c, k), rand(c) if bias else None, pool, read
+
+
+def _conv_in_pool(*args, **kwargs):
+    from hinge.layers.recurrent_kernels.conv_in_pool import conv_in_pool
+
+    return conv_in_pool(*args, **kwargs)
+
+
+@pytest.mark.parametrize("model", list(SIZES))
+def test_cuda_conv_in_pool_matches_the_reference_from_gathered_windows(model):
+    c, k, act, bias = SIZES[model]
+    b = 64
+    x, weight, bias_t, pool, read = _inputs(b, c, k, bias)
+    prefix = torch.ones(b, dtype=torch.int64, device="cuda")
+    prefix[::7] = 0  # fresh requests start from zeros
+    windows = pool[read].masked_fill((prefix == 0)[:, None, None], 0)
+    want = torch_causal_conv1d(x, weight, bias_t, windows, list(range(b + 1)), activation=act)
+    write = read + b  # checkpoint slots: each request writes its own
+    before = pool.clone()
+    out = _conv_in_pool(x, weight, bias_t, pool, read, write, prefix, activation=act)
+    torch.testing.assert_close(out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
+    assert torch.equal(pool[write], want.final_window), "the window after the token, exactly"
+    assert torch.equal(pool[read], before[read]) and torch.equal(pool[0], before[0])
+
+
+def test_cuda_conv_in_pool_replays_in_a_graph_with_new_slots_and_inputs():
+    c, k, act, _ = SIZES["qwen3_5"]
+    b = 16
+    x, weight, _, pool, read = _inputs(b, c, k, False, seed=1)
+    write, prefix = read.clone(), torch.ones(b, dtype=torch.int64, device="cuda")
+    static = dict(x=x.clone(), read=read.clone(), write=write.clone(), prefix=prefix.clone())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    scratch = pool.clone()
+    with torch.cuda.stream(side):
+        _conv_in_pool(static["x"], weight, None, scratch, static["read"], static["write"],
+                      static["prefix"], activation=act)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = _conv_in_pool(static["x"], weight, None, pool, static["read"], static["write"],
+                            static["prefix"], activation=act)
+    for seed in range(3):
+        x2, _, _, _, read2 = _inputs(b, c, k, False, seed=10 + seed)
+        eager_pool = pool.clone()
+        want = _conv_in_pool(x2, weight, None, eager_pool, read2, read2 + b, prefix, activation=act)
+        static["x"].copy_(x2)
+        static["read"].copy_(read2)
+        static["write"].copy_(read2 + b)
+        graph.replay()
+        assert torch.equal(out, want) and torch.equal(pool, eager_pool), seed
+
