@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hinge.forward import RecurrentLayerSpec
-from hinge.layers import batch_invariant
+from hinge.layers import batch_invariant, fast_triton
 from hinge.layers.linear import Linear
 from hinge.layers.recurrent_kernels.checkpoints import (
     decodes_in_pool,
@@ -49,6 +49,10 @@ class GatedRMSNorm(nn.Module):
         self.deterministic = deterministic
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        if fast_triton.enabled(x, self.deterministic):  # one kernel on CUDA in default mode
+            fused = fast_triton.kernels().gated_rmsnorm
+            if fused.supports(x, gate):
+                return fused.gated_rmsnorm(x, gate, self.weight, self.eps)
         norm = batch_invariant.rmsnorm if self.deterministic else batch_invariant.rmsnorm_reference
         return (norm(x, self.weight, self.eps) * pointwise(gate.float(), F.silu, self.deterministic)).to(x.dtype)
 
@@ -124,6 +128,17 @@ class GatedDeltaNet(nn.Module):
             ssm_shape=(self.num_v_heads, self.head_k_dim, self.head_v_dim),
         )
 
+    def gates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(g, beta)``: log decay ``-exp(A_log) * softplus(a + dt_bias)`` (float32) and write
+        strength ``sigmoid(b)`` (one kernel on CUDA in default mode: ``fast_triton.gdn_gating``)."""
+        det = self.norm.deterministic
+        if fast_triton.enabled(b, det):
+            fused = fast_triton.kernels().gdn_gating
+            if fused.supports(a, b):
+                return fused.gdn_gating(a, b, self.A_log, self.dt_bias)
+        beta = pointwise(b, torch.sigmoid, det)
+        return -self.A_log.float().exp() * pointwise(a.float() + self.dt_bias, F.softplus, det), beta
+
     def project(self, h: torch.Tensor):
         """(T, hidden) -> mixed qkv (T, conv_dim), z (T, Hv, Dv), b (T, Hv), a (T, Hv)."""
         t = h.shape[0]
@@ -167,9 +182,7 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(t, self.num_v_heads, self.head_v_dim)
-        det = self.norm.deterministic
-        beta = pointwise(b, torch.sigmoid, det)
-        g = -self.A_log.float().exp() * pointwise(a.float() + self.dt_bias, F.softplus, det)
+        g, beta = self.gates(a, b)
 
         rule_out = None
         if in_pool:  # the kernel reads and writes the pool: no gather, no scatter

@@ -13,7 +13,9 @@ Kernels (one per module; each module's docstring states its contract):
   ordered second pass, no atomics);
 - ``add_rmsnorm``: residual add + RMSNorm in one pass;
 - ``silu_mul``: ``silu(gate) * up`` of a fused ``[gate | up]`` with one rounding;
-- ``qk_norm_rope``: per-head RMSNorm of q and k and the rotary embedding in one pass.
+- ``qk_norm_rope``: per-head RMSNorm of q and k and the rotary embedding in one pass;
+- ``gdn_gating``: the gated DeltaNet's decay and write gates (``g``, ``beta``) in one pass;
+- ``gated_rmsnorm``: the gated DeltaNet's output norm times ``silu(z)`` in one pass.
 
 The kernel modules import Triton at import time; import them through ``kernels()`` (only after
 ``enabled`` said yes).
@@ -55,9 +57,17 @@ def gemv_enabled(x: torch.Tensor) -> bool:
 
 @functools.cache
 def kernels() -> SimpleNamespace:
-    """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``, ``qk_norm_rope``), imported
-    on first use."""
-    from hinge.layers.fast_triton import add_rmsnorm, gemv, qk_norm_rope, silu_mul
+    """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``, ``qk_norm_rope``,
+    ``gdn_gating``, ``gated_rmsnorm``), imported on first use."""
+    from hinge.layers.fast_triton import (
+        add_rmsnorm,
+        gated_rmsnorm,
+        gdn_gating,
+        gemv,
+        qk_norm_rope,
+        silu_mul,
+    )
 
     return SimpleNamespace(gemv=gemv, add_rmsnorm=add_rmsnorm, silu_mul=silu_mul,
-                           qk_norm_rope=qk_norm_rope)
+                           qk_norm_rope=qk_norm_rope, gdn_gating=gdn_gating,
+                           gated_rmsnorm=gated_rmsnorm)
