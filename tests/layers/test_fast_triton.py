@@ -136,8 +136,9 @@ def rope64(x: torch.Tensor, positions: torch.Tensor, rot: int, theta: float = 10
 
 @pytest.mark.usefixtures("interpreter")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("factor", [1.0, 0.5])
-def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dtype, factor):
+@pytest.mark.parametrize("factor, offset", [(1.0, 0.0), (0.5, 0.0), (0.25, 1.0)])
+def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dtype, factor, offset):
+    """``offset`` 1.0 with a quarter rotated: Qwen3.5's gated attention ((1 + w) norms)."""
     from hinge.layers.rotary import RotaryEmbedding
 
     t, hq, hk, d = 3, 4, 2, 24
@@ -147,11 +148,13 @@ def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dt
     qw, kw = (randn(d, seed=s, dtype=dtype, scale=0.2) + 1 for s in (16, 17))
     positions = torch.tensor([0, 5, 77])
     cos, sin = rotary(positions, 100, dtype=dtype)
-    out_q, out_k = interpreted.qk_norm_rope.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
+    if offset:
+        qw, kw = qw - 1, kw - 1  # stored centred on zero
+    out_q, out_k = interpreted.qk_norm_rope.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, offset)
     assert out_q.shape == q.shape and out_k.shape == k.shape and out_q.dtype == dtype
     # float64 reference from the kernel's rounded norm (the contract's one intermediate rounding)
     for out, x, w in ((out_q, q, qw), (out_k, k, kw)):
-        normed = rms_norm64(x, w, 1e-6).to(dtype).double()
+        normed = rms_norm64(x, (w + offset).to(dtype), 1e-6).to(dtype).double()
         assert_close_to(out, rope64(normed, positions, rotary.rotary_dim), dtype)
 
 
@@ -364,21 +367,25 @@ def test_cuda_silu_mul_matches_the_float64_formula_and_torch_to_one_ulp(m):
 
 
 @pytest.mark.parametrize("t", [1, 64])
+@pytest.mark.parametrize("d, factor, offset", [(128, 1.0, 0.0), (256, 0.25, 1.0)])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_qk_norm_rope_matches_the_norms_then_apply_qk(t):
+def test_cuda_qk_norm_rope_matches_the_norms_then_apply_qk(t, d, factor, offset):
+    """Qwen3-8B heads, and Qwen3.5's gated attention ((1 + w) norms, a quarter rotated, head 256)."""
     from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
     from hinge.layers.rotary import RotaryEmbedding
 
-    dt, d = torch.bfloat16, 128
-    rotary = RotaryEmbedding(d, {"rope_theta": 1000000.0, "rope_type": "default"})
+    dt = torch.bfloat16
+    rotary = RotaryEmbedding(d, {"rope_theta": 1000000.0, "rope_type": "default",
+                                 "partial_rotary_factor": factor})
     qkv = randn(t, 48 * d, seed=18, dtype=dt, device="cuda")
     q, k = qkv[:, : 32 * d].view(t, 32, d), qkv[:, 32 * d : 40 * d].view(t, 8, d)
-    qw, kw = (randn(d, seed=s, dtype=dt, scale=0.2, device="cuda") + 1 for s in (19, 20))
+    qw, kw = (randn(d, seed=s, dtype=dt, scale=0.2, device="cuda") + 1 - offset for s in (19, 20))
     positions = torch.arange(t, device="cuda") * 37
     cos, sin = rotary(positions, 37 * t, dtype=dt)
-    out_q, out_k = qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
-    ref_q, ref_k = rotary.apply_qk(F.rms_norm(q, (d,), qw, 1e-6), F.rms_norm(k, (d,), kw, 1e-6), cos, sin)
+    out_q, out_k = qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, offset)
+    ref_q, ref_k = rotary.apply_qk(F.rms_norm(q, (d,), qw + offset, 1e-6),
+                                   F.rms_norm(k, (d,), kw + offset, 1e-6), cos, sin)
     for out, ref in ((out_q, ref_q), (out_k, ref_k)):
         assert_close_to(out, ref.double(), dt)
 

@@ -4,7 +4,8 @@
   projection (as the layer passes them), ragged token counts, head counts not a power of two,
   softplus past its threshold and far below zero.
 - A tiny Qwen3.5 with the kernels forced on (interpreted) calls each once per DeltaNet layer and
-  step, and its logits stay within bf16 rounding of the plain path.
+  step (and ``qk_norm_rope`` once per gated attention layer), and its logits stay within 1e-4 of
+  the plain path.
 - ``gpu`` tests compare each with the torch formulas at Qwen3.5-9B sizes.
 """
 
@@ -104,7 +105,7 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
         return torch.cat(out + [h.step([("a", [12 + i]), ("b", [20 + i])]).logits for i in range(2)])
 
     plain = run(load_hinge(path))
-    calls = {"gdn_gating": 0, "gated_rmsnorm": 0}
+    calls = {"gdn_gating": 0, "gated_rmsnorm": 0, "qk_norm_rope": 0}
 
     def counted(module, name):
         fn = getattr(module, name)
@@ -115,15 +116,18 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
         return types.SimpleNamespace(**{**vars(module), name: wrapper})
 
     fake = types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
-                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "qk_norm_rope")})
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul")})
+    fake.qk_norm_rope = counted(load_interpreted("layers/fast_triton/qk_norm_rope.py"), "qk_norm_rope")
     fake.gdn_gating = counted(kernels.gdn_gating, "gdn_gating")
     fake.gated_rmsnorm = counted(kernels.gated_rmsnorm, "gated_rmsnorm")
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     model = load_hinge(path)
     fast = run(model)
-    deltanets = len(model.recurrent_layers)
-    assert calls == {"gdn_gating": 3 * deltanets, "gated_rmsnorm": 3 * deltanets}
+    deltanets, attention = len(model.recurrent_layers), len(model.attention_layers)
+    # the gated attention's (1 + w) q/k norms and partial rotary take the fused kernel too
+    assert calls == {"gdn_gating": 3 * deltanets, "gated_rmsnorm": 3 * deltanets,
+                     "qk_norm_rope": 3 * attention}
     torch.testing.assert_close(fast, plain, rtol=1e-4, atol=1e-4)
 
 

@@ -68,6 +68,18 @@ def qkv_linear(hidden: int, sizes: tuple[int, int, int], bias: bool, quantizer: 
                   shard_names=tuple(f"{prefix}.{n}_proj" for n in "qkv"), parallel="column", tp=tp)
 
 
+def norm_rope(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
+              k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head q/k RMSNorm then the rotation: one kernel on CUDA in default mode
+    (``fast_triton.qk_norm_rope``, ``(1 + w)`` norms too), the norms and ``apply_qk`` elsewhere."""
+    if q_norm.offset == k_norm.offset and fast_triton.enabled(q, q_norm.deterministic):
+        fused = fast_triton.kernels().qk_norm_rope
+        if fused.supports(q, k, cos):
+            return fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,
+                                      q_norm.offset)
+    return rotary.apply_qk(q_norm(q), k_norm(k), cos, sin)
+
+
 class DecoderAttention(nn.Module):
     def __init__(
         self,
@@ -115,15 +127,10 @@ class DecoderAttention(nn.Module):
         q = q.view(t, self.num_heads, self.head_dim)
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
-        if self.qk_norm and not self.q_norm.offset and fast_triton.enabled(q, self.q_norm.deterministic):
-            fused = fast_triton.kernels().qk_norm_rope
-            if fused.supports(q, k, cos):  # one kernel: both norms and the rotation
-                q, k = fused.qk_norm_rope(q, k, self.q_norm.weight, self.k_norm.weight,
-                                          self.q_norm.eps, cos, sin)
-                return self._attend(q, k, v, t, ctx)
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary[0].apply_qk(q, k, cos, sin)
+            q, k = norm_rope(self.q_norm, self.k_norm, self.rotary[0], q, k, cos, sin)
+        else:
+            q, k = self.rotary[0].apply_qk(q, k, cos, sin)
         return self._attend(q, k, v, t, ctx)
 
     def _attend(self, q, k, v, t: int, ctx: ForwardContext) -> torch.Tensor:

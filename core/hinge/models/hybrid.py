@@ -14,7 +14,7 @@ from torch import nn
 from hinge.contracts import AttentionLayer
 from hinge.forward import PositionStates
 from hinge.layers import SINGLE, Linear, RMSNorm, RotaryEmbedding, TensorParallel
-from hinge.models.dense import head_dim_of, logit_softcap_of, qkv_linear
+from hinge.models.dense import head_dim_of, logit_softcap_of, norm_rope, qkv_linear
 from hinge.models.stack import DecoderStackLM, pre_norm_layer
 
 if TYPE_CHECKING:
@@ -57,11 +57,10 @@ class HybridAttention(nn.Module):
         q, k, v = self.qkv_proj(h).split(self.sizes, dim=-1)
         if self.gated:
             q, gate = q.reshape(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
-        q = self.q_norm(q.reshape(t, self.num_heads, self.head_dim))
-        k = self.k_norm(k.reshape(t, self.num_kv_heads, self.head_dim))
+        q, k = norm_rope(self.q_norm, self.k_norm, self.rotary[0],
+                         q.reshape(t, self.num_heads, self.head_dim),
+                         k.reshape(t, self.num_kv_heads, self.head_dim), cos, sin)
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        rotary = self.rotary[0]
-        q, k = rotary.apply_qk(q, k, cos, sin)
         o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch).reshape(t, -1)
         if self.gated:
             o = o * torch.sigmoid(gate.reshape(t, -1))

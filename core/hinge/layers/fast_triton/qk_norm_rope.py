@@ -7,7 +7,9 @@ as ``RotaryEmbedding.forward`` returns them (rows of the table, the rotation's s
 (T, Hq + Hk, D) tensor in q's dtype, as ``RotaryEmbedding.apply_qk`` returns them:
 
 - ``n = x * rsqrt(mean(x^2) + eps) * w`` over the head (float32 statistics, rounded once to the
-  dtype: the bits ``RMSNorm`` gives on CUDA up to ``F.rms_norm``'s own rounding);
+  dtype: the bits ``RMSNorm`` gives on CUDA up to ``F.rms_norm``'s own rounding); with
+  ``offset`` (1.0: the ``(1 + w)`` norms of Qwen3.5) ``w = weight + offset`` rounded to the
+  weight's dtype first, as ``RMSNorm`` forms it;
 - ``out[i] = n[i] * cos[i] + n[(i + R/2) mod R] * sin[i]`` for ``i < R`` in float32 with one
   rounding (torch rounds ``n * cos`` first, so the two differ by about one ulp); ``out[i] = n[i]``
   for ``i >= R``.
@@ -27,7 +29,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr, HQ, D, R,
                          stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
-                         stride_ot, eps, BLOCK_D: tl.constexpr):
+                         stride_ot, eps, offset, BLOCK_D: tl.constexpr, HAS_OFFSET: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
@@ -44,8 +46,13 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr
     x = tl.load(src + offs, mask=in_d, other=0.0).to(tl.float32)
     xp = tl.load(src + partner, mask=in_d, other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
-    w = tl.load(w_ptr + offs, mask=in_d, other=0.0).to(tl.float32)
-    wp = tl.load(w_ptr + partner, mask=in_d, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + offs, mask=in_d, other=0.0)
+    wp = tl.load(w_ptr + partner, mask=in_d, other=0.0)
+    if HAS_OFFSET:
+        w = (w.to(tl.float32) + offset).to(w_ptr.dtype.element_ty)
+        wp = (wp.to(tl.float32) + offset).to(w_ptr.dtype.element_ty)
+    w = w.to(tl.float32)
+    wp = wp.to(tl.float32)
     dtype = out_ptr.dtype.element_ty
     n = (x * rstd * w).to(dtype).to(tl.float32)
     n_partner = (xp * rstd * wp).to(dtype).to(tl.float32)
@@ -65,7 +72,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
 
 
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                 eps: float, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                 eps: float, cos: torch.Tensor, sin: torch.Tensor, offset: float = 0.0
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rope(norm_q(q)), rope(norm_k(k)))`` as the module docstring says."""
     if not supports(q, k, cos):
         raise ValueError(
@@ -84,5 +92,6 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
         _qk_norm_rope_kernel[(t, hq + hk)](
             q, k, q_weight, k_weight, cos2, sin2, out, hq, d, rot, q.stride(0), q.stride(1),
             k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0), out.stride(0), eps,
-            BLOCK_D=triton.next_power_of_2(d), num_warps=1 if d <= 256 else 4)
+            float(offset), BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset),
+            num_warps=1 if d <= 256 else 4)
     return out[:, :hq], out[:, hq:]
