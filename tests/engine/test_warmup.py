@@ -11,6 +11,7 @@ from hinge.engine import warmup
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.engine_runs import run_requests
 
 PARAMS = [SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True, logprobs=True),
           SamplingParams(max_new_tokens=6, temperature=0.8, top_p=0.9, top_k=20, seed=3,
@@ -32,13 +33,7 @@ def _engine(path, mode: str) -> Engine:
 
 
 def _run(engine: Engine) -> list:
-    rids = [engine.add_request(p, sp) for p, sp in zip(PROMPTS, PARAMS, strict=True)]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            if out.finished:
-                done[out.rid] = out
-    return [(done[r].token_ids, done[r].logprobs) for r in rids]
+    return [(o.token_ids, o.logprobs) for o in run_requests(engine, PROMPTS, PARAMS)]
 
 
 def test_auto_warms_up_on_cuda_only_and_on_and_off_mean_what_they_say():

@@ -12,6 +12,7 @@ from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.engine_runs import run_requests
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -27,16 +28,6 @@ def checkpoint(request, tmp_path_factory):
     return path
 
 
-def _run(engine: Engine, prompts, params) -> list:
-    rids = [engine.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            if out.finished:
-                done[out.rid] = out
-    return [done[r] for r in rids]
-
-
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 def test_requests_after_start_up_compile_no_triton_kernel(checkpoint, deterministic):
     import triton
@@ -49,12 +40,12 @@ def test_requests_after_start_up_compile_no_triton_kernel(checkpoint, determinis
     try:
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (57, 300, 48, 1, 130)]
-        first = _run(engine, prompts[:2], [GREEDY, SAMPLED])
-        _run(engine, prompts[2:4], [SAMPLED, GREEDY])
-        _run(engine, prompts[4:], [GREEDY])
+        first = run_requests(engine, prompts[:2], [GREEDY, SAMPLED])
+        run_requests(engine, prompts[2:4], [SAMPLED, GREEDY])
+        run_requests(engine, prompts[4:], [GREEDY])
         # a second turn: the first turn's prompt and output plus a suffix hits the prefix cache
         turn2 = prompts[1] + first[1].token_ids + prompts[4][:40]
-        _run(engine, [turn2], [GREEDY])
+        run_requests(engine, [turn2], [GREEDY])
         cached = engine.stats().cached_tokens
     finally:
         triton.knobs.runtime.jit_post_compile_hook = hook

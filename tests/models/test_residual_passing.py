@@ -15,6 +15,7 @@ from hinge.models.lfm2 import Lfm2DecoderLayer
 from hinge.models.qwen3_5 import Qwen3_5DecoderLayer
 from hinge.sampling_params import SamplingParams
 from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
+from hinge.testing.engine_runs import run_requests
 
 #: each layer class's (norm, mixer, norm, feed-forward) attribute names
 PARTS = {DecoderLayer: ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp"),
@@ -38,11 +39,8 @@ def outputs(path, dtype):
     engine = Engine(EngineConfig(model=str(path), device="cpu", dtype=dtype, cache="none",
                                  kv_cache_bytes=32 << 20), progress=False)
     params = SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True, logprobs=True)
-    rids = [engine.add_request(p, params) for p in ([5, 9, 11, 40, 2, 7, 7, 13], [3, 1, 4, 1, 5])]
-    done = {}
-    while engine.has_unfinished():
-        done.update({o.rid: (o.token_ids, o.logprobs) for o in engine.step() if o.finished})
-    return [done[r] for r in rids]
+    outs = run_requests(engine, [[5, 9, 11, 40, 2, 7, 7, 13], [3, 1, 4, 1, 5]], params)
+    return [(o.token_ids, o.logprobs) for o in outs]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -29,6 +29,7 @@ _LAZY = {
     "PluginPackagingContract": "hinge.testing.packaging_contract",
     "BatchCase": "hinge.testing.batches",
     "build_batch": "hinge.testing.batches",
+    "run_requests": "hinge.testing.engine_runs",
     "reference_attention": "hinge.testing.reference",
     "reference_linear": "hinge.testing.reference",
     "reference_moe": "hinge.testing.reference",
