@@ -407,7 +407,9 @@ class TorchRecurrentKernels(RecurrentKernels):
         """Default mode on CUDA: the Triton kernel in place (``conv_in_pool``). Deterministic mode
         keeps the torch conv (a decode row must be the bits of a prefill row); CPU has no
         in-place path."""
-        if self.deterministic or not x.is_cuda:
+        from hinge.layers.fast_triton import triton_available
+
+        if self.deterministic or not x.is_cuda or not triton_available():
             return None
         from hinge.layers.recurrent_kernels.conv_in_pool import conv_in_pool
 
