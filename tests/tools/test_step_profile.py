@@ -30,3 +30,29 @@ def test_a_kernel_name_is_counted_under_its_kind(name, kind):
 def test_long_template_names_are_cut_to_the_kernel():
     assert step_profile.short("void flashinfer::Kernel<true, 128, (PosEncodingMode)0>(Params)") \
         == "void flashinfer::Kernel<...>"
+
+
+def test_the_table_shows_kinds_kernels_and_host_functions():
+    prof = {"batch": 1, "steps": 2, "wall_us_per_step": 5800.0, "kernel_us_per_step": 4900.0,
+            "idle_us_per_step": 900.0, "kernels_per_step": 400.0,
+            "by_kind": {"gemm": {"us": 4000.0, "launches": 145.0}},
+            "top": [{"name": "nvjet_x", "kind": "gemm", "us": 50.0, "launches": 36.0}],
+            "host_top": [{"function": "engine.py:210 _step", "own_us": 120.0, "cum_us": 3000.0,
+                          "calls": 1.0}]}
+    text = step_profile.table(prof, "qwen3 8b default")
+    assert "5800 us per step (kernels 4900 us, device idle 900 us)" in text
+    assert "| gemm | 4000 | 145 |" in text and "| `nvjet_x` | gemm | 50.0 | 36 |" in text
+    assert "| `engine.py:210 _step` | 120 | 3000 | 1.0 |" in text
+
+
+def test_host_profile_ranks_the_functions_of_real_engine_steps():
+    from hinge.config import EngineConfig
+    from hinge.engine.engine import Engine
+    from hinge.sampling_params import SamplingParams
+
+    engine = Engine(EngineConfig(device="cpu", kv_cache_bytes=32 << 20), progress=False)
+    engine.add_request([5, 6, 7, 8, 9], SamplingParams(max_new_tokens=20, temperature=0, ignore_eos=True))
+    engine.step()
+    rows = step_profile.host_profile(engine, 3, top=4)
+    assert len(rows) == 4 and rows[0]["own_us"] >= rows[-1]["own_us"] > 0
+    assert all(r["cum_us"] >= r["own_us"] for r in rows)

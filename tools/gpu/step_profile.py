@@ -6,7 +6,8 @@ by kernel). It returns per step: the host wall time between step returns, the de
 kernels took (their sum), the kernel count, and the kernels grouped by name and by kind (GEMM,
 attention, norm, recurrent, sampling, copies, other), each with us per step and launches per step.
 The difference between the wall time and the kernel sum is time the device was idle: launch
-gaps inside a graph, host work it waited for.
+gaps inside a graph, host work it waited for; ``host_top`` then says where the host's time
+went (cProfile over as many more steps, the functions by their own time).
 
     from step_profile import profile_decode, table   # from a sibling script (roofline.py --profile)
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -61,6 +63,7 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
             engine.step()
             stamps.append(time.perf_counter())
         torch.cuda.synchronize()
+    host = host_profile(engine, steps)
     while engine.has_unfinished():
         for req in list(engine.scheduler.running) + list(engine.scheduler.waiting):
             engine.abort_request(req.rid)
@@ -78,6 +81,7 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
     wall = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1) * 1e6
     busy = sum(us for us, _ in by_name.values()) / steps
     return {
+        "host_top": host,
         "batch": len(prompts), "steps": steps, "wall_us_per_step": wall, "kernel_us_per_step": busy,
         "idle_us_per_step": wall - busy, "kernels_per_step": len(kernels) / steps,
         "by_kind": {k: {"us": us / steps, "launches": n / steps}
@@ -85,6 +89,24 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
         "top": [{"name": short(name), "kind": kind_of(name), "us": us / steps, "launches": n / steps}
                 for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:20]],
     }
+
+
+def host_profile(engine: Any, steps: int, top: int = 15) -> list[dict[str, Any]]:
+    """The host side of ``steps`` more decode steps under cProfile: the functions that take the
+    most time of their own, us per step (where the Python between two replays goes)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        engine.step()
+    prof.disable()
+    stats = pstats.Stats(prof)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (cc, nc, tottime, cumtime, callers)
+    return [{"function": f"{Path(file).name}:{line} {name}", "own_us": tt / steps * 1e6,
+             "cum_us": ct / steps * 1e6, "calls": nc / steps}
+            for (file, line, name), (_, nc, tt, ct, _) in rows]
 
 
 def table(prof: dict[str, Any], title: str) -> str:
@@ -95,4 +117,8 @@ def table(prof: dict[str, Any], title: str) -> str:
     lines += [f"| {k} | {v['us']:.0f} | {v['launches']:.0f} |" for k, v in prof["by_kind"].items()]
     lines += ["", "| kernel | kind | us/step | launches/step |", "| --- | --- | --- | --- |"]
     lines += [f"| `{t['name']}` | {t['kind']} | {t['us']:.1f} | {t['launches']:.0f} |" for t in prof["top"]]
+    lines += ["", "| host function (cProfile) | own us/step | cumulative us/step | calls/step |",
+              "| --- | --- | --- | --- |"]
+    lines += [f"| `{h['function']}` | {h['own_us']:.0f} | {h['cum_us']:.0f} | {h['calls']:.1f} |"
+              for h in prof.get("host_top", [])]
     return "\n".join(lines)
