@@ -119,6 +119,17 @@ def test_profiling_forward_costs_nothing_off_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_sampler_peak_covers_a_full_sort_of_every_row_at_qwen3s_vocabulary():
+    from hinge.engine.memory import sampler_peak_bytes
+
+    rows, vocab = 65, 151936
+    peak = sampler_peak_bytes(rows, vocab, "cuda")
+    # at least the logits, the sorted values and their int64 ids live at once
+    assert rows * vocab * (4 + 4 + 8) <= peak < rows * vocab * 200
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_engine_on_cuda_sizes_kv_after_profiling_the_largest_step(tiny_qwen3):
     """The profiled peak grows with the step and is taken out of the KV budget; a step of the
     profiled size then runs without running out of memory."""

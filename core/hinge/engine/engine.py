@@ -99,7 +99,8 @@ class Engine:
         activations = profile_step_bytes(
             self.model, self.attn, num_tokens=step_tokens, page_size=config.page_size,
             dtype=self.dtype, device=self.device,
-            state_pool_factory=self._state_pool_factory(config))
+            state_pool_factory=self._state_pool_factory(config),
+            sampler_rows=config.max_running_requests + 1)
         if self.plan.graphs["prefill"].enabled:
             activations *= 2  # NOTE: the graph pool keeps the largest prefill step's activations
         budget = kv_budget_bytes(self.device, kv_cache_bytes=config.kv_cache_bytes,
