@@ -124,13 +124,17 @@ def test_logprobs_are_log_softmax_of_raw_logits_with_top_k():
             assert lp == pytest.approx(ref[i, t].item(), abs=1e-5)
 
 
-def test_seeded_sampling_is_reproducible_and_independent_of_batch():
-    sampler = Sampler(V, "cpu")
-    params = SamplingParams(temperature=1.5, seed=1234)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_seeded_sampling_is_reproducible_and_independent_of_batch(deterministic):
+    """Deterministic mode samples every row through one batched full sort; the others here ask
+    for top-k, so default mode runs the target row in the full group, them on the top-k path."""
+    sampler = Sampler(V, "cpu", deterministic=deterministic)
+    params = SamplingParams(temperature=1.5, top_p=0.9, seed=1234)
 
     def draws(batch_rows: int, position: int) -> list[int]:
         req = _req(params)
-        others = [_req(SamplingParams(temperature=1.0), seed=s + 7) for s in range(batch_rows - 1)]
+        others = [_req(SamplingParams(temperature=1.0, top_k=3 + s), seed=s + 7)
+                  for s in range(batch_rows - 1)]
         reqs = others[:position] + [req] + others[position:]
         tokens = []
         for step in range(20):

@@ -205,12 +205,12 @@ class Sampler:
 
     def _groups(self, sampled: list[int], top_k: list[int]) -> list[tuple[list[int], int | None]]:
         """Sampled rows with ``top_k <= K_MAX`` in one top-k group, the others in one full group;
-        with ``deterministic`` one group per row (see ``sample``), so a row's path is its own."""
+        with ``deterministic`` every sampled row in one full group (see ``sample``)."""
         def candidates(k: int) -> int | None:
             return min(k + TIE_MARGIN, self.vocab_size) if k <= K_MAX else None
 
         if self.deterministic:
-            return [([i], candidates(top_k[i])) for i in sampled]
+            return [(list(sampled), None)] if sampled else []
         fast = [i for i in sampled if top_k[i] <= K_MAX]
         full = [i for i in sampled if top_k[i] > K_MAX]
         groups = [(full, None)] if full else []
@@ -299,9 +299,14 @@ class Sampler:
             tokens = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
         else:
             tokens = x.max(dim=-1).indices  # NOTE: first maximum, like argmax, but faster on CPU
-        # NOTE: with ``deterministic`` each group is one row, as a CUDA sort or topk may pick
-        # its algorithm by the batch; the filters and the race are exact, so a batch of one row
-        # draws what the row draws in any batch
+        # NOTE: with ``deterministic`` every sampled row takes the full sort, in one group: a row
+        # then keeps all of its tokens, the filters decide by value and the race by token id, so
+        # the order a CUDA sort gives tied values (its algorithm may depend on the batch) never
+        # matters and a row draws what it draws alone. (The top-k path's candidate count follows
+        # the group's largest top_k: past TIE_MARGIN ties at a row's k-th value, its kept set
+        # could depend on the batch.) One batched sort, not one top-k per row: with a group per
+        # row, sampled decode at batch 64 took 15.8 ms a step more than greedy on the H200
+        # (docs/benchmarks.md, run b; default mode's one batched sort then: 4.4 ms).
         for rows, candidates in args.groups or []:
             sel = _rows(rows, x.device)
             tokens[sel] = sample_rows(x[sel], candidates, args.temperature[sel], args.top_k[sel],
