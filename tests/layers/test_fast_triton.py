@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_interpreter import interpreter, load_interpreted  # noqa: F401 (fixture)
+from triton_interpreter import counting, interpreter, load_interpreted  # noqa: F401 (fixture)
 
 from hinge.layers import fast_triton
 from hinge.layers.mlp import GatedMLP
@@ -286,12 +286,7 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
     calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0, "qk_norm_rope": 0}
 
     def counted(module, name):
-        fn = getattr(module, name)
-
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return types.SimpleNamespace(**{**vars(module), name: wrapper})
+        return counting(module, name, calls)
 
     fake = types.SimpleNamespace(gemv=counted(interpreted.gemv, "gemv"),
                                  add_rmsnorm=counted(interpreted.add_rmsnorm, "add_rmsnorm"),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from triton_interpreter import interpreter, load_interpreted  # noqa: F401 (fixture)
+from triton_interpreter import counting, interpreter, load_interpreted  # noqa: F401 (fixture)
 
 from hinge.layers import fast_triton
 
@@ -108,12 +108,7 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
     calls = {"gdn_gating": 0, "gated_rmsnorm": 0, "qk_norm_rope": 0}
 
     def counted(module, name):
-        fn = getattr(module, name)
-
-        def wrapper(*args, **kwargs):
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return types.SimpleNamespace(**{**vars(module), name: wrapper})
+        return counting(module, name, calls)
 
     fake = types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
                                     for name in ("gemv", "add_rmsnorm", "silu_mul")})
