@@ -18,6 +18,7 @@ from graph_backend import NAME, GraphBackendPlugin  # noqa: E402
 from hinge.config import EngineConfig  # noqa: E402
 from hinge.engine.engine import Engine  # noqa: E402
 from hinge.plugins.plan import GraphDecision  # noqa: E402
+from hinge.testing.engine_runs import run_requests
 
 __all__ = ["NAME", "add_graph_backend", "decisions", "engine", "prompts", "run"]
 
@@ -77,14 +78,7 @@ def prompts(lens, seed=0):
 
 def run(eng: Engine, prompt_list, params) -> list[tuple]:
     """Run to completion; per request (token ids, logprobs, prompt logprobs)."""
-    params = params if isinstance(params, list) else [params] * len(prompt_list)
-    rids = [eng.add_request(p, sp) for p, sp in zip(prompt_list, params, strict=True)]
-    done = {}
-    while eng.has_unfinished():
-        for out in eng.step():
-            if out.finished:
-                done[out.rid] = out
-    return [(done[r].token_ids, done[r].logprobs, done[r].prompt_logprobs) for r in rids]
+    return [(o.token_ids, o.logprobs, o.prompt_logprobs) for o in run_requests(eng, prompt_list, params)]
 
 
 def assert_same_outputs(got, want, atol=1e-4, what="graph replay"):

@@ -11,6 +11,7 @@ import torch
 from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams
+from hinge.testing.engine_runs import run_requests
 
 GREEDY = SamplingParams(max_new_tokens=32, temperature=0, ignore_eos=True)
 
@@ -20,14 +21,7 @@ def _engine(path, **options) -> Engine:
 
 
 def _run(engine: Engine, prompts, params) -> list:
-    params = params if isinstance(params, list) else [params] * len(prompts)
-    rids = [engine.add_request(p, sp) for p, sp in zip(prompts, params, strict=True)]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            if out.finished:
-                done[out.rid] = out
-    return [done[r] for r in rids]
+    return run_requests(engine, prompts, params)
 
 
 def _prompts(lens, seed=0):
