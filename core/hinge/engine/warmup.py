@@ -3,9 +3,9 @@
 Attention backends compile their own kernels (``AttentionBackend.warmup``) and graph capture runs
 every captured shape once, but an eager prefill step, the sampler's paths and the model's other
 JIT kernels (deterministic mode's batch-invariant matmul, RMSNorm and log-softmax, fla's chunked
-delta rule, the fused decode kernels) compile on the first request whose shapes reach them: 935
-ms of the first request's 978 ms time to first token in deterministic mode on an H200
-(docs/benchmarks.md). sglang sends a warm-up request when its server starts; hinge's engine does
+delta rule, the fused decode kernels) compile on the first request whose shapes reach them: in
+deterministic mode on an H200 the first request's time to first token was 935 ms against 43 ms
+warm (docs/benchmarks.md, run b). sglang sends a warm-up request when its server starts; hinge's engine does
 the same before it takes requests (``EngineConfig.warmup``: ``auto`` = on CUDA).
 
 What runs, each request with ``detokenize=False`` and fixed seeds (the engine's seed stream is
