@@ -5,6 +5,7 @@ that runs a hinge model on hand-built ``ForwardBatch``es over a real KV pool and
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from hinge.builtin.torch_attention import TorchAttentionBackend
 from hinge.engine.kv_pool import KVPool
 from hinge.engine.state_pool import StatePool
 from hinge.forward import ForwardContext
+from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.models.loader import load_model
 
 VOCAB = 96
@@ -151,3 +153,26 @@ def load_hinge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float
     quantizer = NoQuantizer(build=SimpleNamespace(deterministic=deterministic))
     return load_model(path, device=device, dtype=dtype, quantizer=quantizer,
                       deterministic=deterministic, progress=False)
+
+
+class InterpretedInPool(TorchRecurrentKernels):
+    """The torch reference kernels with CUDA's in-place decode paths taken from interpreted
+    modules: ``rule`` (``decode_in_pool.py``) and/or ``conv`` (``conv_in_pool.py``); a path
+    without its module keeps the gather. ``calls`` counts the in-place calls ("rule", "conv")."""
+
+    def __init__(self, *, rule=None, conv=None) -> None:
+        super().__init__()
+        self.rule, self.conv = rule, conv
+        self.calls: Counter = Counter()
+
+    def decode_in_pool(self, *args):
+        if self.rule is None:
+            return None
+        self.calls["rule"] += 1
+        return self.rule.decode_in_pool(*args)
+
+    def conv_in_pool(self, *args, **kwargs):
+        if self.conv is None:
+            return None
+        self.calls["conv"] += 1
+        return self.conv.conv_in_pool(*args, **kwargs)

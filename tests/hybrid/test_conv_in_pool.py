@@ -7,12 +7,11 @@ kernels, with fewer ops per step. Speed and CUDA bits are GPU checks (test_conv_
 from __future__ import annotations
 
 import importlib
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
-from hybrid_harness import StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
 from test_decode_op_counts import decode_ops
 
 import hinge
@@ -81,27 +80,6 @@ def test_an_empty_step_and_a_pool_of_another_width(conv):
              activation="gelu")
 
 
-class InterpretedInPool(TorchRecurrentKernels):
-    """The torch reference with the CUDA default mode's in-place decode kernels, interpreted."""
-
-    def __init__(self, conv_module=None, rule_module=None) -> None:
-        super().__init__()
-        self.conv_module, self.rule_module = conv_module, rule_module
-        self.calls = Counter()
-
-    def conv_in_pool(self, *args, **kwargs):
-        if self.conv_module is None:
-            return None
-        self.calls["conv"] += 1
-        return self.conv_module.conv_in_pool(*args, **kwargs)
-
-    def decode_in_pool(self, *args):
-        if self.rule_module is None:
-            return None
-        self.calls["rule"] += 1
-        return self.rule_module.decode_in_pool(*args)
-
-
 @pytest.mark.parametrize("arch", ["Qwen3_5ForCausalLM", "Lfm2ForCausalLM"])
 def test_a_tiny_hybrid_decoding_in_the_pool_matches_the_reference_kernels(
         monkeypatch, modules, hybrid_checkpoints, arch):
@@ -109,7 +87,7 @@ def test_a_tiny_hybrid_decoding_in_the_pool_matches_the_reference_kernels(
     path = hybrid_checkpoints(arch)
     runs = {}
     for name, kernels in (("reference", TorchRecurrentKernels()),
-                          ("in pool", InterpretedInPool(*modules))):
+                          ("in pool", InterpretedInPool(conv=modules[0], rule=modules[1]))):
         model = load_hinge(path)
         model.set_recurrent_kernels(kernels)
         h = StepHarness(model, max_requests=4)
@@ -128,9 +106,9 @@ def test_a_decode_step_with_the_conv_in_the_pool_gathers_and_scatters_no_window(
         monkeypatch, modules, hybrid_checkpoints):
     patch_interpreter(monkeypatch)
     model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"))
-    model.set_recurrent_kernels(InterpretedInPool(None, modules[1]))  # the delta rule alone
+    model.set_recurrent_kernels(InterpretedInPool(rule=modules[1]))  # the delta rule alone
     conv_gather = decode_ops(model, 4, capture_view=True)
-    model.set_recurrent_kernels(InterpretedInPool(*modules))
+    model.set_recurrent_kernels(InterpretedInPool(conv=modules[0], rule=modules[1]))
     small, large = (decode_ops(model, b, capture_view=True) for b in (2, 16))
     assert {op: (small[op], large[op]) for op in set(small) | set(large) if small[op] != large[op]} == {}
     layers = len(model.recurrent_layers)
@@ -149,7 +127,7 @@ def test_a_decode_step_in_the_pool_ending_on_a_checkpoint_writes_and_stamps_that
 
     patch_interpreter(monkeypatch)
     model = load_hinge(hybrid_checkpoints(arch))
-    kernels = InterpretedInPool(*modules)
+    kernels = InterpretedInPool(conv=modules[0], rule=modules[1])
     model.set_recurrent_kernels(kernels)
     pools = Pools(model, False)
     pools.step(PROMPT[:8], stamp=1)  # prefill: the gather path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hybrid_harness import StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
 
 import hinge
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
@@ -88,22 +88,10 @@ def test_a_pool_of_other_head_sizes_is_refused_with_its_shape(interpreter):
         interpreter[0].decode_in_pool(*xs, pool[:, :2], torch.tensor([1, 2]), torch.tensor([1, 2]), torch.tensor([1, 1]))
 
 
-class InterpretedInPool(TorchRecurrentKernels):
-    """The torch reference with the in-place decode kernel of the CUDA kernels, interpreted."""
-
-    def __init__(self, module) -> None:
-        super().__init__()
-        self.module, self.calls = module, 0
-
-    def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
-        self.calls += 1
-        return self.module.decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
-
-
 def test_a_tiny_qwen3_5_decoding_in_the_pool_matches_the_reference_kernels(interpreter, hybrid_checkpoints):
     path = hybrid_checkpoints("Qwen3_5ForCausalLM")
     runs = {}
-    for name, kernels in (("reference", TorchRecurrentKernels()), ("in pool", InterpretedInPool(interpreter[0]))):
+    for name, kernels in (("reference", TorchRecurrentKernels()), ("in pool", InterpretedInPool(rule=interpreter[0]))):
         model = load_hinge(path)
         model.set_recurrent_kernels(kernels)
         h = StepHarness(model, max_requests=4)
@@ -111,7 +99,7 @@ def test_a_tiny_qwen3_5_decoding_in_the_pool_matches_the_reference_kernels(inter
         logits = [h.step([("a", [12 + i]), ("b", [20 + i]), ("c", [30 + i])]).logits for i in range(3)]
         runs[name] = (torch.stack(logits), [s.clone() for s in h.states.ssm if s is not None], kernels)
     (want, want_states, _), (got, got_states, kernels) = runs["reference"], runs["in pool"]
-    assert kernels.calls == 3 * 2, "every decode step of both DeltaNet layers ran in the pool"
+    assert kernels.calls["rule"] == 3 * 2, "every decode step of both DeltaNet layers ran in the pool"
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for a, b in zip(got_states, want_states, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from hybrid_harness import StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
 
 import hinge
-from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
 
 # NOTE: the compiled module first: an interpreted copy of decode_in_pool.py imports token_step from
@@ -66,17 +65,6 @@ def test_a_decode_step_runs_as_many_ops_at_batch_16_as_at_batch_2(hybrid_checkpo
     assert growth(small, large) == {}, "ops that grow with the batch (a per-request loop?)"
 
 
-class InterpretedInPool(TorchRecurrentKernels):
-    """The torch reference with the CUDA kernels' in-place decode, interpreted on CPU."""
-
-    def __init__(self, module) -> None:
-        super().__init__()
-        self.module = module
-
-    def decode_in_pool(self, *args):
-        return self.module.decode_in_pool(*args)
-
-
 def test_a_decode_step_in_the_pool_copies_no_matrix_state_and_does_not_grow(hybrid_checkpoints,
                                                                             monkeypatch):
     patch_interpreter(monkeypatch)
@@ -84,7 +72,7 @@ def test_a_decode_step_in_the_pool_copies_no_matrix_state_and_does_not_grow(hybr
                               "_interpreted_decode_in_pool_ops")
     model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"))
     gather = decode_ops(model, 4, capture_view=True)
-    model.set_recurrent_kernels(InterpretedInPool(module))
+    model.set_recurrent_kernels(InterpretedInPool(rule=module))
     small, large = (decode_ops(model, b, capture_view=True) for b in (2, 16))
     assert growth(small, large) == {}
     deltanets = len(model.recurrent_layers)
