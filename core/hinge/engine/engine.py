@@ -139,13 +139,24 @@ class Engine:
         self._seeds = random.Random(config.seed)
         self._arrivals = itertools.count()
         self._aborted: list[Request] = []
-        self._stats = EngineStats(0, 0, config.page_size, 0, 0)
+        self._stats: EngineStats
         #: checkpoints the receipts confirmed, by path (eager, graph) and phase (the request's:
         #: prefill or decode)
-        self.checkpoint_writes: dict[str, dict[str, int]] = {}
+        self.checkpoint_writes: dict[str, dict[str, int]]
+        self.reset_counters()
         if warmup_enabled(config):  # the first request compiles nothing (hinge.engine.warmup)
             run_warmup(self)
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
+
+    def reset_counters(self) -> None:
+        """Zero the engine's counters: stats, eager steps and graph replays, checkpoint writes
+        (at start, and after the warm-up requests)."""
+        self._stats = EngineStats(0, 0, self.config.page_size, 0, 0)
+        self.checkpoint_writes = {}
+        self.runner.eager_steps.clear()
+        self.runner.num_forward_steps = 0
+        if self.runner.graphs is not None:
+            self.runner.graphs.replays = dict.fromkeys(self.runner.graphs.replays, 0)
 
     def _weight_bytes(self, allocated_before: int) -> int | None:
         """CUDA: what this process allocated since ``allocated_before`` (the weights, once the

@@ -86,4 +86,3 @@ def sampler_peak_bytes(rows: int, vocab_size: int, device: str) -> int:
     peak = torch.cuda.max_memory_allocated() - base
     torch.cuda.empty_cache()
     return max(int(peak), 0)
-

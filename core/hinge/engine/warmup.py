@@ -5,8 +5,8 @@ every captured shape once, but an eager prefill step, the sampler's paths and th
 JIT kernels (deterministic mode's batch-invariant matmul, RMSNorm and log-softmax, fla's chunked
 delta rule, the fused decode kernels) compile on the first request whose shapes reach them: in
 deterministic mode on an H200 the first request's time to first token was 935 ms against 43 ms
-warm (docs/benchmarks.md, run b). sglang sends a warm-up request when its server starts; hinge's engine does
-the same before it takes requests (``EngineConfig.warmup``: ``auto`` = on CUDA).
+warm (docs/benchmarks.md, run b). sglang sends a warm-up request when its server starts; hinge's
+engine does the same before it takes requests (``EngineConfig.warmup``: ``auto`` = on CUDA).
 
 What runs, each request with ``detokenize=False`` and fixed seeds (the engine's seed stream is
 not drawn from):
@@ -18,7 +18,8 @@ not drawn from):
    integer arguments on being 1 or a multiple of 16, so the three lengths cover its variants.
 
 They run on a scheduler of their own over the engine's pools, with no prefix cache (nothing of
-theirs is cached, no cache counter moves); afterwards every engine counter they moved is reset,
+theirs is cached, no cache counter moves); afterwards the engine resets its counters
+(``Engine.reset_counters``),
 and a page or state slot they did not give back is an error (a leak is a bug, not a warm-up).
 """
 
@@ -83,7 +84,7 @@ def run_warmup(engine: Any) -> float:
                 engine.step()
     finally:
         engine.scheduler = real
-        reset_counters(engine)
+        engine.reset_counters()
     leaked = pages_free - engine.kv.allocator.num_free
     leaked_slots = slots_free - engine.states.num_free if slots_free is not None else 0
     if leaked or leaked_slots:
@@ -93,15 +94,3 @@ def run_warmup(engine: Any) -> float:
     logger.info("warm-up: %d requests in %.2f s (kernels compiled before the first request)",
                 sum(len(b) for b in rounds), seconds)
     return seconds
-
-
-def reset_counters(engine: Any) -> None:
-    """Zero what the warm-up moved: engine stats, eager-step and replay counts, checkpoint writes."""
-    from hinge.engine.stats import EngineStats
-
-    engine._stats = EngineStats(0, 0, engine.config.page_size, 0, 0)
-    engine.runner.eager_steps.clear()
-    engine.runner.num_forward_steps = 0
-    if engine.runner.graphs is not None:
-        engine.runner.graphs.replays = dict.fromkeys(engine.runner.graphs.replays, 0)
-    engine.checkpoint_writes.clear()
