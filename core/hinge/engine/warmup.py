@@ -19,8 +19,8 @@ not drawn from):
 
 They run on a scheduler of their own over the engine's pools, with no prefix cache (nothing of
 theirs is cached, no cache counter moves); afterwards the engine resets its counters
-(``Engine.reset_counters``),
-and a page or state slot they did not give back is an error (a leak is a bug, not a warm-up).
+(``Engine.reset_counters``), and a page or state slot they did not give back is an error (a leak
+is a bug, not a warm-up).
 """
 
 from __future__ import annotations
