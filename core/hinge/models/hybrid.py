@@ -15,7 +15,7 @@ from hinge.contracts import AttentionLayer
 from hinge.forward import PositionStates
 from hinge.layers import SINGLE, Linear, RMSNorm, RotaryEmbedding, TensorParallel
 from hinge.models.dense import head_dim_of, logit_softcap_of, norm_rope, qkv_linear
-from hinge.models.stack import DecoderStackLM, pre_norm_layer
+from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -78,11 +78,6 @@ class HybridLayer(nn.Module):
     def mix(self, x: torch.Tensor, cos, sin, ctx: ForwardContext) -> torch.Tensor:
         mixer = getattr(self, self.mixer_name)
         return mixer(x, cos, sin, ctx) if self.mixer_name == "self_attn" else mixer(x, ctx)
-
-    def residual_step(self, norm1, norm2, ffn, h: torch.Tensor, residual: torch.Tensor | None,
-                      cos, sin, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pre-norm layer with residual passing (``hinge.models.stack.pre_norm_layer``)."""
-        return pre_norm_layer(norm1, self.mix, norm2, ffn, h, residual, cos, sin, ctx)
 
 
 class HybridDecoderLM(DecoderStackLM):

@@ -22,6 +22,7 @@ from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.layers.short_conv import ShortConv
 from hinge.models.dense import head_dim_of
 from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
+from hinge.models.stack import pre_norm_layer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -56,8 +57,8 @@ class Lfm2DecoderLayer(HybridLayer):
                                      names=("w1", "w3", "w2"), tp=tp)
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext, residual=None):
-        return self.residual_step(self.operator_norm, self.ffn_norm, self.feed_forward,
-                                  h, residual, cos, sin, ctx)
+        return pre_norm_layer(self.operator_norm, self.mix, self.ffn_norm, self.feed_forward,
+                              h, residual, cos, sin, ctx)
 
 
 class Lfm2ForCausalLM(HybridDecoderLM):

@@ -23,6 +23,7 @@ from hinge.layers.gated_deltanet import GatedDeltaNet
 from hinge.layers.recurrent_kernels import get_recurrent_kernels
 from hinge.models.dense import head_dim_of
 from hinge.models.hybrid import HybridAttention, HybridDecoderLM, HybridLayer
+from hinge.models.stack import pre_norm_layer
 
 if TYPE_CHECKING:
     from hinge.contracts import Quantizer
@@ -40,8 +41,8 @@ class Qwen3_5DecoderLayer(HybridLayer):
         self.mlp = mlp
 
     def forward(self, h: torch.Tensor, cos, sin, ctx: ForwardContext, residual=None):
-        return self.residual_step(self.input_layernorm, self.post_attention_layernorm, self.mlp,
-                                  h, residual, cos, sin, ctx)
+        return pre_norm_layer(self.input_layernorm, self.mix, self.post_attention_layernorm,
+                              self.mlp, h, residual, cos, sin, ctx)
 
 
 class Qwen3_5ForCausalLM(HybridDecoderLM):
