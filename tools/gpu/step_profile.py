@@ -64,9 +64,9 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
             stamps.append(time.perf_counter())
         torch.cuda.synchronize()
     host = host_profile(engine, steps)
-    while engine.has_unfinished():
-        for req in list(engine.scheduler.running) + list(engine.scheduler.waiting):
-            engine.abort_request(req.rid)
+    for req in list(engine.scheduler.running) + list(engine.scheduler.waiting):
+        engine.abort_request(req.rid)
+    while engine.has_unfinished():  # the step in flight and the aborts' outputs
         engine.step()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
