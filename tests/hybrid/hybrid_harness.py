@@ -5,6 +5,8 @@ that runs a hinge model on hand-built ``ForwardBatch``es over a real KV pool and
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,3 +178,18 @@ class InterpretedInPool(TorchRecurrentKernels):
             return None
         self.calls["conv"] += 1
         return self.conv.conv_in_pool(*args, **kwargs)
+
+
+@functools.cache
+def interpreted_kernel(name: str):
+    """``hinge/layers/recurrent_kernels/<name>.py`` loaded once as a private copy whose kernels run
+    under Triton's interpreter (``hinge.testing.triton_interpreter``; patch the interpreter in the
+    test that calls them). The compiled ``delta_rule_triton`` is imported first: the interpreted
+    ``decode_in_pool`` imports it, and a first import under ``TRITON_INTERPRET`` would leave its
+    kernels interpreted for the whole session."""
+    import hinge
+    from hinge.testing.triton_interpreter import load_interpreted
+
+    importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
+    path = Path(hinge.__file__).parent / "layers" / "recurrent_kernels" / f"{name}.py"
+    return load_interpreted(path, f"_interpreted_{name}")

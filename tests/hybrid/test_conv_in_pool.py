@@ -6,29 +6,24 @@ kernels, with fewer ops per step. Speed and CUDA bits are GPU checks (test_conv_
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 import torch
-from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, interpreted_kernel, load_hinge
 from test_decode_op_counts import decode_ops
 
 import hinge
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.layers.recurrent_kernels.torch_ref import torch_causal_conv1d
-from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+from hinge.testing.triton_interpreter import patch_interpreter
 
 pytest.importorskip("triton")
-importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")  # compiled first
-
-KERNELS = Path(hinge.__file__).parent / "layers" / "recurrent_kernels"
 
 
 @pytest.fixture(scope="module")
 def modules():
-    return (load_interpreted(KERNELS / "conv_in_pool.py", "_interpreted_conv_in_pool"),
-            load_interpreted(KERNELS / "decode_in_pool.py", "_interpreted_decode_in_pool_conv"))
+    return interpreted_kernel("conv_in_pool"), interpreted_kernel("decode_in_pool")
 
 
 @pytest.fixture

@@ -6,31 +6,21 @@ kernels. Bits against the token-recurrence kernel and speed are GPU checks
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import pytest
 import torch
-from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, interpreted_kernel, load_hinge
 
-import hinge
 from hinge.layers.recurrent_kernels import TorchRecurrentKernels
 from hinge.testing.reference import reference_gated_delta_rule
-from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+from hinge.testing.triton_interpreter import patch_interpreter
 
-# NOTE: the compiled module first: an interpreted copy of decode_in_pool.py imports token_step from
-# it, and a first import under TRITON_INTERPRET would leave its kernels interpreted for the session
 pytest.importorskip("triton")
-importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
-
-KERNELS = Path(hinge.__file__).parent / "layers" / "recurrent_kernels"
 
 
 @pytest.fixture(scope="module")
 def interpreted():
     """Private copies of the two kernel modules with their kernels interpreted."""
-    return (load_interpreted(KERNELS / "decode_in_pool.py", "_interpreted_decode_in_pool"),
-            load_interpreted(KERNELS / "delta_rule_triton.py", "_interpreted_delta_rule_triton"))
+    return interpreted_kernel("decode_in_pool"), interpreted_kernel("delta_rule_triton")
 
 
 @pytest.fixture

@@ -10,22 +10,13 @@ view a graph capture has (``prefix_lens_cpu`` all zero: the static batch's host 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
-from hybrid_harness import InterpretedInPool, StepHarness, load_hinge
+from hybrid_harness import InterpretedInPool, StepHarness, interpreted_kernel, load_hinge
 
-import hinge
-from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
-
-# NOTE: the compiled module first: an interpreted copy of decode_in_pool.py imports token_step from
-# it, and a first import under TRITON_INTERPRET would leave its kernels interpreted for the session
-if importlib.util.find_spec("triton") is not None:
-    importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
+from hinge.testing.triton_interpreter import patch_interpreter
 
 
 def decode_ops(model, batch_size: int, *, capture_view: bool = False) -> Counter:
@@ -68,8 +59,7 @@ def test_a_decode_step_runs_as_many_ops_at_batch_16_as_at_batch_2(hybrid_checkpo
 def test_a_decode_step_in_the_pool_copies_no_matrix_state_and_does_not_grow(hybrid_checkpoints,
                                                                             monkeypatch):
     patch_interpreter(monkeypatch)
-    module = load_interpreted(Path(hinge.__file__).parent / "layers/recurrent_kernels/decode_in_pool.py",
-                              "_interpreted_decode_in_pool_ops")
+    module = interpreted_kernel("decode_in_pool")
     model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"))
     gather = decode_ops(model, 4, capture_view=True)
     model.set_recurrent_kernels(InterpretedInPool(rule=module))
