@@ -25,7 +25,8 @@ bench|bench2)
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
         b fa4_split 90 python3 tools/gpu/fa4_split_decode.py
-        b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile
+        b recurrent 60 python3 tools/gpu/recurrent_decode.py
+        b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
         b nvfp4 220 python3 tools/gpu/nvfp4_gemm.py

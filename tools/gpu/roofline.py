@@ -191,14 +191,15 @@ def bench_model(arch: str, size: str, args: argparse.Namespace, bandwidth: float
                                  "first_ttft_ms": first * 1e3, "warm_ttft_ms": warm * 1e3,
                                  "startup_s": start_s})
                     print(json.dumps({"model": result["model"], **rows[-1]}), flush=True)
-                if args.profile:  # where a greedy decode step's time goes, batch 1 and batch B
+                for kind in args.profile or []:  # where a decode step's time goes, batch 1 and B
                     from step_profile import profile_decode  # NOTE: the sibling script
 
-                    greedy = SamplingParams(max_new_tokens=args.b1_tokens, temperature=0.0,
-                                            ignore_eos=True, detokenize=False)
+                    extra = SAMPLED if kind == "sampled" else dict(temperature=0.0)
+                    params = SamplingParams(max_new_tokens=args.b1_tokens, ignore_eos=True,
+                                            detokenize=False, seed=1, **extra)
                     for b in (1, args.batch):
-                        prof = profile_decode(llm.engine, prompts(b, args.prompt_len), greedy)
-                        result.setdefault("profiles", []).append({"mode": mode, **prof})
+                        prof = profile_decode(llm.engine, prompts(b, args.prompt_len), params)
+                        result.setdefault("profiles", []).append({"mode": f"{mode} {kind}", **prof})
             gc.collect()
             torch.cuda.empty_cache()
     return result
@@ -236,9 +237,12 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["default", "deterministic"])
     ap.add_argument("--mem-fraction", type=float, default=0.35)
     ap.add_argument("--skip-hf", action="store_true")
-    ap.add_argument("--profile", action="store_true",
-                    help="also profile greedy decode steps at batch 1 and --batch (step_profile.py)")
+    ap.add_argument("--profile", nargs="*", choices=("greedy", "sampled"), default=None,
+                    help="also profile decode steps at batch 1 and --batch (step_profile.py) for "
+                    "these samplings (no value: greedy)")
     args = ap.parse_args()
+    if args.profile == []:
+        args.profile = ["greedy"]
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.3f} TB/s on {torch.cuda.get_device_name()}", flush=True)
     results = [bench_model(args.arch, args.size, args, bandwidth)]

@@ -10,7 +10,7 @@ a fresh request, or a padded graph row) and stores the new slice straight into
 ``pool[write_slots[i]]``: 2 passes, the minimum.
 
 The tiling and the token loop are the deterministic kernel's (``delta_rule_triton``: one program
-per (request, value head, ``BV`` value columns), ``walk_tokens`` inlined, one warp), so the outputs
+per (request, value head, ``BV`` value columns) in ``program_tile``'s order, ``walk_tokens`` inlined, one warp), so the outputs
 and states are batch invariant and the same bits as that kernel's decode rows.
 
 Safe in place: a program reads and writes only its own (slot, head, columns) tile, and no two live
@@ -30,6 +30,8 @@ from hinge.layers.recurrent_kernels.delta_rule_triton import (
     EPS,
     MAX_UNIFORM_ROWS,
     _arange,
+    num_programs,
+    program_tile,
     state_tile,
     walk_tokens,
 )
@@ -43,9 +45,7 @@ def _decode_in_pool_kernel(
     HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
 ):
-    i_n = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_v = tl.program_id(2)
+    i_n, i_h, i_v = program_tile(HV, DV, BV)
     i_hk = i_h // REP
     # NOTE: row i_n from cu = 0, 1, 2, ... loaded, as the token-recurrence kernel does: the same
     # token loop (a trip count known at compile time would let it lay the loop out otherwise)
@@ -88,7 +88,7 @@ def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
         return out
     if b > MAX_UNIFORM_ROWS:
         raise ValueError(f"decode_in_pool takes at most {MAX_UNIFORM_ROWS} requests a call, got {b}")
-    _decode_in_pool_kernel[(b, hv, triton.cdiv(dv, BV))](
+    _decode_in_pool_kernel[num_programs(b, hv, dv)](
         q, k, v, g, beta, pool, _arange(q.device)[: b + 1], read_slots, write_slots,
         prefix_lens, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

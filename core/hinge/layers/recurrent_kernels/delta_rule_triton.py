@@ -51,6 +51,28 @@ def token_step(S, q, k, v, g, beta, scale, eps):
 
 
 @triton.jit
+def program_tile(HV: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
+    """(request, value head, value block) of this program in a 1-D grid of ``B * HV * NV``
+    programs (``NV = ceil(DV / BV)``), value blocks fastest. The hardware starts blocks in grid order, so the ``NV``
+    programs that share one head's contiguous (Dk, Dv) state run side by side and each 128-byte
+    state row is fetched once; with the request fastest (a (B, HV, NV) grid), the slices of one
+    row were ``B * HV`` programs apart and decode at batch 64 moved its states at 30% of the
+    copy bandwidth on the H200 (docs/benchmarks.md). Which program owns which tile changes the
+    order nothing is summed in, so the bits do not depend on it."""
+    NV: tl.constexpr = (DV + BV - 1) // BV
+    pid = tl.program_id(0)
+    i_v = pid % NV
+    i_h = (pid // NV) % HV
+    i_n = pid // (NV * HV)
+    return i_n, i_h, i_v
+
+
+def num_programs(b: int, hv: int, dv: int) -> tuple[int]:
+    """The 1-D grid ``program_tile`` reads."""
+    return (b * hv * triton.cdiv(dv, BV),)
+
+
+@triton.jit
 def state_tile(cu_ptr, i_n, i_v, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
                BV: tl.constexpr):
     """Row ``i_n``'s token range and the (BK, BV) tile of its state that program ``i_v`` owns:
@@ -112,9 +134,7 @@ def _delta_rule_kernel(
     HV: tl.constexpr, REP: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, TRACK: tl.constexpr,
 ):
-    i_n = tl.program_id(0)
-    i_h = tl.program_id(1)
-    i_v = tl.program_id(2)
+    i_n, i_h, i_v = program_tile(HV, DV, BV)
     i_hk = i_h // REP
     bos, eos, offs_k, offs_v, mask_k, mask_v, mask_s, s_off = state_tile(cu_ptr, i_n, i_v, DK, DV,
                                                                           BK, BV)
@@ -175,7 +195,7 @@ def gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens, track_states=F
               if track_states else None)
     if b == 0:
         return out, final, states
-    _delta_rule_kernel[(b, hv, triton.cdiv(dv, BV))](
+    _delta_rule_kernel[num_programs(b, hv, dv)](
         q, k, v, g, beta, initial_state.contiguous(), _cu_tensor(cu_seqlens, q.device),
         out, final, states if states is not None else final,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

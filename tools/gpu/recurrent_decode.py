@@ -1,0 +1,64 @@
+"""The in-pool gated-delta-rule decode kernel alone: us per layer and its share of copy bandwidth.
+
+Qwen3.5-9B head sizes (16 key heads, 32 value heads, 128 x 128 float32 states: 2 MiB per
+request per layer), one token per request, each layer's states in their own pool slots so
+that they come from HBM rather than L2, the layers captured in one CUDA graph. Bytes per layer
+are the states read and written (``2 * B * Hv * Dk * Dv * 4``), the same count the copy
+bandwidth makes of a copy (read + write). Needs only torch and triton (no gpu-host pack).
+
+    python tools/gpu/recurrent_decode.py            # a markdown table
+    python tools/gpu/recurrent_decode.py --batch 64 128
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from fa4_attention import copy_gbps, cuda_ms, graphed  # NOTE: the sibling script
+
+from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
+
+HK, HV, DK, DV = 16, 32, 128, 128
+L2_BYTES = 60 << 20
+
+
+def row(b: int, copy: float) -> dict:
+    per_layer = 2 * b * HV * DK * DV * 4
+    layers = max(4, -(-4 * L2_BYTES // per_layer))
+    gen = torch.Generator(device="cuda").manual_seed(b)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, device="cuda")
+
+    q, k = rand(b, HK, DK).bfloat16(), rand(b, HK, DK).bfloat16()
+    v = rand(b, HV, DV).bfloat16()
+    g = torch.nn.functional.logsigmoid(rand(b, HV) + 3.0)
+    beta = torch.sigmoid(rand(b, HV)).bfloat16()
+    pool = rand(1 + layers * b, HV, DK, DV) * 0.1
+    slots = [torch.arange(1 + i * b, 1 + (i + 1) * b, device="cuda") for i in range(layers)]
+    prefix = torch.ones(b, dtype=torch.int64, device="cuda")
+
+    def step() -> None:
+        for s in slots:  # each layer reads and writes its own slots, as the engine's layers do
+            decode_in_pool(q, k, v, g, beta, pool, s, s, prefix)
+
+    ms = cuda_ms(graphed(step)) / layers
+    gbps = per_layer / ms / 1e6
+    return {"batch": b, "us_per_layer": ms * 1e3, "gbps": gbps, "of_copy": gbps / copy}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 128])
+    args = parser.parse_args()
+    copy = copy_gbps()
+    print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s\n")
+    print("| batch | us/layer | GB/s | of copy |\n| --- | --- | --- | --- |")
+    for b in args.batch:
+        r = row(b, copy)
+        print(f"| {b} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | {r['of_copy']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
