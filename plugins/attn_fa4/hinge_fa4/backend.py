@@ -72,15 +72,16 @@ class FA4AttentionBackend(AttentionBackend):
 
     def wants_split(self, rows: int) -> bool:
         """``split_kv``: always, never, or auto: when the unsplit step's work tiles (request x
-        KV head) would fill at most half the GPU's SMs.
+        KV head) would fill at most a quarter of the GPU's SMs.
 
-        Measured on the H200 (132 SMs, GQA 32/8, 4096 keys, docs/benchmarks.md): at batch 4 (32
-        tiles) split 1024 took 41.6 us a layer against the unsplit kernel's 51.8; at batch 16
-        (128 tiles, one wave) the unsplit kernel took 66.5 us and split 512 97.6 (its query
-        copy and merge then cost more than the idle SMs)."""
+        Measured on the H200 (132 SMs, GQA 32/8, 4096 keys, docs/benchmarks.md), us a layer,
+        unsplit against split: batch 1 (8 tiles) 50.4 / 22.5 (512); batch 4 (32 tiles) 51.8 /
+        41.6 (1024) and 44.3 (512); batch 8 (64 tiles) 53.0 / 64.1 (512); batch 16 (128 tiles)
+        66.5 / 97.6 (512). Past a quarter, the query copy and the merge cost more than the idle
+        SMs."""
         mode = self.options.split_kv
         return mode == "always" or (
-            mode == "auto" and 2 * rows * self.num_kv_heads <= self.kernel.num_sms)
+            mode == "auto" and 4 * rows * self.num_kv_heads <= self.kernel.num_sms)
 
     def prepare_metadata(self, batch: ForwardBatch) -> FA4Metadata:
         ext = batch.extend_lens_cpu

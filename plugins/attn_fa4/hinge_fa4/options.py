@@ -19,7 +19,7 @@ class FA4Options(BaseModel):
         "auto", description="decode and verify steps: split each request's keys into chunks of "
         "split_size at absolute positions, one kernel call over every query's chunks and tail, "
         "merged by log-sum-exp in one Triton kernel (FA4 has no split-KV on sm_90); auto = when "
-        "the step's (request, KV head) pairs fill at most half the GPU's SMs; always = every decode "
+        "the step's (request, KV head) pairs fill at most a quarter of the GPU's SMs; always = every decode "
         "step (a request's bits then do not depend on the batch)")
     split_size: int = Field(512, ge=16, le=1 << 20,
                             description="keys per chunk, a multiple of page_size")
