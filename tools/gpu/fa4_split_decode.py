@@ -5,7 +5,8 @@ head dim 128, bf16, 128-token pages, one KV buffer per layer across enough layer
 (``fa4_attention.py``'s setup), each step captured in one CUDA graph through the backend's graph
 protocol. Rows: the raw unsplit kernel, and hinge fa4 with ``split_kv = always`` at each
 ``--split-sizes`` for ``split_call`` batched and varlen; each with the kernels one layer launches
-(torch profiler, eager) and the share of copy bandwidth (goal at batch 1: >= 40%).
+(torch profiler, eager: name and device time each, listed after the table) and the share of
+copy bandwidth (goal at batch 1: >= 40%).
 
     python tools/gpu/fa4_split_decode.py             # a markdown table
     OUT=/tmp/out python tools/gpu/fa4_split_decode.py  # also $OUT/fa4_split_decode.json
@@ -36,7 +37,8 @@ from hinge.contracts import AttentionLayer
 from hinge.plugins.specs import BuildContext
 
 
-def kernels_per_layer(fn) -> list[str]:
+def kernels_per_layer(fn) -> list[dict]:
+    """The kernels one eager call of ``fn`` runs, in order: name and device microseconds."""
     from torch.profiler import ProfilerActivity, profile
 
     fn()
@@ -44,7 +46,16 @@ def kernels_per_layer(fn) -> list[str]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return [{"name": e.name, "us": e.time_range.elapsed_us()} for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def short(name: str) -> str:
+    """A kernel's name without its template arguments (fa4's CuTe names run to hundreds of
+    characters)."""
+    if "flash_fwd" in name or "FlashAttentionForward" in name:
+        return "fa4_fwd"
+    return name.split("<")[0].split("(")[0].replace("void ", "").split("::")[-1][:40]
 
 
 def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float) -> list[dict]:
@@ -112,6 +123,10 @@ def main() -> None:
     for r in rows:
         print(f"| {r['batch']} | {r['what']} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
               f"{r['of_copy']:.0%} | {len(r['kernels'])} |")
+    print("\nkernels of one eager layer (device us each, in launch order):")
+    for r in rows:
+        names = ", ".join(f"{short(k['name'])} {k['us']:.1f}" for k in r["kernels"])
+        print(f"- batch {r['batch']}, {r['what']}: {names}")
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "fa4_split_decode.json"), "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows}, f, indent=2)

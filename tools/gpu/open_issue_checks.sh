@@ -29,7 +29,7 @@ bench|bench2)
         b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
-        b nvfp4 220 python3 tools/gpu/nvfp4_gemm.py
+        b nvfp4 330 python3 tools/gpu/nvfp4_gemm.py --sweep
         ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
             # shellcheck disable=SC2086

@@ -129,23 +129,33 @@ def report(name: str, kernel: Any, *, elements: int, num_warps: int) -> LoopRepo
 # -- presets ----------------------------------------------------------------------------------
 
 
-def nvfp4_gemv(m: int) -> LoopReport:
+def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> LoopReport:
+    """hinge_nvfp4's decode GEMV at (m, n, k) (default: Qwen3-8B's fused gate|up) with ``config``
+    (default: ``default_config``'s), compiled as its launch would be."""
     from hinge_nvfp4.triton_gemv import _nvfp4_gemv_kernel, default_config
 
-    cfg = default_config(m, 24576, 4096)  # the fused gate|up shape of Qwen3-8B
+    cfg = config or default_config(m, n, k)
     block_m = 16 if cfg.dot else 1 << (m - 1).bit_length()
     sig = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*u8", rs_ptr="*fp32", bias_ptr="*fp32",
                out_ptr="*bf16", M="i32", N="i32", K="i32", stride_xm="i32", stride_wn="i32",
                stride_sn="i32", stride_os="i32", stride_om="i32", k_per_split="i32")
-    consts = dict(HAS_BIAS=False, EPILOGUE=True, IEEE=False, EVEN_K=True, USE_DOT=cfg.dot,
-                  BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
-    n, k = 24576, 4096
+    consts = dict(HAS_BIAS=False, EPILOGUE=cfg.split_k == 1, IEEE=False, EVEN_K=True,
+                  USE_DOT=cfg.dot, BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
     ints = dict(M=m, N=n, K=k, stride_xm=k, stride_wn=k // 8, stride_sn=k // 16, stride_os=0,
-                stride_om=n, k_per_split=k)
+                stride_om=n, k_per_split=k // cfg.split_k)
     kernel = compile_for_hopper(_nvfp4_gemv_kernel, sig, consts, divisible=launch_divisible(sig, ints),
                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return report(f"nvfp4 gemv M={m} {cfg}", kernel, elements=cfg.block_n * cfg.block_k,
                   num_warps=cfg.num_warps)
+
+
+def warps_per_sm(registers: int, num_warps: int) -> int:
+    """Resident warps per Hopper SM that the register file allows a kernel of ``registers`` per
+    thread in blocks of ``num_warps`` (64 K registers, allocated per warp in units of 256, at
+    most 32 blocks and 64 warps)."""
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    blocks = min(32, 65536 // (per_warp * num_warps), 64 // num_warps)
+    return blocks * num_warps
 
 
 def bf16_gemv(m: int) -> LoopReport:
@@ -174,7 +184,8 @@ def main() -> None:
     ap.add_argument("--m", type=int, nargs="+", default=[1, 16], help="rows (batch) per call")
     args = ap.parse_args()
     for m in args.m:
-        print(PRESETS[args.preset](m).line())
+        r = PRESETS[args.preset](m)
+        print(r.line(), f"\n    {warps_per_sm(r.registers, r.threads // 32)} warps per SM by registers")
 
 
 if __name__ == "__main__":
