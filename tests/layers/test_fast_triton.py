@@ -46,7 +46,8 @@ def rms_norm64(h: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def interpreted():
     return types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
-                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "qk_norm_rope")})
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "qk_norm_rope",
+                                                 "kv_write")})
 
 
 # -- kernels under the interpreter ---------------------------------------------------------------
@@ -277,13 +278,13 @@ def test_decoder_layer_residual_passing_keeps_cpu_bf16_logits_bit_identical(arch
 @pytest.mark.usefixtures("interpreter")
 def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_of_the_plain_path(
         tiny, interpreted, monkeypatch):
-    """The wiring: norm, MLP, q/k norm + rope and linears call the kernels (counted) with the
-    right operands."""
+    """The wiring: norm, MLP, q/k norm + rope, linears and the KV write call the kernels
+    (counted) with the right operands."""
     torch.set_num_threads(1)
     model, build = bf16_model(tiny("qwen3"))
     ids = [int(t) for t in torch.randint(0, 256, (14,), generator=torch.Generator().manual_seed(14))]
     plain = prefill_and_decode(model, build, ids, decode_steps=2)
-    calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0, "qk_norm_rope": 0}
+    calls = {"gemv": 0, "add_rmsnorm": 0, "silu_mul": 0, "qk_norm_rope": 0, "kv_write": 0}
 
     def counted(module, name):
         return counting(module, name, calls)
@@ -291,14 +292,15 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
     fake = types.SimpleNamespace(gemv=counted(interpreted.gemv, "gemv"),
                                  add_rmsnorm=counted(interpreted.add_rmsnorm, "add_rmsnorm"),
                                  silu_mul=counted(interpreted.silu_mul, "silu_mul"),
-                                 qk_norm_rope=counted(interpreted.qk_norm_rope, "qk_norm_rope"))
+                                 qk_norm_rope=counted(interpreted.qk_norm_rope, "qk_norm_rope"),
+                                 kv_write=counted(interpreted.kv_write, "kv_write"))
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
     monkeypatch.setenv("HINGE_FAST_GEMV", "1")
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)
     layers = len(model.model.layers)
     steps = 3  # one prefill of 12 + 6 rows (too many for the GEMV), two decodes of 2 rows
-    assert calls["silu_mul"] == calls["qk_norm_rope"] == layers * steps
+    assert calls["silu_mul"] == calls["qk_norm_rope"] == calls["kv_write"] == layers * steps
     # two per layer: the first layer's input norm has no residual, the final norm takes the last
     assert calls["add_rmsnorm"] == 2 * layers * steps
     assert calls["gemv"] == 4 * layers * (steps - 1)  # qkv, o, gate_up, down per decode step

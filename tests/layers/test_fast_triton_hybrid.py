@@ -111,7 +111,7 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
         return counting(module, name, calls)
 
     fake = types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
-                                    for name in ("gemv", "add_rmsnorm", "silu_mul")})
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "kv_write")})
     fake.qk_norm_rope = counted(load_interpreted("layers/fast_triton/qk_norm_rope.py"), "qk_norm_rope")
     fake.gdn_gating = counted(kernels.gdn_gating, "gdn_gating")
     fake.gated_rmsnorm = counted(kernels.gated_rmsnorm, "gated_rmsnorm")

@@ -43,6 +43,7 @@ from hinge.builtin.flashinfer_runtime import (
 from hinge.builtin.plugin import FLASHINFER_ATTENTION
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.forward import ForwardBatch
+from hinge.layers.kv_write import write_kv
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -127,9 +128,8 @@ class FlashInferAttentionBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
                 kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
+        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        k_cache.index_copy_(0, batch.out_loc, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.out_loc, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
         meta = batch.attn_metadata
         if not isinstance(meta, FlashInferMetadata):
             meta = batch.attn_metadata = self.prepare_metadata(batch)

@@ -25,6 +25,7 @@ from hinge.builtin.plugin import TORCH_ATTENTION
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.devices import to_device
 from hinge.layers.batch_invariant import fixed_split_attention
+from hinge.layers.kv_write import write_kv
 
 if TYPE_CHECKING:
     from hinge.forward import ForwardBatch, KVCache
@@ -134,9 +135,8 @@ class TorchAttentionBackend(AttentionBackend):
         kv: KVCache,
         batch: ForwardBatch,
     ) -> torch.Tensor:
+        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        k_cache.index_copy_(0, batch.out_loc, _as(k, k_cache.dtype))
-        v_cache.index_copy_(0, batch.out_loc, _as(v, v_cache.dtype))
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)

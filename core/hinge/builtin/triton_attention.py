@@ -30,6 +30,7 @@ from hinge.builtin.triton_kernels.launch import paged_attention
 from hinge.builtin.triton_options import TritonAttentionOptions
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.devices import num_sms, to_device
+from hinge.layers.kv_write import write_kv
 from hinge.static_batch import pad_extend_lens
 
 if TYPE_CHECKING:
@@ -127,9 +128,8 @@ class TritonAttentionBackend(AttentionBackend):
                                "Triton's interpreter (TRITON_INTERPRET=1, for tests)")
         assert kv.page_size == self.page_size, (
             f"backend built for page_size {self.page_size}, KV pool has {kv.page_size}")
+        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        k_cache.index_copy_(0, batch.out_loc, k if k.dtype == k_cache.dtype else k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.out_loc, v if v.dtype == v_cache.dtype else v.to(v_cache.dtype))
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)

@@ -31,6 +31,7 @@ import torch
 from hinge.batching import pad_extend_lens
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.devices import to_device
+from hinge.layers.kv_write import write_kv
 from hinge_fa4.combine import merge_parts
 from hinge_fa4.kernel import make_kernel
 from hinge_fa4.metadata import FA4GraphBuffers, FA4Metadata
@@ -108,9 +109,8 @@ class FA4AttentionBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
                 kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
+        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        k_cache.index_copy_(0, batch.out_loc, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.out_loc, v.to(v_cache.dtype))
         meta = batch.attn_metadata
         if meta is None:
             meta = batch.attn_metadata = self.prepare_metadata(batch)

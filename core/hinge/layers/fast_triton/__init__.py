@@ -15,7 +15,9 @@ Kernels (one per module; each module's docstring states its contract):
 - ``silu_mul``: ``silu(gate) * up`` of a fused ``[gate | up]`` with one rounding;
 - ``qk_norm_rope``: per-head RMSNorm of q and k and the rotary embedding in one pass;
 - ``gdn_gating``: the gated DeltaNet's decay and write gates (``g``, ``beta``) in one pass;
-- ``gated_rmsnorm``: the gated DeltaNet's output norm times ``silu(z)`` in one pass.
+- ``gated_rmsnorm``: the gated DeltaNet's output norm times ``silu(z)`` in one pass;
+- ``kv_write``: a step's keys and values into their KV-pool slots in one launch (a copy: also
+  taken in deterministic mode, through ``hinge.layers.kv_write``).
 
 The kernel modules import Triton at import time; import them through ``kernels()`` (only after
 ``enabled`` said yes).
@@ -58,16 +60,17 @@ def gemv_enabled(x: torch.Tensor) -> bool:
 @functools.cache
 def kernels() -> SimpleNamespace:
     """The kernel modules (``gemv``, ``add_rmsnorm``, ``silu_mul``, ``qk_norm_rope``,
-    ``gdn_gating``, ``gated_rmsnorm``), imported on first use."""
+    ``gdn_gating``, ``gated_rmsnorm``, ``kv_write``), imported on first use."""
     from hinge.layers.fast_triton import (
         add_rmsnorm,
         gated_rmsnorm,
         gdn_gating,
         gemv,
+        kv_write,
         qk_norm_rope,
         silu_mul,
     )
 
     return SimpleNamespace(gemv=gemv, add_rmsnorm=add_rmsnorm, silu_mul=silu_mul,
                            qk_norm_rope=qk_norm_rope, gdn_gating=gdn_gating,
-                           gated_rmsnorm=gated_rmsnorm)
+                           gated_rmsnorm=gated_rmsnorm, kv_write=kv_write)
