@@ -63,6 +63,31 @@ def test_each_request_continues_its_window_and_writes_the_next_one_to_its_write_
         assert torch.equal(pool[untouched], before[untouched]), "only the write slots change"
 
 
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_exact_variant_gives_the_torch_convs_bits_for_deterministic_mode(
+        monkeypatch, modules, activation, dtype):
+    """Deterministic mode: a decode row through the pool must be the bits the torch conv gives
+    the same position in a prefill (the kernel's float32 sum in the reference's order without
+    fused multiply-adds, the activation and the cast by torch)."""
+    patch_interpreter(monkeypatch)
+    x, weight, bias, pool = _inputs(5, dtype=dtype, seed=3)
+    read, write, prefix = torch.tensor([3, 5, 1, 2, 7]), torch.tensor([3, 6, 4, 0, 7]), \
+        torch.tensor([7, 0, 2, 9, 1])
+    windows = torch.stack([pool[r] if p else torch.zeros_like(pool[0])
+                           for r, p in zip(read.tolist(), prefix.tolist(), strict=True)])
+    for b in (None, bias):
+        # NOTE: the reference as it runs on CUDA (F.silu as it is; its CPU-only 16-row blocks
+        # are for the CPU's vector/tail rounding, and the exact variant runs on CUDA only)
+        want = torch_causal_conv1d(x, weight, b, windows, list(range(6)), activation=activation)
+        out = modules[0].conv_in_pool_exact(x, weight, b, pool.clone(), read, write, prefix,
+                                            activation=activation)
+        assert out.dtype == dtype and torch.equal(out, want.out), (
+            f"max diff {(out.float() - want.out.float()).abs().max():.3g}")
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        modules[0].conv_in_pool_exact(x, weight, None, pool, read, write, prefix, activation="gelu")
+
+
 def test_an_empty_step_and_a_pool_of_another_width(conv):
     x, weight, bias, pool = _inputs(0)
     empty = torch.zeros(0, dtype=torch.int64)

@@ -79,3 +79,26 @@ def test_cuda_conv_in_pool_replays_in_a_graph_with_new_slots_and_inputs():
         graph.replay()
         assert torch.equal(out, want) and torch.equal(pool, eager_pool), seed
 
+
+
+@pytest.mark.parametrize("model", list(SIZES))
+def test_deterministic_kernels_decode_the_conv_in_the_pool_with_the_torch_convs_bits(model):
+    """Deterministic mode on CUDA: ``conv_in_pool_exact`` (through the deterministic kernels)
+    gives the gathered torch conv's output and window bit for bit: a decode row equals the
+    prefill row of its position, which the torch conv computes."""
+    from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels
+
+    c, k, act, bias = SIZES[model]
+    b = 64
+    x, weight, bias_t, pool, read = _inputs(b, c, k, bias, seed=2)
+    prefix = torch.ones(b, dtype=torch.int64, device="cuda")
+    prefix[::5] = 0
+    windows = pool[read].masked_fill((prefix == 0)[:, None, None], 0)
+    want = torch_causal_conv1d(x, weight, bias_t, windows, list(range(b + 1)), activation=act,
+                               deterministic=True)
+    write = read + b
+    out = TorchRecurrentKernels(deterministic=True).conv_in_pool(
+        x, weight, bias_t, pool, read, write, prefix, activation=act)
+    assert out is not None, "deterministic CUDA decodes the conv in the pool"
+    assert torch.equal(out, want.out), f"max diff {(out.float() - want.out.float()).abs().max():.3g}"
+    assert torch.equal(pool[write], want.final_window)

@@ -10,9 +10,9 @@ from ``ctx.states``; a request with no prefix starts from zeros; the final state
 checkpoints are written through ``hinge.layers.recurrent_kernels.checkpoints`` (the one write
 path), and with ``track_states`` the state after every row goes to ``ctx.position_states``. A decode
 step on kernels with an in-place path (fla, deterministic CUDA) runs the delta rule in the pool:
-each state is read and written once, where it lies (``RecurrentKernels.decode_in_pool``); in
-default mode on CUDA the conv window too (``RecurrentKernels.conv_in_pool``: one kernel instead of
-a gather, ~15 small tensor ops and a scatter).
+each state is read and written once, where it lies (``RecurrentKernels.decode_in_pool``); on CUDA
+the conv window too (``RecurrentKernels.conv_in_pool``: one kernel, three in deterministic mode,
+instead of a gather, ~15 small tensor ops and a scatter).
 """
 
 from __future__ import annotations

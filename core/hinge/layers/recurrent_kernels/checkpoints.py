@@ -16,8 +16,8 @@ states through ``write_step_states`` only, eager or replayed from a CUDA graph:
 - a decode step (``decodes_in_pool``: one token per request, no checkpoint inside, no
   per-position states) whose kernels have an in-place path (``RecurrentKernels.decode_in_pool``)
   has the matrix state read from and written to the pool by the kernel itself, at the same
-  ``step_write_slots``, and likewise the conv window (``RecurrentKernels.conv_in_pool``, default
-  mode on CUDA); ``write_step_states`` then writes what is left and the stamps (its ``ssm`` /
+  ``step_write_slots``, and likewise the conv window (``RecurrentKernels.conv_in_pool``, on
+  CUDA); ``write_step_states`` then writes what is left and the stamps (its ``ssm`` /
   ``conv`` None). Eager and replayed decode steps take the same path: the choice is made on the
   host from the step's shape, never from its values.
 

@@ -15,9 +15,11 @@ in float32 with the reference's order (``w[:, 0] * xs[0]`` first, then each tap 
 stores the shifted window ``xs[1..K-1]`` into ``pool[write_slots[i], c, :]`` in the pool's dtype.
 
 Safe in place for the same reason as ``decode_in_pool``: a program reads and writes only its own
-(slot, channels), and no two live requests of a step share a slot. Default mode only: the SiLU's
-``exp`` is Triton's, so the bits differ from the torch conv by about an ulp, and deterministic
-mode keeps the torch conv in prefill and decode alike (a decode row must equal a prefill row).
+(slot, channels), and no two live requests of a step share a slot. With the activation in the
+kernel (default mode) the SiLU's ``exp`` is Triton's, so the bits differ from the torch conv by
+about an ulp; deterministic mode takes ``conv_in_pool_exact`` (the float32 sum from the kernel,
+the activation from torch), whose bits are the torch conv's, as a decode row must be a prefill
+row's.
 """
 
 from __future__ import annotations
@@ -71,14 +73,16 @@ def _conv_in_pool_kernel(x_ptr, w_ptr, b_ptr, pool_ptr, read_ptr, write_ptr, pre
 
 def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  pool: torch.Tensor, read_slots: torch.Tensor, write_slots: torch.Tensor,
-                 prefix_lens: torch.Tensor, *, activation: str | None = None) -> torch.Tensor:
+                 prefix_lens: torch.Tensor, *, activation: str | None = None,
+                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The contract of ``RecurrentKernels.conv_in_pool``.
 
     :param x: (B, C) one new input per request, unit last stride.
     :param weight: (C, K) taps, unit last stride. :param bias: (C,) or None.
     :param pool: (slots, C, K-1) the layer's windows (``StatePool.conv[state_id]``), unit last
         stride; updated in place.
-    :returns: out (B, C) in x's dtype.
+    :param out_dtype: the output's dtype (default x's); float32 keeps the sum unrounded.
+    :returns: out (B, C).
     """
     b, c = x.shape
     k = weight.shape[1]
@@ -89,7 +93,7 @@ def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         raise ValueError(f"conv_in_pool needs x (B, C) and weight (C, K >= 2) with unit last strides "
                          f"and a pool (slots, C, K-1); got x {tuple(x.shape)}, weight "
                          f"{tuple(weight.shape)}, pool {tuple(pool.shape)}")
-    out = torch.empty(b, c, dtype=x.dtype, device=x.device)
+    out = torch.empty(b, c, dtype=out_dtype or x.dtype, device=x.device)
     if b == 0:
         return out
     _conv_in_pool_kernel[(b, triton.cdiv(c, BLOCK_C))](
@@ -98,3 +102,20 @@ def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         K=k, KP2=triton.next_power_of_2(k), HAS_BIAS=bias is not None, SILU=activation == "silu",
         BLOCK=BLOCK_C, num_warps=4, enable_fp_fusion=False)  # the reference's separate mul, add
     return out
+
+
+def conv_in_pool_exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       pool: torch.Tensor, read_slots: torch.Tensor, write_slots: torch.Tensor,
+                       prefix_lens: torch.Tensor, *, activation: str | None = None) -> torch.Tensor:
+    """``conv_in_pool`` with the torch reference's bits, for deterministic mode: the kernel sums
+    the taps in the reference's order without fused multiply-adds and returns the float32 sum;
+    the activation and the cast to x's dtype are then the reference's own torch ops
+    (``torch_ref._conv_windows``). A decode row so equals the prefill row of its position, which
+    the torch conv computes. Three kernels where the gathered reference path runs about fifteen."""
+    if activation not in (None, "silu"):
+        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    out = conv_in_pool(x, weight, bias, pool, read_slots, write_slots, prefix_lens,
+                       out_dtype=torch.float32)
+    if activation == "silu":
+        out = torch.nn.functional.silu(out)
+    return out.to(x.dtype)

@@ -404,17 +404,17 @@ class TorchRecurrentKernels(RecurrentKernels):
 
     def conv_in_pool(self, x, weight, bias, pool, read_slots, write_slots, prefix_lens, *,
                      activation=None):
-        """Default mode on CUDA: the Triton kernel in place (``conv_in_pool``). Deterministic mode
-        keeps the torch conv (a decode row must be the bits of a prefill row); CPU has no
-        in-place path."""
+        """On CUDA the Triton kernel in place: ``conv_in_pool`` in default mode,
+        ``conv_in_pool_exact`` in deterministic mode (the torch conv's bits: a decode row must be
+        the bits of a prefill row). CPU has no in-place path."""
         from hinge.layers.fast_triton import triton_available
 
-        if self.deterministic or not x.is_cuda or not triton_available():
+        if not x.is_cuda or not triton_available():
             return None
-        from hinge.layers.recurrent_kernels.conv_in_pool import conv_in_pool
+        from hinge.layers.recurrent_kernels import conv_in_pool as kernel
 
-        return conv_in_pool(x, weight, bias, pool, read_slots, write_slots, prefix_lens,
-                            activation=activation)
+        run = kernel.conv_in_pool_exact if self.deterministic else kernel.conv_in_pool
+        return run(x, weight, bias, pool, read_slots, write_slots, prefix_lens, activation=activation)
 
     def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
         """Deterministic on CUDA: the Triton kernel in place (the same bits as the token-recurrence
