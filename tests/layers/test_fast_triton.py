@@ -162,14 +162,17 @@ def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dt
 # -- the selector and the CPU / deterministic paths ----------------------------------------------
 
 
-def test_fast_kernels_are_enabled_only_for_cuda_outside_deterministic_mode_unless_turned_off(monkeypatch):
+def test_fast_kernels_are_enabled_only_for_cuda_and_in_deterministic_mode_only_if_invariant(monkeypatch):
     cuda_like = types.SimpleNamespace(is_cuda=True)
     monkeypatch.setattr(fast_triton, "triton_available", lambda: True)
     assert not fast_triton.enabled(torch.zeros(1))
+    assert not fast_triton.enabled(torch.zeros(1), invariant=True)
     assert fast_triton.enabled(cuda_like)
     assert not fast_triton.enabled(cuda_like, deterministic=True)
+    assert fast_triton.enabled(cuda_like, deterministic=True, invariant=True)
     monkeypatch.setenv("HINGE_FAST_KERNELS", "0")
     assert not fast_triton.enabled(cuda_like)
+    assert not fast_triton.enabled(cuda_like, deterministic=True, invariant=True)
     monkeypatch.delenv("HINGE_FAST_KERNELS")
     monkeypatch.setattr(fast_triton, "triton_available", lambda: False)
     assert not fast_triton.enabled(cuda_like)
@@ -294,7 +297,8 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
                                  silu_mul=counted(interpreted.silu_mul, "silu_mul"),
                                  qk_norm_rope=counted(interpreted.qk_norm_rope, "qk_norm_rope"),
                                  kv_write=counted(interpreted.kv_write, "kv_write"))
-    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
+                        invariant or not deterministic)
     monkeypatch.setenv("HINGE_FAST_GEMV", "1")
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)

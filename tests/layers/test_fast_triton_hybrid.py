@@ -91,8 +91,11 @@ def test_both_refuse_what_they_cannot_take_naming_the_fallback():
 
 
 @pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("deterministic", [False, True])
 def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_deltanet_layer(
-        kernels, monkeypatch, tmp_path):
+        kernels, monkeypatch, tmp_path, deterministic):
+    """Deterministic mode takes the same per-row kernels (the gated norm one row a program); its
+    MLP keeps the batch-invariant gated activation."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hybrid"))
     from hybrid_harness import StepHarness, load_hinge, make_hybrid_checkpoint
 
@@ -104,25 +107,39 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
         out = [h.step([("a", [5, 6, 7, 8]), ("b", [9, 10])]).logits]
         return torch.cat(out + [h.step([("a", [12 + i]), ("b", [20 + i])]).logits for i in range(2)])
 
-    plain = run(load_hinge(path))
-    calls = {"gdn_gating": 0, "gated_rmsnorm": 0, "qk_norm_rope": 0}
+    plain = run(load_hinge(path, deterministic=deterministic))
+    calls = {"gdn_gating": 0, "gated_rmsnorm": 0, "qk_norm_rope": 0, "silu_mul": 0, "add_rmsnorm": 0}
+    norm_rows = []
 
     def counted(module, name):
         return counting(module, name, calls)
 
+    def gated_rmsnorm(*args, rows=None):
+        norm_rows.append(rows)
+        return kernels.gated_rmsnorm.gated_rmsnorm(*args, rows=rows)
+
     fake = types.SimpleNamespace(**{name: load_interpreted(f"layers/fast_triton/{name}.py")
-                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "kv_write")})
+                                    for name in ("gemv", "kv_write")})
+    fake.add_rmsnorm = counted(load_interpreted("layers/fast_triton/add_rmsnorm.py"), "add_rmsnorm")
+    fake.silu_mul = counted(load_interpreted("layers/fast_triton/silu_mul.py"), "silu_mul")
     fake.qk_norm_rope = counted(load_interpreted("layers/fast_triton/qk_norm_rope.py"), "qk_norm_rope")
     fake.gdn_gating = counted(kernels.gdn_gating, "gdn_gating")
-    fake.gated_rmsnorm = counted(kernels.gated_rmsnorm, "gated_rmsnorm")
-    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: not deterministic)
+    fake.gated_rmsnorm = counted(types.SimpleNamespace(
+        supports=kernels.gated_rmsnorm.supports, gated_rmsnorm=gated_rmsnorm), "gated_rmsnorm")
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
+                        invariant or not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
-    model = load_hinge(path)
+    model = load_hinge(path, deterministic=deterministic)
     fast = run(model)
     deltanets, attention = len(model.recurrent_layers), len(model.attention_layers)
     # the gated attention's (1 + w) q/k norms and partial rotary take the fused kernel too
-    assert calls == {"gdn_gating": 3 * deltanets, "gated_rmsnorm": 3 * deltanets,
-                     "qk_norm_rope": 3 * attention}
+    silu_mul = 0 if deterministic else 3 * len(model.model.layers)  # the batch-invariant GLU
+    assert calls == {
+        "gdn_gating": 3 * deltanets, "gated_rmsnorm": 3 * deltanets,
+        "qk_norm_rope": 3 * attention, "silu_mul": silu_mul,
+        "add_rmsnorm": 3 * 2 * len(model.model.layers)}  # the first input norm has no residual,
+    # the final norm takes the last
+    assert set(norm_rows) == ({1} if deterministic else {None})
     torch.testing.assert_close(fast, plain, rtol=1e-4, atol=1e-4)
 
 

@@ -83,7 +83,7 @@ def write_through(monkeypatch, use_kernel: bool, k_cache, v_cache, loc, k, v):
         return kernel.kv_write(*args)
 
     fake = types.SimpleNamespace(kv_write=types.SimpleNamespace(supports=kernel.supports, kv_write=counted))
-    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False: use_kernel)
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False: use_kernel)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     write_kv(KVCache(k=[k_cache], v=[v_cache], page_size=4), 0, loc, k, v)
     return calls["kv_write"]

@@ -49,10 +49,11 @@ class GatedRMSNorm(nn.Module):
         self.deterministic = deterministic
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        if fast_triton.enabled(x, self.deterministic):  # one kernel on CUDA in default mode
+        if fast_triton.enabled(x, self.deterministic, invariant=True):  # one kernel on CUDA
             fused = fast_triton.kernels().gated_rmsnorm
-            if fused.supports(x, gate):
-                return fused.gated_rmsnorm(x, gate, self.weight, self.eps)
+            if fused.supports(x, gate):  # deterministic: one (token, head) row per program
+                return fused.gated_rmsnorm(x, gate, self.weight, self.eps,
+                                           rows=1 if self.deterministic else None)
         norm = batch_invariant.rmsnorm if self.deterministic else batch_invariant.rmsnorm_reference
         return (norm(x, self.weight, self.eps) * pointwise(gate.float(), F.silu, self.deterministic)).to(x.dtype)
 
@@ -130,9 +131,9 @@ class GatedDeltaNet(nn.Module):
 
     def gates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(g, beta)``: log decay ``-exp(A_log) * softplus(a + dt_bias)`` (float32) and write
-        strength ``sigmoid(b)`` (one kernel on CUDA in default mode: ``fast_triton.gdn_gating``)."""
+        strength ``sigmoid(b)`` (one element-wise kernel on CUDA: ``fast_triton.gdn_gating``)."""
         det = self.norm.deterministic
-        if fast_triton.enabled(b, det):
+        if fast_triton.enabled(b, det, invariant=True):  # element-wise
             fused = fast_triton.kernels().gdn_gating
             if fused.supports(a, b):
                 return fused.gdn_gating(a, b, self.A_log, self.dt_bias)

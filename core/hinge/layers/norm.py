@@ -40,7 +40,7 @@ class RMSNorm(nn.Module):
         """``norm(x)``; with ``residual``, ``(norm(x + residual), x + residual)``."""
         if residual is None:
             return self._norm(x)
-        if fast_triton.enabled(x, self.deterministic):
+        if fast_triton.enabled(x, self.deterministic, invariant=True):  # one program per row
             fused = fast_triton.kernels().add_rmsnorm
             if fused.supports(x, residual, self.weight):
                 return fused.add_rmsnorm(x, residual, self.weight, self.eps, self.offset)

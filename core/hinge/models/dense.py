@@ -70,9 +70,11 @@ def qkv_linear(hidden: int, sizes: tuple[int, int, int], bias: bool, quantizer: 
 
 def norm_rope(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
               k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-head q/k RMSNorm then the rotation: one kernel on CUDA in default mode
-    (``fast_triton.qk_norm_rope``, ``(1 + w)`` norms too), the norms and ``apply_qk`` elsewhere."""
-    if q_norm.offset == k_norm.offset and fast_triton.enabled(q, q_norm.deterministic):
+    """Per-head q/k RMSNorm then the rotation: one kernel on CUDA (``fast_triton.qk_norm_rope``,
+    ``(1 + w)`` norms too; one program per (token, head), so deterministic mode too), the norms
+    and ``apply_qk`` elsewhere."""
+    if q_norm.offset == k_norm.offset and fast_triton.enabled(q, q_norm.deterministic,
+                                                              invariant=True):
         fused = fast_triton.kernels().qk_norm_rope
         if fused.supports(q, k, cos):
             return fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,

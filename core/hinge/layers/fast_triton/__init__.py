@@ -1,8 +1,9 @@
 """Fast (not batch-invariant) Triton kernels for small-batch decode on CUDA, default mode only.
 
-``enabled(x, deterministic)`` is the one switch the layers ask: true only for a CUDA tensor, with
-Triton importable, outside the deterministic mode, and unless ``HINGE_FAST_KERNELS=0``. CPU and
-deterministic paths never reach these kernels, so their bits stay what the torch formulas give.
+``enabled(x, deterministic, invariant=...)`` is the one switch the layers ask: true only for a
+CUDA tensor, with Triton importable, unless ``HINGE_FAST_KERNELS=0``, and in deterministic mode
+only for kernels whose result for a row is that row's own program's (``invariant``). CPU paths
+never reach these kernels, so their bits stay what the torch formulas give.
 ``gemv_enabled`` also wants ``HINGE_FAST_GEMV=1``: on the H200 (2026-12-01,
 docs/benchmarks.md) the GEMV's default tilings ran at 0.58-0.96x of cuBLAS on the Qwen3-8B
 linears, so cuBLAS stays the default until a tuned tiling beats it.
@@ -44,10 +45,16 @@ def triton_available() -> bool:
     return True
 
 
-def enabled(x: torch.Tensor, deterministic: bool = False) -> bool:
-    """Whether ``x``'s op may take a fast Triton kernel: CUDA, not deterministic, Triton present
-    and ``HINGE_FAST_KERNELS`` is not ``0``."""
-    return (x.is_cuda and not deterministic and os.environ.get(ENV, "1") != "0"
+def enabled(x: torch.Tensor, deterministic: bool = False, *, invariant: bool = False) -> bool:
+    """Whether ``x``'s op may take a fast Triton kernel: CUDA, Triton present, ``HINGE_FAST_KERNELS``
+    not ``0``, and outside deterministic mode unless the caller's kernel is ``invariant``.
+
+    ``invariant``: a row's result is one program's arithmetic on that row alone (one program per
+    row or per element, a tiling fixed by the model's sizes): ``add_rmsnorm``, ``qk_norm_rope``,
+    ``gdn_gating``, ``gated_rmsnorm`` with one row a program, ``kv_write``. Deterministic mode
+    may take those, since every row of every step (prefill, decode, any batch) then runs the same
+    code; never the GEMV, whose tiling and split follow the number of rows."""
+    return (x.is_cuda and (invariant or not deterministic) and os.environ.get(ENV, "1") != "0"
             and triton_available())
 
 

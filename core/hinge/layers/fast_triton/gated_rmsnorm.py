@@ -51,8 +51,11 @@ def supports(x: torch.Tensor, z: torch.Tensor) -> bool:
             and x.device == z.device)
 
 
-def gated_rmsnorm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``rmsnorm(x) * silu(z)`` per head as the module docstring says."""
+def gated_rmsnorm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float,
+                  rows: int | None = None) -> torch.Tensor:
+    """``rmsnorm(x) * silu(z)`` per head as the module docstring says; ``rows`` (token, head) rows
+    a program (default: as many as fill 4096 elements, at most 16; deterministic mode takes 1, so a
+    row's reduction is its own program's whatever the batch)."""
     if not supports(x, z):
         raise ValueError(f"gated_rmsnorm takes x and z (T, H, D <= {MAX_WIDTH}) of one dtype in "
                          f"{DTYPES} with unit last strides; got x {tuple(x.shape)} {x.dtype}, z "
@@ -62,8 +65,8 @@ def gated_rmsnorm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: f
     rows_total = t * h
     if rows_total:
         block_d = triton.next_power_of_2(d)
-        rows = max(1, min(16, 4096 // block_d))
+        rows = rows or max(1, min(16, 4096 // block_d))
         _gated_rmsnorm_kernel[(triton.cdiv(rows_total, rows),)](
             x, z, weight, out, rows_total, h, d, x.stride(0), x.stride(1), z.stride(0), z.stride(1),
-            eps, ROWS=rows, BLOCK_D=block_d, num_warps=4)
+            eps, ROWS=rows, BLOCK_D=block_d, num_warps=4 if rows > 1 else 1)
     return out
