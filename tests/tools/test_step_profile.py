@@ -53,6 +53,20 @@ def test_host_profile_ranks_the_functions_of_real_engine_steps():
     engine = Engine(EngineConfig(device="cpu", kv_cache_bytes=32 << 20), progress=False)
     engine.add_request([5, 6, 7, 8, 9], SamplingParams(max_new_tokens=20, temperature=0, ignore_eos=True))
     engine.step()
-    rows = step_profile.host_profile(engine, 3, top=4)
+    rows = step_profile.host_profile(engine.step, 3, top=4)
     assert len(rows) == 4 and rows[0]["own_us"] >= rows[-1]["own_us"] > 0
     assert all(r["cum_us"] >= r["own_us"] for r in rows)
+
+
+def test_a_prefill_profile_runs_whole_one_token_requests_and_leaves_none_behind():
+    from hinge.config import EngineConfig
+    from hinge.engine.engine import Engine
+    from hinge.sampling_params import SamplingParams
+
+    engine = Engine(EngineConfig(device="cpu", kv_cache_bytes=32 << 20), progress=False)
+    prof = step_profile.profile_prefill(engine, [5, 6, 7, 8, 9, 10], SamplingParams(
+        max_new_tokens=1, temperature=0), reps=2)
+    assert prof["prompt_tokens"] == 6 and prof["steps"] == 2 and prof["wall_us_per_step"] > 0
+    assert prof["host_top"] and prof["kernels_per_step"] == 0  # no CUDA kernels on the CPU
+    assert not engine.has_unfinished()
+    assert "cpu prefill: batch 1," in step_profile.table(prof, "cpu prefill")

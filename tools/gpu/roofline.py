@@ -200,6 +200,12 @@ def bench_model(arch: str, size: str, args: argparse.Namespace, bandwidth: float
                     for b in (1, args.batch):
                         prof = profile_decode(llm.engine, prompts(b, args.prompt_len), params)
                         result.setdefault("profiles", []).append({"mode": f"{mode} {kind}", **prof})
+                if args.profile:  # and where the first token's time goes (one request, greedy)
+                    from step_profile import profile_prefill
+
+                    one = SamplingParams(max_new_tokens=1, temperature=0.0, detokenize=False)
+                    prof = profile_prefill(llm.engine, prompts(1, args.prompt_len)[0], one)
+                    result.setdefault("profiles", []).append({"mode": f"{mode} prefill", **prof})
             gc.collect()
             torch.cuda.empty_cache()
     return result

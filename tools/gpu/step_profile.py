@@ -9,6 +9,9 @@ The difference between the wall time and the kernel sum is time the device was i
 gaps inside a graph, host work it waited for; ``host_top`` then says where the host's time
 went (cProfile over as many more steps, the functions by their own time).
 
+``profile_prefill(engine, prompt, params)`` does the same for whole one-token requests (the
+time to first token).
+
     from step_profile import profile_decode, table   # from a sibling script (roofline.py --profile)
 """
 
@@ -63,11 +66,48 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
             engine.step()
             stamps.append(time.perf_counter())
         torch.cuda.synchronize()
-    host = host_profile(engine, steps)
+    host = host_profile(engine.step, steps)
     for req in list(engine.scheduler.running) + list(engine.scheduler.waiting):
         engine.abort_request(req.rid)
     while engine.has_unfinished():  # the step in flight and the aborts' outputs
         engine.step()
+    wall = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1) * 1e6
+    return {"host_top": host, "batch": len(prompts), "steps": steps, "wall_us_per_step": wall,
+            **kernel_summary(prof, steps, wall)}
+
+
+def profile_prefill(engine: Any, prompt: list[int], params: Any, reps: int = 3) -> dict[str, Any]:
+    """Where the time to first token goes: ``reps`` requests of ``prompt`` one after another
+    (``params`` should ask for one new token), each run until it finishes; kernels per request
+    (torch profiler) and the host functions of as many more (cProfile). ``batch`` is 1 and a
+    "step" is one whole request: its prefill and the step that returns its token."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def one() -> None:
+        engine.add_request(list(prompt), params)
+        while engine.has_unfinished():
+            engine.step()
+
+    one()  # warm: nothing compiles inside the profile
+    _sync()
+    start = time.perf_counter()
+    cuda = torch.cuda.is_available()  # (a CPU engine: no kernels, the host profile only)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(reps):
+            one()
+        _sync()
+    wall = (time.perf_counter() - start) / reps * 1e6
+    return {"host_top": host_profile(one, reps), "batch": 1, "steps": reps, "wall_us_per_step": wall,
+            "prompt_tokens": len(prompt), **kernel_summary(prof, reps, wall)}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def kernel_summary(prof: Any, steps: int, wall: float) -> dict[str, Any]:
+    """The CUDA kernels of a torch profile per step: total, idle time, by kind and the top 20."""
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for e in kernels:
@@ -78,12 +118,10 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
     for name, (us, n) in by_name.items():
         by_kind[kind_of(name)][0] += us
         by_kind[kind_of(name)][1] += n
-    wall = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1) * 1e6
     busy = sum(us for us, _ in by_name.values()) / steps
     return {
-        "host_top": host,
-        "batch": len(prompts), "steps": steps, "wall_us_per_step": wall, "kernel_us_per_step": busy,
-        "idle_us_per_step": wall - busy, "kernels_per_step": len(kernels) / steps,
+        "kernel_us_per_step": busy, "idle_us_per_step": wall - busy,
+        "kernels_per_step": len(kernels) / steps,
         "by_kind": {k: {"us": us / steps, "launches": n / steps}
                     for k, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])},
         "top": [{"name": short(name), "kind": kind_of(name), "us": us / steps, "launches": n / steps}
@@ -91,16 +129,17 @@ def profile_decode(engine: Any, prompts: list[list[int]], params: Any, steps: in
     }
 
 
-def host_profile(engine: Any, steps: int, top: int = 15) -> list[dict[str, Any]]:
-    """The host side of ``steps`` more decode steps under cProfile: the functions that take the
-    most time of their own, us per step (where the Python between two replays goes)."""
+def host_profile(run: Any, steps: int, top: int = 15) -> list[dict[str, Any]]:
+    """The host side of ``steps`` more calls of ``run`` (an engine step, a whole request) under
+    cProfile: the functions that take the most time of their own, us per call (where the Python
+    between two replays goes)."""
     import cProfile
     import pstats
 
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(steps):
-        engine.step()
+        run()
     prof.disable()
     stats = pstats.Stats(prof)
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # (cc, nc, tottime, cumtime, callers)
