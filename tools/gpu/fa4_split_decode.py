@@ -4,7 +4,7 @@ Decode of ``--batch`` requests (default 1 4 16) of ``--context`` keys (default 4
 head dim 128, bf16, 128-token pages, one KV buffer per layer across enough layers to leave L2
 (``fa4_attention.py``'s setup), each step captured in one CUDA graph through the backend's graph
 protocol. Rows: the raw unsplit kernel, and hinge fa4 with ``split_kv = always`` at each
-``--split-sizes`` for ``split_call`` batched and varlen; each with the kernels one layer launches
+``--split-sizes`` for ``split_call`` batched and varlen, and batched with ``split_tile_m`` 64; each with the kernels one layer launches
 (torch profiler, eager: name and device time each, listed after the table) and the share of
 copy bandwidth (goal at batch 1: >= 40%).
 
@@ -84,8 +84,9 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float)
     variants = [("raw kernel, no split", raw)]
     build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
     for size in split_sizes:
-        for form in ("batched", "varlen"):
-            attn = FA4AttentionBackend(FA4Options(split_kv="always", split_size=size, split_call=form), build)
+        for form, tile_m in (("batched", 128), ("varlen", 128), ("batched", 64)):
+            options = FA4Options(split_kv="always", split_size=size, split_call=form, split_tile_m=tile_m)
+            attn = FA4AttentionBackend(options, build)
             attn.warmup(layers[:1], kv)
             attn.init_graph_buffers(batch_size, batch_size, pages_per)
             holder, step = batch_of([context] * batch_size, [1] * batch_size, pages_per, static=True)
@@ -95,7 +96,7 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float)
             def one(i: int, a=attn, static=holder.batch) -> None:
                 a.forward(q, k, k, layers[i], kv, static)
 
-            variants.append((f"fa4 split {size}, {form}", one))
+            variants.append((f"fa4 split {size}, {form}" + (f", tile {tile_m}" if tile_m != 128 else ""), one))
     out = []
     for name, layer_fn in variants:
         try:

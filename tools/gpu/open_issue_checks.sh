@@ -24,7 +24,7 @@ bench|bench2)
           timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
-        b fa4_split 90 python3 tools/gpu/fa4_split_decode.py
+        b fa4_split 150 python3 tools/gpu/fa4_split_decode.py
         b recurrent 60 python3 tools/gpu/recurrent_decode.py
         b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
     else

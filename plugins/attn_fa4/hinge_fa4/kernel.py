@@ -11,6 +11,8 @@ query each, non-causal, lse returned. ``FA4Kernel`` passes the queries batched, 
 without ``cu_seqlens_q`` (flash-attn's fixed-length form with ``seqused_k`` and a page table):
 the plain tile scheduler, with no per-call tile-count kernels, which the varlen form launches
 past 256 requests; ``split_call = varlen`` passes them as ``cu_seqlens_q = arange`` instead.
+``split_tile_m = 64`` makes the batched call through flash-attn's private ``_flash_attn_fwd``
+with a 64-row query tile (its public functions take no tile size).
 """
 
 from __future__ import annotations
@@ -45,7 +47,13 @@ class FA4Kernel:
         from flash_attn.cute import flash_attn_varlen_func
 
         self._varlen: Any = flash_attn_varlen_func
+        self._fwd: Any = None
+        if options.split_tile_m != 128:
+            from flash_attn.cute.interface import _flash_attn_fwd  # NOTE: private, version-pinned
+
+            self._fwd = _flash_attn_fwd
         self.split_call = options.split_call
+        self.split_tile_m = options.split_tile_m
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
                     cache or "off")
@@ -75,10 +83,17 @@ class FA4Kernel:
                                    softmax_scale=softmax_scale, causal=False, softcap=softcap,
                                    return_lse=True)
             return out, lse.t()
-        out, lse = self._varlen(
-            q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
-            page_table=page_table, softmax_scale=softmax_scale, causal=False,
-            softcap=softcap or 0.0, return_lse=True)
+        if self._fwd is not None:  # split_tile_m 64: one MMA warpgroup per tile
+            out, lse, *_ = self._fwd(
+                q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
+                page_table=page_table, softmax_scale=softmax_scale, causal=False,
+                softcap=softcap or 0.0, return_lse=True, tile_mn=(self.split_tile_m, 128),
+                num_threads=128 * (1 + self.split_tile_m // 64))
+        else:
+            out, lse = self._varlen(
+                q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
+                page_table=page_table, softmax_scale=softmax_scale, causal=False,
+                softcap=softcap or 0.0, return_lse=True)
         return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
 
 
