@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, one kernel lane
 #   bash tools/gpu/open_issue_checks.sh bench    # fa4 split decode, roofline + profiles (~9 min)
-#   bash tools/gpu/open_issue_checks.sh bench2   # fa4, nvfp4 GEMM + end to end, ncu of the GEMVs
+#   bash tools/gpu/open_issue_checks.sh bench2   # fa4, recurrent decode, nvfp4 GEMM + sweep + end to end, ncu
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -24,11 +24,11 @@ bench|bench2)
           timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
-        b fa4_split 150 python3 tools/gpu/fa4_split_decode.py
-        b recurrent 60 python3 tools/gpu/recurrent_decode.py
+        b fa4_split 120 python3 tools/gpu/fa4_split_decode.py
         b roofline 440 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
+        b recurrent 60 python3 tools/gpu/recurrent_decode.py
         b nvfp4 330 python3 tools/gpu/nvfp4_gemm.py --sweep
         ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
