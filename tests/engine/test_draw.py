@@ -86,3 +86,44 @@ def test_a_tied_race_goes_to_the_smallest_token_id_in_any_column_order():
     tied = torch.ones(1, 2) * noise.log().neg()  # weight / exp equal for both ids
     assert draw(tied, torch.tensor([0]), torch.tensor([0]), ids).item() == 3
     assert draw(tied.flip(1), torch.tensor([0]), torch.tensor([0]), ids.flip(1)).item() == 3
+
+
+def test_the_host_row_keys_are_the_device_row_keys():
+    from hinge.engine.draw import row_keys_host
+
+    seeds, steps = [0, 1, 12345678901234, 2**62 + 5, 2**63 - 1], [0, 3, 1000, 2**31, 7]
+    assert row_keys_host(seeds, steps) == row_keys(torch.tensor(seeds), torch.tensor(steps)).tolist()
+
+
+def test_a_draw_keyed_by_host_keys_is_the_draw_keyed_by_seeds_and_steps():
+    from hinge.engine.draw import row_keys_host
+
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(5, 700, generator=g), dim=-1)
+    seeds, steps = [5, 2**40 + 3, 7, 8, 9], [0, 4, 4, 9, 1]
+    keys = torch.tensor(row_keys_host(seeds, steps))
+    assert torch.equal(draw(probs, None, None, keys=keys),
+                       draw(probs, torch.tensor(seeds), torch.tensor(steps)))
+
+
+def test_the_triton_hash_gives_the_torch_noise_bit_for_bit_under_the_interpreter(monkeypatch):
+    """The one-kernel CUDA noise (``draw_kernel``) is the torch formula's bits, for an int V, one
+    id list for every row, and a (B, N) list (a non-contiguous view, as top-k indices can be)."""
+    import pytest
+
+    pytest.importorskip("triton")
+    from pathlib import Path
+
+    import hinge
+    from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+    patch_interpreter(monkeypatch)
+    kernel = load_interpreted(Path(hinge.__file__).parent / "engine" / "draw_kernel.py",
+                              "_interpreted_draw_kernel")
+    keys = row_keys(torch.tensor([3, 2**40 + 1, 0]), torch.tensor([5, 0, 2**20]))
+    ids = torch.randint(151936, (3, 300), generator=torch.Generator().manual_seed(4))
+    for token_ids in (1500, ids[0], ids[:, ::2]):
+        want = uniform_noise(keys, token_ids)
+        got = kernel.hash_uniform(keys, token_ids)
+        assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert kernel.hash_uniform(keys[:0], 10).shape == (0, 10)

@@ -58,3 +58,14 @@ def test_a_row_draws_the_same_token_alone_and_in_a_batch_on_cuda():
             alone = sample_rows(x[one], candidates, *(f[one] for f in filters),
                                 *(k[one] for k in keys))
             assert alone.item() == batch[i].item(), (candidates, i)
+
+
+def test_the_cuda_noise_kernel_gives_the_cpu_noise_bit_for_bit_at_qwen3s_vocabulary():
+    from hinge.engine.draw import row_keys, uniform_noise
+
+    keys = row_keys(torch.arange(ROWS) * 7919 + 2**33, torch.arange(ROWS) % 5)
+    ids = torch.randint(VOCAB, (ROWS, 114), generator=torch.Generator().manual_seed(9))
+    for token_ids in (VOCAB, ids):
+        cpu = uniform_noise(keys, token_ids)
+        cuda = uniform_noise(keys.cuda(), token_ids if isinstance(token_ids, int) else token_ids.cuda())
+        assert torch.equal(cuda.cpu(), cpu)

@@ -43,11 +43,32 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return _mix(key ^ (steps & _M32))
 
 
+def _mix_int(x: int) -> int:
+    x ^= x >> 16
+    x = (x * _MUL) & _M32
+    x ^= x >> 16
+    x = (x * _MUL) & _M32
+    return x ^ (x >> 16)
+
+
+def row_keys_host(seeds: list[int], steps: list[int]) -> list[int]:
+    """``row_keys`` in Python integers (the same values): the sampler computes a step's keys on
+    the host and uploads them, instead of uploading seeds and steps and hashing them in ~36
+    device kernels."""
+    return [_mix_int(_mix_int((s & _M32) ^ _mix_int((s >> 32) & _M32)) ^ (n & _M32))
+            for s, n in zip(seeds, steps, strict=True)]
+
+
 def uniform_noise(keys: torch.Tensor, token_ids: int | torch.Tensor) -> torch.Tensor:
     """(B, N) float32 uniforms in (0, 1) from (B,) row keys: one hash per (row, token id).
 
     ``token_ids`` is an (N,) or (B, N) integer tensor of ids below 2**32, or an int V meaning
-    ``arange(V)``; the uniform of (row, id) is the same whichever ids come with it."""
+    ``arange(V)``; the uniform of (row, id) is the same whichever ids come with it. On CUDA one
+    Triton kernel (``draw_kernel``: the same integer ops, so the same bits) instead of ~17."""
+    if keys.is_cuda and keys.shape[0] and _kernel_available():
+        from hinge.engine.draw_kernel import hash_uniform
+
+        return hash_uniform(keys, token_ids)
     if isinstance(token_ids, int):
         token_ids = torch.arange(token_ids, device=keys.device)
     ids = (token_ids.to(torch.int64) * _GOLDEN) & _M32
@@ -55,15 +76,22 @@ def uniform_noise(keys: torch.Tensor, token_ids: int | torch.Tensor) -> torch.Te
     return ((h >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
 
 
-def draw(weights: torch.Tensor, seeds: torch.Tensor, steps: torch.Tensor,
-         token_ids: torch.Tensor | None = None) -> torch.Tensor:
+def _kernel_available() -> bool:
+    from hinge.layers.fast_triton import triton_available
+
+    return triton_available()
+
+
+def draw(weights: torch.Tensor, seeds: torch.Tensor | None, steps: torch.Tensor | None,
+         token_ids: torch.Tensor | None = None, *, keys: torch.Tensor | None = None) -> torch.Tensor:
     """(B,) int64 tokens, row ``r`` drawn from ``weights[r]`` (non-negative, not all 0; zeros
-    are never drawn) with the noise of (``seeds[r]``, ``steps[r]``).
+    are never drawn) with the noise of (``seeds[r]``, ``steps[r]``), or of ``keys[r]`` (their
+    ``row_keys``, computed already) when given.
 
     ``weights`` is (B, V) in token-id order, or (B, N) with ``token_ids`` (B, N) naming each
     column's token (any order, each id at most once per row); a tie of the race goes to the
     smallest token id either way, so the columns' order never changes the token."""
-    keys = row_keys(seeds, steps)
+    keys = row_keys(seeds, steps) if keys is None else keys
     ids = weights.shape[1] if token_ids is None else token_ids
     score = weights / -torch.log(uniform_noise(keys, ids))
     if token_ids is None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hinge.devices import to_device
-from hinge.engine.draw import draw
+from hinge.engine.draw import draw, row_keys_host
 from hinge.layers import batch_invariant
 
 if TYPE_CHECKING:
@@ -57,9 +57,9 @@ class SamplingArgs:
     top_p: torch.Tensor | None  #: (B,) float32
     min_p: torch.Tensor | None  #: (B,) float32
     greedy: list[bool]
-    #: (B,) int64 per-request seeds and draws so far (``Request.sample_seed``, ``num_generated``)
-    seeds: torch.Tensor | None
-    steps: torch.Tensor | None
+    #: (B,) int64 noise keys of the per-request seeds and draws so far (``Request.sample_seed``,
+    #: ``num_generated``): ``draw.row_keys_host``, computed on the host and uploaded once
+    keys: torch.Tensor | None
     #: (seen, counts, repetition, frequency, presence) of the ``penalty_rows``, or None without
     #: penalties; seen is None when no row has a repetition penalty, counts when none has a
     #: frequency or presence penalty
@@ -189,7 +189,7 @@ class Sampler:
                       edits=self._prepare_edits(reqs))
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
             return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
-                                seeds=None, steps=None, **common)
+                                keys=None, **common)
         temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
         top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
@@ -198,8 +198,8 @@ class Sampler:
             top_k=to_device(top_k, torch.int64, self.device),
             top_p=to_device([p.top_p for p in ps], torch.float32, self.device),
             min_p=to_device([p.min_p for p in ps], torch.float32, self.device),
-            seeds=to_device([r.sample_seed or 0 for r in reqs], torch.int64, self.device),
-            steps=to_device([r.num_generated for r in reqs], torch.int64, self.device),
+            keys=to_device(row_keys_host([r.sample_seed or 0 for r in reqs],
+                                         [r.num_generated for r in reqs]), torch.int64, self.device),
             **common,
         )
 
@@ -310,8 +310,8 @@ class Sampler:
         for rows, candidates in args.groups or []:
             sel = _rows(rows, x.device)
             tokens[sel] = sample_rows(x[sel], candidates, args.temperature[sel], args.top_k[sel],
-                                      args.top_p[sel], args.min_p[sel], args.seeds[sel],
-                                      args.steps[sel])
+                                      args.top_p[sel], args.min_p[sel], None, None,
+                                      keys=args.keys[sel])
         if args.penalty_rows is not None:
             self.counts.add(args.rows.index_select(0, args.penalty_rows),
                             tokens.index_select(0, args.penalty_rows))
@@ -364,20 +364,22 @@ def finite(logits: torch.Tensor) -> torch.Tensor:
 
 def sample_rows(logits: torch.Tensor, candidates: int | None, temperature: torch.Tensor,
                 top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
-                seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+                seeds: torch.Tensor | None, steps: torch.Tensor | None, *,
+                keys: torch.Tensor | None = None) -> torch.Tensor:
     """(B,) int64 tokens drawn from ``logits`` (B, V) at ``temperature`` (B, 1) with the
     top-k / top-p / min-p filters (``kept_weights``) and the seeded race (``hinge.engine.draw``).
 
     ``candidates`` C: only the C largest logits of each row take part (``torch.topk``, no sort
     of the vocabulary); the caller makes C at least every row's top_k, plus ``TIE_MARGIN``.
     None: the whole vocabulary, sorted. Temperature and the overflow clamp are monotone, so they
-    run on the sorted values only."""
+    run on the sorted values only. The noise is keyed by ``(seeds, steps)``, or by their ``keys``
+    when given (``draw.row_keys_host``)."""
     if candidates is None:
         vals, ids = logits.sort(dim=-1, descending=True)
     else:
         vals, ids = logits.topk(candidates, dim=-1)
     vals = finite(vals / temperature)
-    return draw(kept_weights(vals, top_k, top_p, min_p), seeds, steps, ids)
+    return draw(kept_weights(vals, top_k, top_p, min_p), seeds, steps, ids, keys=keys)
 
 
 def kept_weights(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
