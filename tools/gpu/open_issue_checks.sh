@@ -29,7 +29,7 @@ bench|bench2)
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
         b recurrent 60 python3 tools/gpu/recurrent_decode.py
-        b nvfp4 330 python3 tools/gpu/nvfp4_gemm.py --sweep
+        b nvfp4 420 python3 tools/gpu/nvfp4_gemm.py --sweep
         ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
             # shellcheck disable=SC2086

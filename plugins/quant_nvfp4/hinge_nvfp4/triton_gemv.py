@@ -51,13 +51,14 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @dataclass(frozen=True)
 class GemvConfig:
     """One tiling: rows of W per program, K per step (a multiple of 32), K slices, warps, tensor
-    cores or not."""
+    cores or not (``dot``: False = CUDA cores, True = ``tl.dot`` of x and W, ``"wa"`` = the
+    experimental W-as-A kernel of ``triton_gemv_wa``)."""
 
     block_n: int = 32
     block_k: int = 512
     split_k: int = 1
     num_warps: int = 4
-    dot: bool = False
+    dot: bool | str = False
     num_stages: int = 3
 
 
@@ -223,6 +224,10 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
     m, k = x.shape
     n = packed.shape[0]
     cfg = config or default_config(m, n, k, num_sms(x.device))
+    if cfg.dot == "wa":
+        from hinge_nvfp4.triton_gemv_wa import nvfp4_gemv_wa
+
+        return nvfp4_gemv_wa(x, packed, scales, row_scale, bias, out_dtype=out_dtype, config=cfg)
     if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
         raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))

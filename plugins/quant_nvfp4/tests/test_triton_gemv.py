@@ -132,7 +132,8 @@ def test_supports_refuses_rows_that_cannot_be_read_as_words():
 # -- on the GPU ----------------------------------------------------------------------------------
 
 SWEEP = [(16, 512, None, False), (32, 512, None, False), (64, 256, None, False), (16, 256, None, True),
-         (32, 256, None, True), (64, 128, None, True), (32, 512, 4, False), (32, 256, 2, True)]
+         (32, 256, None, True), (64, 128, None, True), (32, 512, 4, False), (32, 256, 2, True),
+         (64, 128, None, "wa"), (128, 128, None, "wa"), (128, 256, 2, "wa")]  # W-as-A (experimental)
 
 
 def _cuda():
