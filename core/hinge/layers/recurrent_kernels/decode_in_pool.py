@@ -10,8 +10,9 @@ a fresh request, or a padded graph row) and stores the new slice straight into
 ``pool[write_slots[i]]``: 2 passes, the minimum.
 
 The tiling and the token loop are the deterministic kernel's (``delta_rule_triton``: one program
-per (request, value head, ``BV`` value columns) in ``program_tile``'s order, ``walk_tokens`` inlined, one warp), so the outputs
-and states are batch invariant and the same bits as that kernel's decode rows.
+per (request, value head, ``BV`` value columns) in ``program_tile``'s order, ``walk_tokens``
+inlined, one warp), so the outputs and states are batch invariant and the same bits as that
+kernel's decode rows.
 
 Safe in place: a program reads and writes only its own (slot, head, columns) tile, and no two live
 requests of a step share a slot (each reads its own slot or its own checkpoint and writes its own

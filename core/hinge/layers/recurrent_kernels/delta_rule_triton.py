@@ -53,12 +53,12 @@ def token_step(S, q, k, v, g, beta, scale, eps):
 @triton.jit
 def program_tile(HV: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
     """(request, value head, value block) of this program in a 1-D grid of ``B * HV * NV``
-    programs (``NV = ceil(DV / BV)``), value blocks fastest. The hardware starts blocks in grid order, so the ``NV``
-    programs that share one head's contiguous (Dk, Dv) state run side by side and each 128-byte
-    state row is fetched once; with the request fastest (a (B, HV, NV) grid), the slices of one
-    row were ``B * HV`` programs apart and decode at batch 64 moved its states at 30% of the
-    copy bandwidth on the H200 (docs/benchmarks.md). Which program owns which tile changes the
-    order nothing is summed in, so the bits do not depend on it."""
+    programs (``NV = ceil(DV / BV)``), value blocks fastest. The hardware starts blocks in grid
+    order, so the ``NV`` programs that share one head's contiguous (Dk, Dv) state run side by
+    side and each state row is fetched once; with the request fastest (a (B, HV, NV) grid) the
+    slices of one row were ``B * HV`` programs apart, and decode at batch 64 moved its states at
+    29% of the copy bandwidth on the H200 (65% with this order; docs/benchmarks.md). Which
+    program owns which tile changes no order of summation, so the bits do not depend on it."""
     NV: tl.constexpr = (DV + BV - 1) // BV
     pid = tl.program_id(0)
     i_v = pid % NV
