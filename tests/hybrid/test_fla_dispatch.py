@@ -13,9 +13,24 @@ from hinge.layers.recurrent_kernels.fla_kernels import FlaRecurrentKernels
 CALLS: list[str] = []
 
 
+def fla_chunk_indices(cu_seqlens: torch.Tensor, chunk_size: int = 64) -> torch.Tensor:
+    """fla's ``prepare_chunk_indices`` restated from its definition: per chunk of ``chunk_size``
+    tokens, [its sequence, its index within that sequence]."""
+    counts = (cu_seqlens[1:] - cu_seqlens[:-1] + chunk_size - 1) // chunk_size
+    seg = torch.repeat_interleave(torch.arange(len(counts)), counts)
+    start = torch.cat([torch.zeros(1, dtype=counts.dtype), counts.cumsum(0)])[:-1]
+    return torch.stack([seg, torch.arange(len(seg)) - start[seg]], 1)
+
+
+SEEN_INDICES: list[torch.Tensor] = []
+
+
 def fake_chunk(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
-               cu_seqlens):
+               cu_seqlens, chunk_indices):
     assert q.shape[0] == 1 and cu_seqlens.dtype == torch.long and q.dtype != torch.float32
+    # made on the host once per step, not by fla from the device cu_seqlens (a sync per layer)
+    assert chunk_indices.dtype == torch.long and torch.equal(chunk_indices, fla_chunk_indices(cu_seqlens))
+    SEEN_INDICES.append(chunk_indices)
     assert initial_state.shape[0] == len(cu_seqlens) - 1 and use_qk_l2norm_in_kernel
     assert scale == q.shape[-1] ** -0.5 and q.shape[2] == v.shape[2]
     CALLS.append("chunk")
@@ -67,3 +82,20 @@ def test_fla_path_packs_prefill_and_decode_as_fla_expects_and_matches_the_refere
     CALLS.clear()
     tracked = kernels.gated_delta_rule(*args, cu, track_states=True)
     assert CALLS == [] and tracked.position_states.shape[0] == sum(lens)
+
+
+def test_every_layer_of_a_step_shares_one_host_made_set_of_chunk_indices(monkeypatch):
+    """24 DeltaNet layers of a prefill take the same chunk-index tensor (made once on the host);
+    the next step's layout gets its own. Long and empty sequences cut into 64-token chunks."""
+    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, fake_recurrent))
+    kernels = CpuFla()
+    SEEN_INDICES.clear()
+    args, cu = _inputs([130, 5, 64])
+    for _ in range(3):
+        kernels.gated_delta_rule(*args, cu)
+    assert len(SEEN_INDICES) == 3 and all(t is SEEN_INDICES[0] for t in SEEN_INDICES)
+    assert SEEN_INDICES[0].tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [2, 0]]
+    other, cu2 = _inputs([65, 2])
+    kernels.gated_delta_rule(*other, cu2)
+    assert SEEN_INDICES[-1].tolist() == [[0, 0], [0, 1], [1, 0]]
+    assert fla_kernels._chunk_indices((0, 0, 3), torch.device("cpu")).tolist() == [[1, 0]]

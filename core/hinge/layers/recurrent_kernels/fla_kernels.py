@@ -1,8 +1,9 @@
 """GPU path: fla-core's Triton kernels for the gated delta rule (CUDA only, imported lazily).
 
 Prefill runs ``chunk_gated_delta_rule`` over the packed batch (``cu_seqlens``, one initial state
-per request; bf16/fp16 only, float32 prefill falls back to the reference); decode (every request
-one token) runs hinge's ``decode_in_pool`` kernel, which reads and writes the state pool in place
+per request; bf16/fp16 only, float32 prefill falls back to the reference), its chunk indices
+made on the host once per step (``_chunk_indices``: no device sync in the layers); decode
+(every request one token) runs hinge's ``decode_in_pool`` kernel, which reads and writes the state pool in place
 (fla's ``fused_recurrent_gated_delta_rule`` takes a contiguous batch of states and returns a new
 one: the layer would gather and scatter every state around it, three times the bytes; it remains
 the decode path of ``gated_delta_rule`` called with gathered states). Per-position states (verify
@@ -12,6 +13,7 @@ steps, a few tokens) and the short convolution use the torch reference, which ru
 from __future__ import annotations
 
 import functools
+from itertools import pairwise
 
 import torch
 
@@ -19,11 +21,25 @@ from hinge.devices import to_device
 from hinge.layers.recurrent_kernels.base import DeltaRuleResult
 from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uniform_len
 
+#: the chunk size of fla's ``chunk_gated_delta_rule`` (its autograd function's default)
+FLA_CHUNK = 64
+
 
 @functools.lru_cache(maxsize=8)
 def _cu_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """``cu_seqlens`` on the device once per step, shared by every recurrent layer."""
     return to_device(list(cu_seqlens), torch.int64, device)
+
+
+@functools.lru_cache(maxsize=8)
+def _chunk_indices(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """fla's varlen ``chunk_indices`` ((chunks, 2) int64: [request, chunk within it], chunks of
+    ``FLA_CHUNK`` tokens) made on the host once per step and shared by every recurrent layer.
+    Left to fla, they come from the CUDA ``cu_seqlens`` through a ``repeat_interleave`` whose
+    size the host must read: one device sync per layer of every prefill."""
+    rows = [(i, j) for i, (s, e) in enumerate(pairwise(cu_seqlens))
+            for j in range(-(-(e - s) // FLA_CHUNK))]
+    return to_device(rows, torch.int64, device).view(-1, 2)
 
 
 def _import_fla():
@@ -85,14 +101,15 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             return DeltaRuleResult(out.view(v.shape), final.float())
         if q.dtype == torch.float32:  # fla's chunk kernel takes bf16/fp16 only
             return super().gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens)
-        cu = _cu_tensor(tuple(cu_seqlens), q.device)
+        layout = tuple(cu_seqlens)
         out, final = self._chunk(
             q[None].contiguous(),
             k[None].contiguous(),
             v[None].contiguous(),
             g=g.float()[None],
             beta=beta.to(q.dtype)[None],
-            cu_seqlens=cu,
+            cu_seqlens=_cu_tensor(layout, q.device),
+            chunk_indices=_chunk_indices(layout, q.device),
             **common,
         )
         return DeltaRuleResult(out[0], final.float())
