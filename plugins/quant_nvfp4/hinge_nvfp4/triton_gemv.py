@@ -80,6 +80,33 @@ def _e4m3_scaled(bits):
 
 
 @triton.jit
+def _weight_rows(w_ptr, s_ptr, N, stride_wn, stride_sn, BLOCK_N: tl.constexpr):
+    """This program's ``BLOCK_N`` rows of W: (row ids, code-word and scale row pointers); rows
+    past N clamp to row N - 1 (re-read, never stored)."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
+    return offs_n, rows_n, w_ptr + rows_n[:, None] * stride_wn, s_ptr + rows_n[:, None] * stride_sn
+
+
+@triton.jit
+def _load_step(w_rows, s_rows, kk, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """K step ``kk``'s code words (uint32, 8 codes each) and fp8 scale bits of the rows, and
+    which words exist (a ragged last step reads zeros past K)."""
+    ws = kk // 8 + tl.arange(0, BLOCK_K // 8)
+    gs = kk // 16 + tl.arange(0, BLOCK_K // 16)
+    ok_w = ws < K // 8
+    if EVEN_K:
+        words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
+        sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
+    else:
+        words = tl.load(w_rows + ws[None, :], mask=ok_w[None, :], other=0,
+                        eviction_policy="evict_first")
+        sbits = tl.load(s_rows + gs[None, :], mask=(gs < K // 16)[None, :], other=0,
+                        eviction_policy="evict_first")
+    return words.to(tl.uint32, bitcast=True), sbits, ok_w
+
+
+@triton.jit
 def _nvfp4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_os, stride_om, k_per_split,
@@ -88,17 +115,11 @@ def _nvfp4_gemv_kernel(
 ):
     BLOCK_W: tl.constexpr = BLOCK_K // 8  # int32 words (8 codes) per row per step
     GROUPS: tl.constexpr = BLOCK_K // 16  # fp8 scales per row per step
-    pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_w = tl.arange(0, BLOCK_W)
-    offs_g = tl.arange(0, GROUPS)
     # clamp instead of masking: rows past M or N re-read a valid row and are never stored
     rows_m = tl.minimum(offs_m, M - 1)
-    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
-    w_rows = w_ptr + rows_n[:, None] * stride_wn
-    s_rows = s_ptr + rows_n[:, None] * stride_sn
+    offs_n, rows_n, w_rows, s_rows = _weight_rows(w_ptr, s_ptr, N, stride_wn, stride_sn, BLOCK_N)
     x_rows = x_ptr + rows_m[:, None] * stride_xm
     k_start = pid_k * k_per_split
     if USE_DOT:
@@ -107,17 +128,7 @@ def _nvfp4_gemv_kernel(
         acc3 = tl.zeros((BLOCK_M, BLOCK_N, GROUPS), dtype=tl.float32)
     for k0 in range(0, k_per_split, BLOCK_K):
         kk = k_start + k0
-        ws = kk // 8 + offs_w
-        gs = kk // 16 + offs_g
-        if EVEN_K:
-            words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
-        else:
-            words = tl.load(w_rows + ws[None, :], mask=(ws < K // 8)[None, :], other=0,
-                            eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], mask=(gs < K // 16)[None, :], other=0,
-                            eviction_policy="evict_first")
-        words = words.to(tl.uint32, bitcast=True)
+        words, sbits, _ = _load_step(w_rows, s_rows, kk, K, BLOCK_K, EVEN_K)
         scale = _e4m3_scaled(sbits)  # (BLOCK_N, GROUPS)
         c0, c4 = _e2m1_pair(words, 0)
         c1, c5 = _e2m1_pair(words, 1)

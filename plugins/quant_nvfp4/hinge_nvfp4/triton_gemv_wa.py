@@ -82,49 +82,25 @@ def _nvfp4_gemv_wa_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_M: tl.constexpr,
 ):
     BLOCK_W: tl.constexpr = BLOCK_K // 8
-    GROUPS: tl.constexpr = BLOCK_K // 16
-    pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_w = tl.arange(0, BLOCK_W)
-    offs_g = tl.arange(0, GROUPS)
     rows_m = tl.minimum(offs_m, M - 1)  # rows past M re-read row M - 1 and are never stored
-    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)
-    w_rows = w_ptr + rows_n[:, None] * stride_wn
-    s_rows = s_ptr + rows_n[:, None] * stride_sn
+    offs_n, rows_n, w_rows, s_rows = triton_gemv._weight_rows(w_ptr, s_ptr, N, stride_wn,
+                                                              stride_sn, BLOCK_N)
     k_start = pid_k * k_per_split
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(0, k_per_split, BLOCK_K):
         kk = k_start + k0
-        ws = kk // 8 + offs_w
-        gs = kk // 16 + offs_g
-        ok_w = ws < K // 8
-        if EVEN_K:
-            words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
-        else:
-            words = tl.load(w_rows + ws[None, :], mask=ok_w[None, :], other=0,
-                            eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], mask=(gs < K // 16)[None, :], other=0,
-                            eviction_policy="evict_first")
-        words = words.to(tl.uint32, bitcast=True)
+        words, sbits, ok_w = triton_gemv._load_step(w_rows, s_rows, kk, K, BLOCK_K, EVEN_K)
         # e4m3 bits << 7 as fp16 = scale * 2^-8; times 2^15 (exact): scale * 2^7; one per word
         sc = (((sbits.to(tl.uint16) & 0x7F) << 7).to(tl.float16, bitcast=True) * 32768.0).to(tl.float16)
         sw = tl.reshape(tl.join(sc, sc), (BLOCK_N, BLOCK_W))
         x_rows = x16_ptr + rows_m[None, :] * stride_x16 + kk
-        c0, c4 = _codes_f16(words, 0)
-        acc = _position_dot(acc, c0 * sw, offs_w, x_rows, 0, ok_w)
-        acc = _position_dot(acc, c4 * sw, offs_w, x_rows, 4, ok_w)
-        c1, c5 = _codes_f16(words, 1)
-        acc = _position_dot(acc, c1 * sw, offs_w, x_rows, 1, ok_w)
-        acc = _position_dot(acc, c5 * sw, offs_w, x_rows, 5, ok_w)
-        c2, c6 = _codes_f16(words, 2)
-        acc = _position_dot(acc, c2 * sw, offs_w, x_rows, 2, ok_w)
-        acc = _position_dot(acc, c6 * sw, offs_w, x_rows, 6, ok_w)
-        c3, c7 = _codes_f16(words, 3)
-        acc = _position_dot(acc, c3 * sw, offs_w, x_rows, 3, ok_w)
-        acc = _position_dot(acc, c7 * sw, offs_w, x_rows, 7, ok_w)
+        for pos in tl.static_range(4):  # codes pos and pos + 4 of every word, each its own dot
+            lo, hi = _codes_f16(words, pos)
+            acc = _position_dot(acc, lo * sw, offs_w, x_rows, pos, ok_w)
+            acc = _position_dot(acc, hi * sw, offs_w, x_rows, pos + 4, ok_w)
     # back from the prescale and the scale's 2^7: 2^(e + 7), exact
     e = tl.load(exp_ptr + rows_m)
     acc = acc * ((e + 7 + 127) << 23).to(tl.float32, bitcast=True)[None, :]
