@@ -160,10 +160,12 @@ def load_hinge(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float
 class InterpretedInPool(TorchRecurrentKernels):
     """The torch reference kernels with CUDA's in-place decode paths taken from interpreted
     modules: ``rule`` (``decode_in_pool.py``) and/or ``conv`` (``conv_in_pool.py``); a path
-    without its module keeps the gather. ``calls`` counts the in-place calls ("rule", "conv")."""
+    without its module keeps the gather. ``calls`` counts the in-place calls ("rule", "conv").
+    ``deterministic``: the deterministic reference kernels, and the conv through
+    ``conv_in_pool_exact`` (as deterministic CUDA runs it)."""
 
-    def __init__(self, *, rule=None, conv=None) -> None:
-        super().__init__()
+    def __init__(self, *, rule=None, conv=None, deterministic: bool = False) -> None:
+        super().__init__(deterministic=deterministic)
         self.rule, self.conv = rule, conv
         self.calls: Counter = Counter()
 
@@ -177,7 +179,8 @@ class InterpretedInPool(TorchRecurrentKernels):
         if self.conv is None:
             return None
         self.calls["conv"] += 1
-        return self.conv.conv_in_pool(*args, **kwargs)
+        run = self.conv.conv_in_pool_exact if self.deterministic else self.conv.conv_in_pool
+        return run(*args, **kwargs)
 
 
 @functools.cache

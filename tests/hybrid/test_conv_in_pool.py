@@ -77,9 +77,8 @@ def test_the_exact_variant_gives_the_torch_convs_bits_for_deterministic_mode(
     windows = torch.stack([pool[r] if p else torch.zeros_like(pool[0])
                            for r, p in zip(read.tolist(), prefix.tolist(), strict=True)])
     for b in (None, bias):
-        # NOTE: the reference as it runs on CUDA (F.silu as it is; its CPU-only 16-row blocks
-        # are for the CPU's vector/tail rounding, and the exact variant runs on CUDA only)
-        want = torch_causal_conv1d(x, weight, b, windows, list(range(6)), activation=activation)
+        want = torch_causal_conv1d(x, weight, b, windows, list(range(6)), activation=activation,
+                                   deterministic=True)
         out = modules[0].conv_in_pool_exact(x, weight, b, pool.clone(), read, write, prefix,
                                             activation=activation)
         assert out.dtype == dtype and torch.equal(out, want.out), (
@@ -182,3 +181,36 @@ def test_the_kernel_compiles_for_hopper_without_spilling(silu):
         num_warps=4, num_stages=1)
     registers, spilled = sass_loop.ptxas_usage(kernel)
     assert spilled == 0 and 0 < registers <= 128
+
+
+def test_deterministic_decode_in_the_pool_with_the_invariant_fast_kernels_gives_its_prefill_bits(
+        monkeypatch, modules, hybrid_checkpoints):
+    """Deterministic mode as CUDA runs it, interpreted: the decode conv window read and written in
+    the pool (``conv_in_pool_exact``) and the fast kernels deterministic mode takes (gates, gated
+    norm one row a program, add+RMSNorm, q/k-norm+rope) in prefill and decode alike. Tokens
+    decoded one by one then give the bits one prefill of them gives (the delta rule keeps the
+    deterministic gather path here: its CPU torch loop and the interpreted kernel are different
+    arithmetic, compared to a tolerance above)."""
+    import types
+
+    from hinge.layers import fast_triton
+    from hinge.testing.triton_interpreter import load_interpreted
+
+    patch_interpreter(monkeypatch)
+    fast_dir = Path(hinge.__file__).parent / "layers" / "fast_triton"
+    fake = types.SimpleNamespace(**{name: load_interpreted(fast_dir / f"{name}.py", f"_det_{name}")
+                                    for name in ("gemv", "add_rmsnorm", "silu_mul", "qk_norm_rope",
+                                                 "gdn_gating", "gated_rmsnorm", "kv_write")})
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
+                        invariant or not deterministic)
+    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"), deterministic=True)
+    kernels = InterpretedInPool(conv=modules[0], deterministic=True)
+    model.set_recurrent_kernels(kernels)
+    prompt, follow = [5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15]
+    whole = StepHarness(model, deterministic=True).step([("a", prompt + follow)], all_logits=True)
+    h = StepHarness(model, deterministic=True)
+    rows = [h.step([("a", prompt)], all_logits=True).logits]
+    rows += [h.step([("a", [t])], all_logits=True).logits for t in follow]
+    assert kernels.calls["conv"] == len(follow) * len(model.recurrent_layers), "decodes in the pool"
+    assert torch.equal(torch.cat(rows), whole.logits)

@@ -109,13 +109,13 @@ def conv_in_pool_exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
                        prefix_lens: torch.Tensor, *, activation: str | None = None) -> torch.Tensor:
     """``conv_in_pool`` with the torch reference's bits, for deterministic mode: the kernel sums
     the taps in the reference's order without fused multiply-adds and returns the float32 sum;
-    the activation and the cast to x's dtype are then the reference's own torch ops
-    (``torch_ref._conv_windows``). A decode row so equals the prefill row of its position, which
+    the activation and the cast to x's dtype are then the reference's own
+    (``torch_ref.conv_activation``, which ``_conv_windows`` applies). A decode row so equals the prefill row of its position, which
     the torch conv computes. Three kernels where the gathered reference path runs about fifteen."""
+    from hinge.layers.recurrent_kernels.torch_ref import conv_activation
+
     if activation not in (None, "silu"):
         raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
     out = conv_in_pool(x, weight, bias, pool, read_slots, write_slots, prefix_lens,
                        out_dtype=torch.float32)
-    if activation == "silu":
-        out = torch.nn.functional.silu(out)
-    return out.to(x.dtype)
+    return conv_activation(out, activation, deterministic=True).to(x.dtype)

@@ -49,6 +49,21 @@ def _uniform_len(cu_seqlens: list[int]) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def conv_activation(out: torch.Tensor, activation: str | None, deterministic: bool) -> torch.Tensor:
+    """The conv's activation (None or ``"silu"``) on its float32 sum, the one place it is written
+    (``conv_in_pool_exact`` applies it too, so an in-pool decode row has a prefill row's bits).
+    ``deterministic`` on CPU: in fixed 16-row blocks (``hinge.layers.batch_invariant``)."""
+    if activation == "silu" and deterministic and not out.is_cuda:
+        from hinge.layers.batch_invariant import _blockwise
+
+        return _blockwise(out, F.silu)
+    if activation == "silu":
+        return F.silu(out)
+    if activation is not None:
+        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    return out
+
+
 def _conv_windows(xs: torch.Tensor, weight, bias, activation, track, deterministic=False):
     """xs: (N, K-1+L, C) window then inputs -> out (N, L, C), final (N, C, K-1), per-row windows.
 
@@ -62,14 +77,7 @@ def _conv_windows(xs: torch.Tensor, weight, bias, activation, track, determinist
         out = out + taps[..., j].float() * w[:, j]
     if bias is not None:
         out = out + bias.float()
-    if activation == "silu" and deterministic and not out.is_cuda:
-        from hinge.layers.batch_invariant import _blockwise
-
-        out = _blockwise(out, F.silu)
-    elif activation == "silu":
-        out = F.silu(out)
-    elif activation is not None:
-        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    out = conv_activation(out, activation, deterministic)
     final = xs[:, xs.shape[1] - (k - 1) :].transpose(1, 2)
     windows = taps[..., 1:] if track else None  # window after row t: xs[t+1 : t+K]
     return out.to(xs.dtype), final, windows
