@@ -11,9 +11,9 @@ Decode and verify steps may split (``hinge_fa4.split``): FA4 has no split-KV on 
 query block per (request, KV head) leaves most SMs idle at small batch; the step instead runs
 every query's fixed-size chunks and its tail as virtual requests of one query in ONE kernel call
 (non-causal: a query sees all of each part), then merges them by log-sum-exp in a fixed order in
-one Triton kernel (``hinge_fa4.combine``). A split layer launches three kernels besides the KV
-write: the query copy into the slots, the attention call, the merge; everything index-like is
-laid out once per step. Layers with a sliding window never split (their keys are few).
+one Triton kernel (``hinge_fa4.combine``). A split layer launches three kernels on CUDA: the KV
+write and the query copy into the slots as one (``hinge_fa4.prepare_triton``), the attention
+call, the merge; everything index-like is laid out once per step. Layers with a sliding window never split (their keys are few).
 
 CUDA graphs: the metadata of every captured shape views static buffers (``FA4GraphBuffers``);
 ``prepare_for_replay`` refills them from the runner's static inputs with device copies (no host
@@ -31,6 +31,7 @@ import torch
 from hinge.batching import pad_extend_lens
 from hinge.contracts import AttentionBackend, AttentionLayer
 from hinge.devices import to_device
+from hinge.layers import fast_triton
 from hinge.layers.kv_write import write_kv
 from hinge_fa4.combine import merge_parts
 from hinge_fa4.kernel import make_kernel
@@ -109,7 +110,6 @@ class FA4AttentionBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
                 kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
-        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         meta = batch.attn_metadata
         if meta is None:
@@ -118,19 +118,35 @@ class FA4AttentionBackend(AttentionBackend):
         kp, vp = k_cache.view(pages), v_cache.view(pages)
         window = layer.sliding_window - 1 if layer.sliding_window is not None else None
         if meta.split is not None and window is None:
-            return self._split_forward(q, kp, vp, layer, meta)
+            return self._split_forward(q, k, v, kp, vp, layer, kv, batch, meta)
+        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         out, _ = self.kernel.varlen(
             q, kp, vp, cu_seqlens_q=meta.cu_seqlens_q, seqused_k=meta.seqused_k,
             page_table=meta.page_table, max_seqlen_q=meta.max_seqlen_q, softmax_scale=layer.scale,
             causal=True, window_left=window, softcap=layer.logit_softcap)
         return out
 
-    def _split_forward(self, q, kp, vp, layer: AttentionLayer, meta: FA4Metadata) -> torch.Tensor:
+    def _split_forward(self, q, k, v, kp, vp, layer: AttentionLayer, kv: KVCache,
+                       batch: ForwardBatch, meta: FA4Metadata) -> torch.Tensor:
         s = meta.split
+        k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
+        if fast_triton.enabled(q, invariant=True) and self._prepare().supports(
+                q, k, v, k_cache, v_cache, batch.out_loc):
+            rows = self._prepare().write_kv_and_expand(q, k, v, k_cache, v_cache, batch.out_loc,
+                                                       s.num_slots)  # both copies, one launch
+        else:
+            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+            rows = expand_queries(q, s.num_slots)
         out, lse = self.kernel.split_decode(
-            expand_queries(q, s.num_slots), kp, vp, seqused_k=s.seqused_k, page_table=s.page_table,
+            rows, kp, vp, seqused_k=s.seqused_k, page_table=s.page_table,
             softmax_scale=layer.scale, softcap=layer.logit_softcap)
         return merge_parts(out, lse, s.num_parts, s.num_slots, q.dtype)
+
+    @staticmethod
+    def _prepare():
+        from hinge_fa4 import prepare_triton
+
+        return prepare_triton
 
     # -- start-up -----------------------------------------------------------------------------
 

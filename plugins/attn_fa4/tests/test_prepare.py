@@ -1,0 +1,91 @@
+"""The split layer's fused copies (``hinge_fa4.prepare_triton``) under Triton's interpreter: the
+KV pool and the expanded queries are the bits ``write_kv`` and ``expand_queries`` give, for views
+of a fused qkv projection, GQA, any slot count; and a split decode on CPU takes that kernel when
+fast kernels are on (forced here) with the attention's output unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_backend import LAYER, backend
+
+import hinge_fa4
+from hinge.forward import KVCache
+from hinge.layers import fast_triton
+from hinge.layers.kv_write import write_kv
+from hinge.testing.batches import PAGE_TAIL_FILL, build_batch
+from hinge_fa4.split import expand_queries
+
+pytest.importorskip("triton")
+KERNEL = Path(hinge_fa4.__file__).parent / "prepare_triton.py"
+
+
+@pytest.fixture
+def prepare(monkeypatch):
+    from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
+
+    patch_interpreter(monkeypatch)
+    return load_interpreted(KERNEL, "_interpreted_hinge_fa4_prepare_triton")
+
+
+def qkv_views(tokens, heads, kv_heads, dim, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
+    q = qkv[:, : heads * dim].view(tokens, heads, dim)
+    k = qkv[:, heads * dim: (heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+    v = qkv[:, (heads + kv_heads) * dim:].view(tokens, kv_heads, dim)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("tokens, heads, kv_heads, dim, slots", [
+    (3, 8, 2, 16, 5), (1, 32, 8, 128, 9), (4, 4, 4, 48, 1), (0, 8, 2, 16, 3)])
+def test_the_fused_copies_are_the_bits_of_write_kv_and_expand_queries(prepare, dtype, tokens, heads,
+                                                                      kv_heads, dim, slots):
+    q, k, v = qkv_views(tokens, heads, kv_heads, dim, dtype, seed=tokens + slots)
+    caches = [torch.full((40, kv_heads, dim), float("nan")).to(dtype) for _ in range(2)]
+    want_caches = [c.clone() for c in caches]
+    loc = torch.randperm(39)[:tokens] + 1
+    write_kv(KVCache(k=[want_caches[0]], v=[want_caches[1]], page_size=4), 0, loc, k, v)
+    assert prepare.supports(q, k, v, *caches, loc)
+    rows = prepare.write_kv_and_expand(q, k, v, *caches, loc, slots)
+    assert torch.equal(rows, expand_queries(q, slots))
+    for got, want in zip(caches, want_caches, strict=True):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), "NaN slots untouched too"
+
+
+def test_the_fused_copies_refuse_a_cast_and_name_the_two_calls_instead(prepare):
+    q, k, v = qkv_views(2, 8, 2, 16, torch.bfloat16, seed=1)
+    caches = [torch.zeros(8, 2, 16) for _ in range(2)]  # float32 pool: a cast
+    loc = torch.tensor([1, 2])
+    assert not prepare.supports(q, k, v, *caches, loc)
+    with pytest.raises(ValueError, match="use write_kv and expand_queries instead"):
+        prepare.write_kv_and_expand(q, k, v, *caches, loc, 3)
+
+
+def test_a_split_decode_with_fast_kernels_on_takes_the_fused_copies_and_attends_the_same(
+        prepare, monkeypatch):
+    calls = []
+
+    def counted(*args):
+        calls.append(args[-1])
+        return prepare.write_kv_and_expand(*args)
+
+    fused = type("Fused", (), {"supports": staticmethod(prepare.supports),
+                               "write_kv_and_expand": staticmethod(counted)})
+    outs = []
+    for on in (False, True):
+        case = build_batch([300, 17, 64], [1, 1, 1], layer=LAYER, page_size=16, dtype=torch.float32,
+                           phase="decode", page_tail_fill=PAGE_TAIL_FILL)
+        attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=4)
+        monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False,
+                            on=on: on)
+        monkeypatch.setattr(type(attn), "_prepare", staticmethod(lambda: fused))
+        case.batch.attn_metadata = attn.prepare_metadata(case.batch)
+        outs.append((attn.forward(case.q, case.k, case.v, case.layer, case.kv, case.batch),
+                     case.kv.k[0].clone(), case.kv.v[0].clone()))
+    assert calls == [case.batch.attn_metadata.split.num_slots], "taken once, when on"
+    for a, b in zip(outs[0], outs[1], strict=True):
+        assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
