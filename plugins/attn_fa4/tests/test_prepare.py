@@ -89,3 +89,26 @@ def test_a_split_decode_with_fast_kernels_on_takes_the_fused_copies_and_attends_
     assert calls == [case.batch.attn_metadata.split.num_slots], "taken once, when on"
     for a, b in zip(outs[0], outs[1], strict=True):
         assert torch.equal(a.nan_to_num(7.0), b.nan_to_num(7.0))
+
+
+def test_the_fused_copies_compile_for_the_h200():
+    """sm_90 with Triton's own ptxas (no GPU needed): what the interpreter runs, the compiler
+    takes, with 16-byte vector copies at Qwen3-8B's head sizes."""
+    pytest.importorskip("triton.backends.nvidia", reason="needs Triton's CUDA backend (ptxas)")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from hinge_fa4.prepare_triton import _prepare_kernel
+
+    pointers = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", kc_ptr="*bf16", vc_ptr="*bf16",
+                    loc_ptr="*i64", qx_ptr="*bf16")
+    ints = dict.fromkeys(("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt",
+                          "stride_vh", "q_width", "kv_width", "num_slots"), "i32")
+    names = _prepare_kernel.arg_names
+    aligned = [n for n in (*pointers, *ints) if n != "num_slots"]
+    src = ASTSource(fn=_prepare_kernel, signature={**pointers, **ints, "D": "constexpr", "BLOCK": "constexpr"},
+                    constexprs={"D": 128, "BLOCK": 1024},
+                    attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+    assert "st.global.v4.b32" in ptx
