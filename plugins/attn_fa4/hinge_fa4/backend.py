@@ -152,9 +152,9 @@ class FA4AttentionBackend(AttentionBackend):
 
     def warmup(self, layers: Sequence[AttentionLayer], kv: KVCache) -> None:
         """Compile (or load from the JIT cache) every kernel variant the engine launches, per
-        distinct layer signature: a long prefill, a decode, and a split decode's one call and
-        merge (layers without a window); each reads page 0 only and writes nothing but its
-        discarded output."""
+        distinct layer signature: a long prefill, a decode, and a split decode's one call, merge
+        and fused copies (layers without a window); each reads page 0 only and writes nothing but
+        its discarded output and reserved slot 0 (page 0 holds garbage by contract)."""
         if not layers:
             return
         self.num_kv_heads = max(layer.num_kv_heads for layer in layers)
@@ -185,6 +185,12 @@ class FA4AttentionBackend(AttentionBackend):
                                             page_table=ints([[0], [0]]), softmax_scale=layer.scale,
                                             softcap=layer.logit_softcap)
         merge_parts(out, lse, ints([1]), 2, kp.dtype)
+        if fast_triton.enabled(q, invariant=True):  # the fused copies, into reserved slot 0
+            kvs = torch.zeros(1, layer.num_kv_heads, layer.head_dim, dtype=kp.dtype, device=self.device)
+            self._prepare().write_kv_and_expand(
+                q[:1], kvs, kvs, kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id],
+                torch.zeros(1, dtype=torch.int64, device=self.device), 2)
+            return 4
         return 3
 
     # -- CUDA graphs --------------------------------------------------------------------------

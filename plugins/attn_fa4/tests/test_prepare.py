@@ -112,3 +112,24 @@ def test_the_fused_copies_compile_for_the_h200():
                     attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned})
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
     assert "st.global.v4.b32" in ptx
+
+
+def test_warmup_compiles_the_fused_copies_when_fast_kernels_are_on(prepare, monkeypatch):
+    from hinge.contracts import AttentionLayer
+
+    seen = []
+
+    def counted(*args):
+        seen.append(tuple(args[0].shape))
+        return prepare.write_kv_and_expand(*args)
+
+    fused = type("Fused", (), {"supports": staticmethod(prepare.supports),
+                               "write_kv_and_expand": staticmethod(counted)})
+    attn = backend(dtype=torch.float32)
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False: True)
+    monkeypatch.setattr(type(attn), "_prepare", staticmethod(lambda: fused))
+    layer = AttentionLayer(0, 8, 2, 16, 0.25)
+    case = build_batch([0], [1], layer=layer, page_size=16, dtype=torch.float32,
+                       page_tail_fill=PAGE_TAIL_FILL)
+    attn.warmup([layer], case.kv)
+    assert seen == [(1, 8, 16)], "one query row, the layer's heads"
