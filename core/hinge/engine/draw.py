@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from hinge.layers import fast_triton
+
 _M32 = 0xFFFFFFFF
 _MUL = 0x045D9F3B  # < 2**27: a product with a 32-bit value stays below 2**59
 _GOLDEN = 0x9E3779B1
@@ -65,7 +67,7 @@ def uniform_noise(keys: torch.Tensor, token_ids: int | torch.Tensor) -> torch.Te
     ``token_ids`` is an (N,) or (B, N) integer tensor of ids below 2**32, or an int V meaning
     ``arange(V)``; the uniform of (row, id) is the same whichever ids come with it. On CUDA one
     Triton kernel (``draw_kernel``: the same integer ops, so the same bits) instead of ~17."""
-    if keys.is_cuda and keys.shape[0] and _kernel_available():
+    if keys.shape[0] and fast_triton.enabled(keys, invariant=True):  # integer ops: any mode
         from hinge.engine.draw_kernel import hash_uniform
 
         return hash_uniform(keys, token_ids)
@@ -74,12 +76,6 @@ def uniform_noise(keys: torch.Tensor, token_ids: int | torch.Tensor) -> torch.Te
     ids = (token_ids.to(torch.int64) * _GOLDEN) & _M32
     h = _mix(keys[:, None] ^ (ids if ids.dim() == 2 else ids[None, :]))
     return ((h >> 9).to(torch.float32) + 0.5) * (1.0 / (1 << 23))
-
-
-def _kernel_available() -> bool:
-    from hinge.layers.fast_triton import triton_available
-
-    return triton_available()
 
 
 def draw(weights: torch.Tensor, seeds: torch.Tensor | None, steps: torch.Tensor | None,

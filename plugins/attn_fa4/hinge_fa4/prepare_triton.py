@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.layers.fast_triton import kv_write as kv_copy
+
 MAX_BLOCK = 1024
 
 
@@ -21,14 +23,10 @@ def _prepare_kernel(q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, qx_ptr, stride
                     D: tl.constexpr, BLOCK: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    h = e // D
-    d = e % D
-    in_kv = e < kv_width
-    dst = tl.load(loc_ptr + t).to(tl.int64) * kv_width + e
-    tl.store(kc_ptr + dst, tl.load(k_ptr + t * stride_kt + h * stride_kh + d, mask=in_kv), mask=in_kv)
-    tl.store(vc_ptr + dst, tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=in_kv), mask=in_kv)
+    kv_copy.store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh,
+                           stride_vt, stride_vh, kv_width, D)
     in_q = e < q_width
-    rows = tl.load(q_ptr + t * stride_qt + h * stride_qh + d, mask=in_q)
+    rows = tl.load(q_ptr + t * stride_qt + (e // D) * stride_qh + e % D, mask=in_q)
     for s in range(0, num_slots):  # row t's slots are rows t * S .. t * S + S - 1
         tl.store(qx_ptr + (t * num_slots + s) * q_width + e, rows, mask=in_q)
 
@@ -37,9 +35,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.T
              v_cache: torch.Tensor, loc: torch.Tensor) -> bool:
     """What both copies take: (T, H, D) rows with a unit last stride, contiguous caches of k's
     head shape, one dtype, one slot per token."""
-    from hinge.layers.fast_triton.kv_write import supports as kv_supports
-
-    return (kv_supports(k_cache, v_cache, loc, k, v) and q.dim() == 3 and q.shape[0] == k.shape[0]
+    return (kv_copy.supports(k_cache, v_cache, loc, k, v) and q.dim() == 3 and q.shape[0] == k.shape[0]
             and q.shape[2] == k.shape[2] and q.stride(-1) == 1 and q.dtype == k.dtype)
 
 

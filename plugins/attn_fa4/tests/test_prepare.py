@@ -14,6 +14,7 @@ from test_backend import LAYER, backend
 import hinge_fa4
 from hinge.forward import KVCache
 from hinge.layers import fast_triton
+from hinge.layers.fast_triton import kv_write  # noqa: F401 (compiled, before any interpreter)
 from hinge.layers.kv_write import write_kv
 from hinge.testing.batches import PAGE_TAIL_FILL, build_batch
 from hinge_fa4.split import expand_queries
@@ -24,10 +25,15 @@ KERNEL = Path(hinge_fa4.__file__).parent / "prepare_triton.py"
 
 @pytest.fixture
 def prepare(monkeypatch):
+    """The interpreted module, the KV copy it inlines from an interpreted ``kv_write`` (the
+    compiled ``kv_write`` is imported first, at module import, so that it stays compiled)."""
     from hinge.testing.triton_interpreter import load_interpreted, patch_interpreter
 
     patch_interpreter(monkeypatch)
-    return load_interpreted(KERNEL, "_interpreted_hinge_fa4_prepare_triton")
+    module = load_interpreted(KERNEL, "_interpreted_hinge_fa4_prepare_triton")
+    kv_file = Path(fast_triton.__file__).parent / "kv_write.py"
+    monkeypatch.setattr(module, "kv_copy", load_interpreted(kv_file, "_interpreted_fa4_kv_write"))
+    return module
 
 
 def qkv_views(tokens, heads, kv_heads, dim, dtype, seed):

@@ -18,10 +18,11 @@ MAX_BLOCK = 1024
 
 
 @triton.jit
-def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, stride_kt, stride_kh, stride_vt,
-                     stride_vh, width, D: tl.constexpr, BLOCK: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
-    e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+def store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh, stride_vt,
+                   stride_vh, width, D: tl.constexpr):
+    """Elements ``e`` (of its ``width`` = Hk x D) of token ``t``'s keys and values into its slot
+    ``loc[t]`` of the caches: the one KV copy, also inlined by kernels that fuse more copies
+    (``hinge_fa4.prepare_triton``)."""
     mask = e < width
     h = e // D
     d = e % D
@@ -30,6 +31,15 @@ def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, stride_kt, stride_kh
     tl.store(kc_ptr + dst, keys, mask=mask)
     values = tl.load(v_ptr + t * stride_vt + h * stride_vh + d, mask=mask)
     tl.store(vc_ptr + dst, values, mask=mask)
+
+
+@triton.jit
+def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, stride_kt, stride_kh, stride_vt,
+                     stride_vh, width, D: tl.constexpr, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh, stride_vt,
+                   stride_vh, width, D)
 
 
 def supports(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k: torch.Tensor,
