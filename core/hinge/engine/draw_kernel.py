@@ -22,7 +22,11 @@ def _mix(x):
     return x ^ (x >> 16)
 
 
-@triton.jit
+# NOTE: nothing specializes on the values a request picks: ``n`` is its candidate count (top_k +
+# a margin, any value) and ``keys`` may be a row slice of the step's keys (8-byte aligned), so one
+# compiled kernel serves every request and the start-up warm-up compiles it (test_warmup_gpu.py).
+@triton.jit(do_not_specialize=("n", "stride_ids", "stride_out"),
+            do_not_specialize_on_alignment=("keys_ptr",))
 def _hash_uniform_kernel(keys_ptr, ids_ptr, out_ptr, n, stride_ids, stride_out,
                          ARANGE: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)

@@ -163,7 +163,9 @@ class PenaltyCounts:
             self.counts[row].index_add_(0, out, torch.ones(len(req.output_ids), device=device))
 
     def add(self, rows: torch.Tensor, tokens: torch.Tensor) -> None:
-        self.seen[rows, tokens] = True
+        # NOTE: a same-device value, not ``seen[rows, tokens] = True``: the Python scalar made that
+        # a synchronizing copy, one device wait per sampled decode step (tools/gpu/sync_points.py)
+        self.seen.index_put_((rows, tokens), torch.ones_like(tokens, dtype=torch.bool))
         self.counts.index_put_((rows, tokens), torch.ones_like(tokens, dtype=torch.float32),
                                accumulate=True)
 
