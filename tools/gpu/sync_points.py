@@ -4,8 +4,9 @@ sampled requests on a tiny checkpoint (sync points do not depend on the model's 
 
     python3 tools/gpu/sync_points.py [--arch qwen3] [--batch 4] [--steps 4]
 
-A step should sync once (its tokens to the host); each other line is device idle time the host
-spends waiting (docs/benchmarks.md: sampled decode's idle time).
+A decode step should not sync at all (its tokens come back by an event the next step waits on);
+each line is device idle time the host spends waiting (docs/benchmarks.md, sixth session: the
+sampled step's one sync). The prefill step is reported too (fla's and the hybrid's host work).
 """
 
 from __future__ import annotations
@@ -29,6 +30,32 @@ KINDS = {
 }
 
 
+def syncs_of(engine: Engine, steps: int) -> collections.Counter[str]:
+    """Run ``steps`` engine steps; the synchronizing CUDA calls they made, by message and the
+    last hinge frames of the stack that made them."""
+    seen: collections.Counter[str] = collections.Counter()
+
+    def hook(message, category, filename, lineno, file=None, line=None):
+        if "prototype" in str(message):  # set_sync_debug_mode's own notice
+            return
+        frames = [f for f in traceback.extract_stack()[:-1] if "/hinge/" in f.filename]
+        where = " <- ".join(f"{f.filename.split('/hinge/')[-1]}:{f.lineno} {f.name}"
+                            for f in reversed(frames[-4:]))
+        seen[f"{str(message)[:60]} @ {where}"] += 1
+
+    old = warnings.showwarning
+    warnings.showwarning = hook
+    warnings.simplefilter("always")
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        for _ in range(steps):
+            engine.step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = old
+    return seen
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", nargs="+", default=["qwen3", "qwen3_5"])
@@ -45,30 +72,15 @@ def main() -> None:
             for i in range(args.batch):
                 engine.add_request([3 + i] * 20, SamplingParams(max_new_tokens=64, ignore_eos=True,
                                                                seed=i, **extra))
-            for _ in range(4):  # prefill and the first decode steps
+            prefill = syncs_of(engine, 1)  # the step that prefills every request
+            for _ in range(3):  # the first decode steps
                 engine.step()
-            seen: collections.Counter[str] = collections.Counter()
-
-            def hook(message, category, filename, lineno, file=None, line=None, seen=seen):
-                frames = [f for f in traceback.extract_stack()[:-1] if "/hinge/" in f.filename]
-                where = " <- ".join(f"{f.filename.split('/hinge/')[-1]}:{f.lineno} {f.name}"
-                                    for f in reversed(frames[-4:]))
-                seen[f"{str(message)[:60]} @ {where}"] += 1
-
-            old = warnings.showwarning
-            warnings.showwarning = hook
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                for _ in range(args.steps):
-                    engine.step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-                warnings.showwarning = old
-            print(f"\n{arch} {kind} batch {args.batch}: {sum(seen.values()) / args.steps:.1f} "
-                  f"syncs per decode step")
-            for where, n in seen.most_common():
-                print(f"  {n / args.steps:4.1f}/step  {where}")
+            decode = syncs_of(engine, args.steps)
+            for phase, seen, steps in (("prefill", prefill, 1), ("decode", decode, args.steps)):
+                print(f"\n{arch} {kind} batch {args.batch} {phase}: "
+                      f"{sum(seen.values()) / steps:.1f} syncs per step")
+                for where, n in seen.most_common():
+                    print(f"  {n / steps:4.1f}/step  {where}")
             while engine.has_unfinished():
                 engine.step()
         engine.close()
