@@ -78,9 +78,9 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
 
 def sweep_configs(m: int, n: int, k: int) -> list:
     """GEMV tilings to try at (m, n, k): block sizes around the default at 2, 4 and 8 warps
-    (ncu on the H200: the default M = 1 tiling has 165 registers a thread, 12 resident warps
-    per SM, and issues on 47% of cycles), and the W-as-A kernel's (``triton_gemv_wa``), each at
-    splits 1/2x, 1x, 2x of the default's."""
+    (ncu on the H200: the old M = 1 tiling, 32 rows on 4 warps, had 165 registers a thread, 12
+    resident warps per SM, and issued on 47% of cycles), each at splits 1/2x, 1x, 2x of the
+    default's. (The W-as-A kernel was the slowest of the sixth session's sweep and is gone.)"""
     from hinge_nvfp4.triton_gemv import GemvConfig, default_config
 
     base = default_config(m, n, k)
@@ -91,9 +91,7 @@ def sweep_configs(m: int, n: int, k: int) -> list:
         blocks = [(8, 512), (16, 256), (16, 512), (32, 256), (32, 512)]
         warps = (2, 4, 8)
     configs = []
-    wa = [(b, w) for b in [(64, 128), (128, 128), (64, 256), (128, 256)] for w in (4, 8)]
-    for (block_n, block_k), dot, ws in [(b, base.dot, warps) for b in blocks] + \
-            [(b, "wa", (w,)) for b, w in wa]:  # and the experimental W-as-A kernel
+    for (block_n, block_k), dot, ws in [(b, base.dot, warps) for b in blocks]:
         steps = -(-k // block_k)
         for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
             if split <= steps:

@@ -135,8 +135,6 @@ def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> Loo
     from hinge_nvfp4.triton_gemv import _nvfp4_gemv_kernel, default_config
 
     cfg = config or default_config(m, n, k)
-    if cfg.dot == "wa":
-        return nvfp4_gemv_wa(m, n, k, cfg)
     block_m = 16 if cfg.dot else 1 << (m - 1).bit_length()
     sig = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*u8", rs_ptr="*fp32", bias_ptr="*fp32",
                out_ptr="*bf16", M="i32", N="i32", K="i32", stride_xm="i32", stride_wn="i32",
@@ -148,24 +146,6 @@ def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> Loo
     kernel = compile_for_hopper(_nvfp4_gemv_kernel, sig, consts, divisible=launch_divisible(sig, ints),
                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return report(f"nvfp4 gemv M={m} {cfg}", kernel, elements=cfg.block_n * cfg.block_k,
-                  num_warps=cfg.num_warps)
-
-
-def nvfp4_gemv_wa(m: int, n: int, k: int, cfg: Any) -> LoopReport:
-    """hinge_nvfp4's experimental W-as-A GEMV (``GemvConfig(dot="wa")``) at (m, n, k)."""
-    from hinge_nvfp4.triton_gemv_wa import ROWS, _nvfp4_gemv_wa_kernel
-
-    sig = dict(x16_ptr="*fp16", exp_ptr="*i32", w_ptr="*i32", s_ptr="*u8", rs_ptr="*fp32",
-               bias_ptr="*fp32", out_ptr="*bf16", M="i32", N="i32", K="i32", stride_x16="i32",
-               stride_wn="i32", stride_sn="i32", stride_os="i32", stride_om="i32", k_per_split="i32")
-    consts = dict(HAS_BIAS=False, EPILOGUE=cfg.split_k == 1, EVEN_K=True, BLOCK_N=cfg.block_n,
-                  BLOCK_K=cfg.block_k, BLOCK_M=ROWS)
-    ints = dict(M=m, N=n, K=k, stride_x16=k, stride_wn=k // 8, stride_sn=k // 16, stride_os=0,
-                stride_om=n, k_per_split=k // cfg.split_k)
-    kernel = compile_for_hopper(_nvfp4_gemv_wa_kernel, sig, consts,
-                                divisible=launch_divisible(sig, ints), num_warps=cfg.num_warps,
-                                num_stages=cfg.num_stages)
-    return report(f"nvfp4 gemv (W as A) M={m} {cfg}", kernel, elements=cfg.block_n * cfg.block_k,
                   num_warps=cfg.num_warps)
 
 

@@ -51,14 +51,13 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @dataclass(frozen=True)
 class GemvConfig:
     """One tiling: rows of W per program, K per step (a multiple of 32), K slices, warps, tensor
-    cores or not (``dot``: False = CUDA cores, True = ``tl.dot`` of x and W, ``"wa"`` = the
-    experimental W-as-A kernel of ``triton_gemv_wa``)."""
+    cores or not (``dot``: False = CUDA cores, True = ``tl.dot`` of x and W)."""
 
-    block_n: int = 32
+    block_n: int = 8
     block_k: int = 512
     split_k: int = 1
-    num_warps: int = 4
-    dot: bool | str = False
+    num_warps: int = 2
+    dot: bool = False
     num_stages: int = 3
 
 
@@ -205,20 +204,22 @@ def supports(x: torch.Tensor, packed: torch.Tensor) -> bool:
 
 @functools.cache
 def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
-    """The tiling chosen by reasoning for an H100/H200-class GPU (no autotuning).
+    """The tiling the H200 sweep found fastest (``tools/gpu/nvfp4_gemm.py --sweep``; no autotuning).
 
-    - M <= 2: CUDA-core FMAs, ``block_k`` 512 (256 B of codes per row per step, 16 B per thread),
-      ``block_n`` 32 / M (8 KB of codes in flight per program per step at M = 1).
-    - M > 2: ``tl.dot`` with the rows padded to 16, ``block_n`` 32, ``block_k`` 256.
-    - ``split_k``: the smallest power of two giving at least 4 programs per SM, keeping at least
-      two ``block_k`` steps per slice (24576x4096 does not split; 6144x4096 and 4096x12288 do).
+    - M <= 2: CUDA-core FMAs, ``block_n`` 8, ``block_k`` 512 (256 B of codes per row per step), 2
+      warps: 79 registers a thread and 24 resident warps per SM, where 32 rows on 4 warps took
+      166 registers and 12 warps (latency bound: docs/nvfp4.md); 12-15% faster on every Qwen3-8B
+      shape (docs/benchmarks.md, sixth session).
+    - M > 2: ``tl.dot`` with the rows padded to 16, ``block_n`` 64, ``block_k`` 128, 4 warps.
+    - ``split_k``: the smallest power of two giving at least 8 (CUDA cores) or 2 (``dot``)
+      programs per SM, keeping at least two ``block_k`` steps per slice.
     """
     if m <= 2:
-        block_n, block_k, dot = 32 // max(1, triton.next_power_of_2(m)), 512, False
+        block_n, block_k, dot, warps, per_sm = 8, 512, False, 2, 8
     else:
-        block_n, block_k, dot = 32, 256, True
-    split = split_k_for(-(-n // block_n), -(-k // block_k), 4, num_sms)
-    return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, dot=dot)
+        block_n, block_k, dot, warps, per_sm = 64, 128, True, 4, 2
+    split = split_k_for(-(-n // block_n), -(-k // block_k), per_sm, num_sms)
+    return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, num_warps=warps, dot=dot)
 
 
 def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
@@ -235,10 +236,6 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
     m, k = x.shape
     n = packed.shape[0]
     cfg = config or default_config(m, n, k, num_sms(x.device))
-    if cfg.dot == "wa":
-        from hinge_nvfp4.triton_gemv_wa import nvfp4_gemv_wa
-
-        return nvfp4_gemv_wa(x, packed, scales, row_scale, bias, out_dtype=out_dtype, config=cfg)
     if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
         raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))
