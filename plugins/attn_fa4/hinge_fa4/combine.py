@@ -7,12 +7,14 @@ the part) and ``lse_s = log sum_j exp(score_j)`` over those keys. The whole is
 
 Layout (``hinge_fa4.split``): row ``t`` owns virtual rows ``t S + s`` for slots ``s < S``; its
 first ``num_parts[t]`` slots are its parts (the tail, then chunks by position), the rest are
-never read. Order: the max first (exact in any order), then the weighted sums one part after
-another in slot order, per (row, head): a row's bits depend on its own parts only, never on the
-batch or on ``S`` (batch invariance of the merge).
+never read. Order: the max first (exact in any order), then the weighted sums in a fixed order
+of the row's parts alone, per (row, head): a row's bits depend on its own parts only, never on
+the batch or on ``S`` (batch invariance of the merge). The Triton kernel sums blocks of 8 parts
+(a fixed tree within a block, blocks in slot order), the torch one part after another: the same
+merge, not the same bits.
 
 ``merge_parts`` runs the Triton kernel (``hinge_fa4.merge_triton``, one launch) on CUDA, and
-``merge_parts_torch`` (the same sums in torch, float64 for float64 inputs) elsewhere.
+``merge_parts_torch`` (the same merge in torch, float64 for float64 inputs) elsewhere.
 """
 
 from __future__ import annotations

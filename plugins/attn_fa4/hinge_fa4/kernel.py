@@ -11,8 +11,11 @@ query each, non-causal, lse returned. ``FA4Kernel`` passes the queries batched, 
 without ``cu_seqlens_q`` (flash-attn's fixed-length form with ``seqused_k`` and a page table):
 the plain tile scheduler, with no per-call tile-count kernels, which the varlen form launches
 past 256 requests; ``split_call = varlen`` passes them as ``cu_seqlens_q = arange`` instead.
-``split_tile_m = 64`` makes the batched call through flash-attn's private ``_flash_attn_fwd``
-with a 64-row query tile (its public functions take no tile size).
+``split_tile_m = 64`` (the default) makes the batched call through flash-attn's private
+``_flash_attn_fwd`` with a 64-row query tile (its public functions take no tile size): one MMA
+warpgroup on a tile a decode query mostly pads, faster in every batch and split size the H200
+measured (docs/benchmarks.md, sixth session). If the installed flash-attn-4 lacks that function,
+the call falls back to the public one (128-row tiles) with a warning.
 """
 
 from __future__ import annotations
@@ -47,13 +50,9 @@ class FA4Kernel:
         from flash_attn.cute import flash_attn_varlen_func
 
         self._varlen: Any = flash_attn_varlen_func
-        self._fwd: Any = None
-        if options.split_tile_m != 128:
-            from flash_attn.cute.interface import _flash_attn_fwd  # NOTE: private, version-pinned
-
-            self._fwd = _flash_attn_fwd
+        self._fwd: Any = private_forward(options.split_tile_m)
         self.split_call = options.split_call
-        self.split_tile_m = options.split_tile_m
+        self.split_tile_m = options.split_tile_m if self._fwd is not None else 128
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
                     cache or "off")
@@ -95,6 +94,28 @@ class FA4Kernel:
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
                 softcap=softcap or 0.0, return_lse=True)
         return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
+
+
+def private_forward(tile_m: int) -> Any:
+    """flash-attn's private ``_flash_attn_fwd`` for a ``tile_m``-row split call, or None: for
+    128 (its own tile: the public function serves), or when the installed flash-attn-4 has no
+    such function taking ``tile_mn`` (a warning says so; the public call then runs)."""
+    if tile_m == 128:
+        return None
+    import inspect
+
+    try:
+        from flash_attn.cute.interface import _flash_attn_fwd  # NOTE: private, version-pinned
+    except ImportError as exc:
+        logger.warning("fa4: split_tile_m=%d needs flash_attn.cute.interface._flash_attn_fwd (%s); "
+                       "split calls use 128-row tiles", tile_m, exc)
+        return None
+    params = inspect.signature(_flash_attn_fwd).parameters
+    if not {"tile_mn", "num_threads"} <= params.keys():
+        logger.warning("fa4: this flash-attn-4's _flash_attn_fwd takes no tile_mn/num_threads; "
+                       "split calls use 128-row tiles (split_tile_m=%d ignored)", tile_m)
+        return None
+    return _flash_attn_fwd
 
 
 def make_kernel(options: FA4Options, device: torch.device) -> Any:

@@ -1,7 +1,10 @@
 """The split decode's merge as one Triton kernel (``hinge_fa4.combine`` states the sums and the
-order): one program per (query row, head) reads its row's used parts only, takes the max lse,
-then adds ``exp(lse_s - max) o_s`` and the weights part by part in slot order, divides, and
-writes the row in the output dtype. Batch invariant: nothing a program does depends on other
+order): one program per (query row, head) reads its row's used parts only, ``BLOCK_S`` (8) at a
+time: one load of 8 lses and of 8 head rows of outputs per block instead of one dependent load
+per part (the per-part loops took 3.6 us at batch 1 on the H200, a fifth of a split layer). The
+max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights summed (a fixed
+tree of 8) and added block after block in slot order; divide; write the row in the output
+dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
 rows or on the slot count. Imported on CUDA only (the CPU path is torch; tests interpret it).
 """
 
@@ -11,30 +14,37 @@ import torch
 import triton
 import triton.language as tl
 
+BLOCK_S = 8  #: parts per load: a constant (a row's bits must not depend on the step's slot count)
+
 
 @triton.jit
 def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
                   so_v, so_h, sl_v, sl_h, sd_t, sd_h,
-                  D: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)
     n = tl.load(parts_ptr + t)
     d = tl.arange(0, BLOCK_D)
-    mask = d < D
-    base = t * num_slots
+    mask_d = d < D
+    slots = t * num_slots + tl.arange(0, BLOCK_S)
     top = tl.full([], float("-inf"), ACC)
-    for s in range(0, n):
-        top = tl.maximum(top, tl.load(lse_ptr + (base + s) * sl_v + h * sl_h).to(ACC))
+    for s0 in range(0, n, BLOCK_S):
+        used = tl.arange(0, BLOCK_S) < n - s0
+        lse = tl.load(lse_ptr + (slots + s0) * sl_v + h * sl_h, mask=used, other=float("-inf"))
+        top = tl.maximum(top, tl.max(lse.to(ACC), axis=0))
     top = tl.where(top == float("-inf"), 0.0, top)
     acc = tl.zeros([BLOCK_D], ACC)
     total = tl.full([], 0.0, ACC)
-    for s in range(0, n):
-        w = tl.exp(tl.load(lse_ptr + (base + s) * sl_v + h * sl_h).to(ACC) - top)
-        o = tl.load(out_ptr + (base + s) * so_v + h * so_h + d, mask=mask, other=0.0).to(ACC)
-        acc += tl.where(w > 0, w * o, 0.0)
-        total += w
+    for s0 in range(0, n, BLOCK_S):
+        used = tl.arange(0, BLOCK_S) < n - s0
+        lse = tl.load(lse_ptr + (slots + s0) * sl_v + h * sl_h, mask=used, other=float("-inf"))
+        w = tl.exp(lse.to(ACC) - top)  # 0 for a slot past the row's parts
+        o = tl.load(out_ptr + (slots + s0)[:, None] * so_v + h * so_h + d[None, :],
+                    mask=used[:, None] & mask_d[None, :], other=0.0).to(ACC)
+        acc += tl.sum(tl.where(w[:, None] > 0, w[:, None] * o, 0.0), axis=0)
+        total += tl.sum(w, axis=0)
     acc = acc / tl.where(total > 0, total, 1.0)
-    tl.store(dst_ptr + t * sd_t + h * sd_h + d, acc.to(dst_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst_ptr + t * sd_t + h * sd_h + d, acc.to(dst_ptr.dtype.element_ty), mask=mask_d)
 
 
 def merge_parts_triton(out_parts: torch.Tensor, lse_parts: torch.Tensor, num_parts: torch.Tensor,
@@ -49,6 +59,6 @@ def merge_parts_triton(out_parts: torch.Tensor, lse_parts: torch.Tensor, num_par
     _merge_kernel[(rows, heads)](
         out_parts, lse_parts, num_parts, dst, num_slots, heads,
         out_parts.stride(0), out_parts.stride(1), lse_parts.stride(0), lse_parts.stride(1),
-        dst.stride(0), dst.stride(1), D=dim, BLOCK_D=triton.next_power_of_2(dim), ACC=acc,
-        num_warps=1)
+        dst.stride(0), dst.stride(1), D=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_S=BLOCK_S,
+        ACC=acc, num_warps=1)
     return dst

@@ -31,11 +31,12 @@ class FA4Options(BaseModel):
         "virtual request): batched = (V, 1, H, D) without cu_seqlens_q (no per-call scheduler "
         "kernels); varlen = cu_seqlens_q = arange (the form the unsplit calls use)")
     split_tile_m: Literal[64, 128] = Field(
-        128, description="query rows per tile of a batched split call: 128 = flash-attn's own "
-        "sm_90 choice (two MMA warpgroups); 64 = one warpgroup, half the tile a decode query "
-        "mostly pads (through flash_attn.cute.interface._flash_attn_fwd's tile_mn, a private "
-        "function of the pinned flash-attn-4; experimental, measured by "
-        "tools/gpu/fa4_split_decode.py)")
+        64, description="query rows per tile of a batched split call: 64 = one MMA warpgroup, "
+        "half the tile a decode query mostly pads (through flash_attn.cute.interface."
+        "_flash_attn_fwd's tile_mn, a private function of the pinned flash-attn-4; faster at "
+        "every batch and split size tools/gpu/fa4_split_decode.py measured on the H200; falls "
+        "back to 128 with a warning where that function is missing); 128 = flash-attn's own "
+        "sm_90 choice (two MMA warpgroups)")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(

@@ -98,22 +98,36 @@ def test_a_row_whose_parts_have_no_keys_merges_to_zeros(triton_merge):
 
 
 @pytest.mark.usefixtures("interpreter")
-def test_a_rows_bits_do_not_depend_on_the_batch_or_the_slot_count(triton_merge):
-    """float32: the same 5 parts merged alone in 5 slots, and in 8 or 64 slots beside other rows
-    (garbage in the unused slots)."""
+def test_the_triton_merge_of_more_parts_than_one_block_equals_attention_in_float64(triton_merge):
+    """13 parts: two of the kernel's 8-part blocks, the second ragged."""
+    gen = torch.Generator().manual_seed(5)
+    keys, vals = torch.randn(13 * 16, 2, 8, generator=gen), torch.randn(13 * 16, 2, 8, generator=gen)
+    q = torch.randn(1, 4, 8, generator=gen)
+    bounds = [(c * 16, (c + 1) * 16) for c in range(13)]
+    out, lse = parts_f64(q, keys, vals, bounds, 0.35)
+    want = attention_f64(q, keys, vals, [13 * 16 - 1], scale=0.35)[0]
+    got = triton_merge(out, lse, torch.tensor([13], dtype=torch.int32), 13, torch.float64)
+    assert (got[0] - want).abs().max() < 1e-12
+
+
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("n", [5, 13])
+def test_a_rows_bits_do_not_depend_on_the_batch_or_the_slot_count(triton_merge, n):
+    """float32: the same ``n`` parts merged alone in ``n`` slots, and in 16 or 64 slots beside
+    other rows (garbage in the unused slots); 13 parts span two of the kernel's blocks."""
     gen = torch.Generator().manual_seed(3)
-    outs = torch.randn(5, 4, 16, generator=gen)
-    lses = torch.randn(5, 4, generator=gen) * 3
-    five = torch.tensor([5], dtype=torch.int32)
-    alone = {"torch": merge_parts_torch(outs, lses, five, 5),
-             "triton": triton_merge(outs, lses, five, 5, torch.float32)}
-    for slots, rows in ((8, 3), (64, 2)):
+    outs = torch.randn(n, 4, 16, generator=gen)
+    lses = torch.randn(n, 4, generator=gen) * 3
+    alone_parts = torch.tensor([n], dtype=torch.int32)
+    alone = {"torch": merge_parts_torch(outs, lses, alone_parts, n),
+             "triton": triton_merge(outs, lses, alone_parts, n, torch.float32)}
+    for slots, rows in ((16, 3), (64, 2)):
         big_o = torch.randn(rows * slots, 4, 16, generator=gen)
         big_l = torch.randn(rows * slots, 4, generator=gen)
-        big_o[slots:slots + 5], big_l[slots:slots + 5] = outs, lses
-        big_o[slots + 5:2 * slots], big_l[slots + 5:2 * slots] = float("nan"), float("nan")
+        big_o[slots:slots + n], big_l[slots:slots + n] = outs, lses
+        big_o[slots + n:2 * slots], big_l[slots + n:2 * slots] = float("nan"), float("nan")
         parts = torch.randint(1, slots + 1, (rows,), generator=gen, dtype=torch.int32)
-        parts[1] = 5
+        parts[1] = n
         got = {"torch": merge_parts_torch(big_o, big_l, parts, slots),
                "triton": triton_merge(big_o, big_l, parts, slots, torch.float32)}
         for name in alone:
