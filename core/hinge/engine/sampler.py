@@ -34,7 +34,7 @@ import torch
 
 from hinge.devices import to_device
 from hinge.engine.draw import draw, row_keys_host
-from hinge.layers import batch_invariant
+from hinge.layers import batch_invariant, fast_triton
 
 if TYPE_CHECKING:
     from hinge.engine.request import Request
@@ -70,6 +70,9 @@ class SamplingArgs:
     #: (B,) int64 device-table rows (``Request.row``) and which batch rows keep penalty counts
     rows: torch.Tensor | None = None
     penalty_rows: torch.Tensor | None = None
+    #: on CUDA (``penalty_kernel``): (table rows (P,) int64, which (B,) int32) and ``penalties``
+    #: holds the whole seen/counts tables, read in place by one kernel; None: the torch path
+    penalty_tables: tuple[torch.Tensor, torch.Tensor] | None = None
     #: bias, banned stop tokens and grammar masks of the sampling logits, or None
     edits: LogitEdits | None = None
     #: groups of sampled batch rows drawn together: (rows, candidates per row for the top-k
@@ -184,8 +187,9 @@ class Sampler:
         ps = [r.params for r in reqs]
         greedy = [p.is_greedy for p in ps]
         rows = to_device([r.row for r in reqs], torch.int64, self.device) if reqs[0].row is not None else None
-        penalties, penalty_rows = self._prepare_penalties(reqs, rows)
+        penalties, penalty_rows, penalty_tables = self._prepare_penalties(reqs, rows)
         common = dict(greedy=greedy, penalties=penalties, rows=rows, penalty_rows=penalty_rows,
+                      penalty_tables=penalty_tables,
                       num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
                       need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
                       edits=self._prepare_edits(reqs))
@@ -221,7 +225,7 @@ class Sampler:
     def _prepare_penalties(self, reqs: list[Request], rows: torch.Tensor | None):
         users = [i for i, r in enumerate(reqs) if r.params.has_penalties]
         if not users:
-            return None, None
+            return None, None, None
         assert rows is not None, "penalties need each request's device-table row (Request.row)"
         if self.counts is None:
             self.counts = PenaltyCounts(self.max_rows, self.vocab_size, self.device)
@@ -231,14 +235,23 @@ class Sampler:
         col = lambda xs: to_device(xs, torch.float32, self.device).unsqueeze(1)  # noqa: E731
         penalty_rows = to_device(users, torch.int64, self.device)
         table_rows = rows.index_select(0, penalty_rows) if len(users) < len(reqs) else rows
+        use_seen = any(p.repetition_penalty != 1 for p in ps)
+        use_counts = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
+        params = (col([p.repetition_penalty for p in ps]), col([p.frequency_penalty for p in ps]),
+                  col([p.presence_penalty for p in ps]))
+        # elementwise, so invariant: any mode may read the tables in place (penalty_kernel)
+        if fast_triton.enabled(self.counts.seen, self.deterministic, invariant=True):
+            which = [-1] * len(reqs)
+            for j, i in enumerate(users):
+                which[i] = j
+            tables = (self.counts.seen if use_seen else None,
+                      self.counts.counts if use_counts else None)
+            return (*tables, *params), penalty_rows, (table_rows, to_device(which, torch.int32,
+                                                                            self.device))
         # NOTE: only the tables a penalty reads: each is a (rows, vocab) gather
-        seen = (self.counts.seen.index_select(0, table_rows)
-                if any(p.repetition_penalty != 1 for p in ps) else None)
-        counts = (self.counts.counts.index_select(0, table_rows)
-                  if any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps) else None)
-        penalties = (seen, counts, col([p.repetition_penalty for p in ps]),
-                     col([p.frequency_penalty for p in ps]), col([p.presence_penalty for p in ps]))
-        return penalties, penalty_rows
+        seen = self.counts.seen.index_select(0, table_rows) if use_seen else None
+        counts = self.counts.counts.index_select(0, table_rows) if use_counts else None
+        return (seen, counts, *params), penalty_rows, None
 
     def _prepare_edits(self, reqs: list[Request]) -> LogitEdits | None:
         """Bias, min_new_tokens bans and grammar masks of this step's rows (host lists, one copy
@@ -328,6 +341,11 @@ class Sampler:
 
     def _penalise(self, x: torch.Tensor, args: SamplingArgs) -> torch.Tensor:
         """``x`` with the penalties of ``args.penalty_rows`` (a copy; only those rows computed)."""
+        if args.penalty_tables is not None:  # one kernel over the tables in place (CUDA)
+            from hinge.engine.penalty_kernel import penalise_rows
+
+            return penalise_rows(x.contiguous(), *args.penalties[:2], *args.penalty_tables,
+                                 *args.penalties[2:])
         if args.penalties[2].shape[0] == x.shape[0]:
             return apply_penalties(x, *args.penalties)
         rows = args.penalty_rows
