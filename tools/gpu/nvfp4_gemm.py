@@ -77,7 +77,8 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
 
 
 def sweep_configs(m: int, n: int, k: int) -> list:
-    """GEMV tilings to try at (m, n, k): block sizes around the default at 2, 4 and 8 warps
+    """GEMV tilings to try at (m, n, k): block sizes around the default at 2 and 4 warps (4 and 8
+    for ``dot``)
     (ncu on the H200: the old M = 1 tiling, 32 rows on 4 warps, had 165 registers a thread, 12
     resident warps per SM, and issued on 47% of cycles), each at splits 1/2x, 1x, 2x of the
     default's. (The W-as-A kernel was the slowest of the sixth session's sweep and is gone.)"""
@@ -85,17 +86,20 @@ def sweep_configs(m: int, n: int, k: int) -> list:
 
     base = default_config(m, n, k)
     if base.dot:
-        blocks = [(16, 256), (32, 256), (64, 256), (32, 512), (64, 128)]
+        blocks = [(32, 256), (64, 256), (64, 128), (128, 128)]
         warps = (4, 8)
-    else:
-        blocks = [(8, 512), (16, 256), (16, 512), (32, 256), (32, 512)]
-        warps = (2, 4, 8)
+    else:  # longer K steps too: more bytes in flight a program (24 warps a SM hide too little)
+        blocks = [(8, 512), (8, 1024), (8, 2048), (16, 512), (16, 1024), (4, 1024)]
+        warps = (2, 4)
     configs = []
-    for (block_n, block_k), dot, ws in [(b, base.dot, warps) for b in blocks]:
+    for block_n, block_k in blocks:
         steps = -(-k // block_k)
         for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
             if split <= steps:
-                configs += [GemvConfig(block_n, block_k, split, w, dot) for w in ws]
+                configs += [GemvConfig(block_n, block_k, split, w, base.dot) for w in warps]
+    # software-pipeline depth of the default tiling (every other row: 3 stages)
+    configs += [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, base.dot, stages)
+                for stages in (1, 2, 4, 5)]
     return configs
 
 
@@ -117,7 +121,7 @@ def sweep(iters: int, hbm_tbs: float) -> None:
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemv import default_config, nvfp4_gemv
 
-    print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot)")
+    print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot, stages)")
     for label, (n, k) in SHAPES.items():
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         row_scale = torch.ones(n, device="cuda")
@@ -134,7 +138,8 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                     continue
                 results.append((us, cfg))
                 print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
-                      f"{cfg.dot}) {us:>8.1f} us {100 * roof / us:>5.0f}% {registers(m, cfg)}")
+                      f"{cfg.dot}, {cfg.num_stages}) {us:>8.1f} us {100 * roof / us:>5.0f}% "
+                      f"{registers(m, cfg)}")
             if results:
                 us, best = min(results, key=lambda r: r[0])
                 print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "

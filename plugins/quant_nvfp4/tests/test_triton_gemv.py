@@ -153,7 +153,8 @@ def test_supports_refuses_rows_that_cannot_be_read_as_words():
 
 SWEEP = [(8, 512, None, False), (16, 512, None, False), (32, 512, None, False), (64, 256, None, False),
          (16, 256, None, True), (32, 256, None, True), (64, 128, None, True), (32, 512, 4, False),
-         (32, 256, 2, True), (8, 512, 8, False)]
+         (32, 256, 2, True), (8, 512, 8, False), (8, 1024, None, False), (4, 1024, None, False),
+         (8, 2048, None, False), (128, 128, None, True)]
 
 
 def _cuda():
