@@ -65,7 +65,8 @@ class FakeFlashInfer(ModuleType):
 
             def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
                      page_size, *, window_left=-1, logits_soft_cap=None, q_data_type="float16",
-                     kv_data_type=None, sm_scale=None, seq_lens=None):
+                     kv_data_type=None, sm_scale=None, seq_lens=None, disable_split_kv=False):
+                self.disable_split_kv = disable_split_kv  # a schedule choice: the same results
                 b = len(last_page_len)
                 qo = torch.arange(b + 1, dtype=torch.int32)
                 self._plan(qo, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,

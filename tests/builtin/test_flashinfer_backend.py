@@ -138,6 +138,26 @@ def test_decode_steps_run_the_decode_wrapper_and_other_steps_the_prefill_wrapper
         assert (out.double() - expected).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("option, rows, disabled", [
+    ("planner", 66, False), ("never", 2, True), ("auto", 65, False), ("auto", 66, True)])
+def test_decode_split_kv_is_disabled_as_the_option_says_once_requests_fill_the_sms(option, rows, disabled):
+    """``decode_split_kv``: 2 KV heads a layer and the CPU's 132 SMs, so ``auto`` stops splitting
+    at 66 requests; prefill plans never take the flag; the results are the reference's either way."""
+    fake = FakeFlashInfer()
+    attn = backend(fake, decode_split_kv=option)
+    lay = layer(heads=4, kv_heads=2)
+    case = build_batch([5] * rows, [1] * rows, layer=lay, page_size=16)
+    case.batch.attn_metadata = attn.prepare_metadata(case.batch)
+    out = attn.forward(case.q, case.k, case.v, lay, case.kv, case.batch)
+    wrapper = fake.runs[-1][0]
+    assert wrapper.kind == "decode" and wrapper.disable_split_kv is disabled
+    assert (out.double() - reference_attention(case.q, case.kv, lay, case.batch)).abs().max() < 1e-5
+    prefill = build_batch([5] * 2, [3] * 2, layer=lay, page_size=16)
+    prefill.batch.attn_metadata = attn.prepare_metadata(prefill.batch)
+    attn.forward(prefill.q, prefill.k, prefill.v, lay, prefill.kv, prefill.batch)
+    assert fake.runs[-1][0].kind == "prefill" and "disable_split_kv" not in fake.plans[-1][1]
+
+
 def test_eager_wrappers_are_reused_across_steps_and_planned_once_per_step():
     fake = FakeFlashInfer()
     attn = backend(fake)

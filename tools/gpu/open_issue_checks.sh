@@ -5,7 +5,8 @@
 #
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, one kernel lane
 #   bash tools/gpu/open_issue_checks.sh bench    # fa4 split decode, roofline + profiles (~9 min)
-#   bash tools/gpu/open_issue_checks.sh bench2   # fa4, recurrent decode, nvfp4 GEMM + sweep + end to end, ncu
+#   bash tools/gpu/open_issue_checks.sh bench2   # fa4, recurrent decode, nvfp4 GEMM + sweep + end to end,
+#                                                 # sync points, flashinfer decode_split_kv=auto roofline, ncu
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -30,6 +31,9 @@ bench|bench2)
         b fa4 100 python3 tools/gpu/fa4_attention.py
         b recurrent 60 python3 tools/gpu/recurrent_decode.py
         b nvfp4 420 python3 tools/gpu/nvfp4_gemm.py --sweep
+        b sync 90 python3 tools/gpu/sync_points.py
+        b roofline_split 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default \
+            --skip-hf --attention-options '{"decode_split_kv": "auto"}'
         ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
         for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
             # shellcheck disable=SC2086

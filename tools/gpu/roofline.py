@@ -159,6 +159,7 @@ def bench_model(arch: str, size: str, args: argparse.Namespace, bandwidth: float
         for mode in args.modes:
             t0 = time.perf_counter()
             with LLM(str(path), device="cuda", load_format="dummy", dtype="bfloat16", attention="auto",
+                     attention_options=json.loads(args.attention_options),
                      deterministic=(mode == "deterministic"), mem_fraction_static=args.mem_fraction,
                      max_running_requests=max(args.batch, 8), max_model_len=4096) as llm:
                 start_s = time.perf_counter() - t0
@@ -243,6 +244,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["default", "deterministic"])
     ap.add_argument("--mem-fraction", type=float, default=0.35)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--attention-options", default="{}",
+                    help='JSON for the attention backend, e.g. \'{"decode_split_kv": "auto"}\'')
     ap.add_argument("--profile", nargs="*", choices=("greedy", "sampled"), default=None,
                     help="also profile decode steps at batch 1 and --batch (step_profile.py) for "
                     "these samplings (no value: greedy)")

@@ -122,7 +122,7 @@ class FlashInferAttentionBackend(AttentionBackend):
         else:
             inner = self.fi.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD",
                                                                  backend=self.options.backend)
-        return PlannedWrapper(inner, kind, self.device)
+        return PlannedWrapper(inner, kind, self.device, self.options.decode_split_kv)
 
     # -- per layer ----------------------------------------------------------------------------
 

@@ -138,4 +138,4 @@ class GraphState:
                 paged_kv_last_page_len_buf=self.last_page_len[:n],
                 backend=options.backend,
             )
-        return PlannedWrapper(inner, shape.wrapper_kind, self.device)
+        return PlannedWrapper(inner, shape.wrapper_kind, self.device, options.decode_split_kv)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hinge.devices import num_sms
+
 if TYPE_CHECKING:
     from hinge.builtin.flashinfer_layout import PlanTables
 
@@ -87,6 +89,13 @@ class Signature:
                     logits_soft_cap=self.soft_cap or None, q_data_type=dtype, kv_data_type=dtype)
 
 
+def decode_disables_split(option: str, rows: int, sig: Signature, num_sms: int) -> bool:
+    """``decode_split_kv``: whether a decode plan of ``rows`` requests passes flashinfer
+    ``disable_split_kv``: ``never``, or ``auto`` once the (request, KV head) pairs fill ``num_sms``
+    (each is at least one work tile; a split only adds a merge); ``planner``: never passed."""
+    return option == "never" or (option == "auto" and rows * sig.num_kv_heads >= num_sms)
+
+
 def use_tensor_core_decode(option: str, sig: Signature) -> bool:
     """``on``/``off``, or ``auto``: when one KV head serves at least 4 query heads."""
     return option == "on" or (option == "auto" and sig.group_size >= 4)
@@ -100,10 +109,12 @@ class PlannedWrapper:
     overwrite the tables of a step still queued on the device (mini-sglang #103).
     """
 
-    def __init__(self, inner: Any, kind: str, device: torch.device):
+    def __init__(self, inner: Any, kind: str, device: torch.device, split_kv: str = "planner"):
         self.inner = inner
         self.kind = kind  #: "prefill" (qo_indptr + causal) or "decode" (one row per request)
+        self.split_kv = split_kv  #: ``FlashInferOptions.decode_split_kv`` (decode plans only)
         self._cuda = device.type == "cuda"
+        self._sms = num_sms(device)
         self._copied: torch.cuda.Event | None = None
 
     def plan(self, sig: Signature, dtype: torch.dtype, page_size: int, tables: PlanTables,
@@ -114,6 +125,9 @@ class PlannedWrapper:
         # NOTE: seq_lens given, flashinfer copies our pinned lengths instead of pageable ones
         kwargs = dict(sig.plan_kwargs(dtype), seq_lens=tables.kv_lens)
         if self.kind == "decode":
+            # NOTE: a graph wrapper's rows are fixed, so its choice is the same every replay
+            if decode_disables_split(self.split_kv, tables.last_page_len.numel(), sig, self._sms):
+                kwargs["disable_split_kv"] = True
             self.inner.plan(tables.kv_indptr, indices, tables.last_page_len, *head, **kwargs)
         else:
             self.inner.plan(tables.qo_indptr, tables.kv_indptr, indices, tables.last_page_len,
