@@ -14,7 +14,6 @@ import torch
 from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -25,17 +24,10 @@ KINDS = {
 }
 
 
-@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
-def checkpoint(request, tmp_path_factory):
-    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(f"sync-{request.param}"), seed=4)
-    write_byte_tokenizer(path)
-    return path
-
-
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_decode_steps_make_no_synchronizing_cuda_call(checkpoint, deterministic, kind):
-    engine = Engine(EngineConfig(model=str(checkpoint), device="cuda", dtype="bfloat16",
+def test_decode_steps_make_no_synchronizing_cuda_call(dense_and_hybrid, deterministic, kind):
+    engine = Engine(EngineConfig(model=str(dense_and_hybrid), device="cuda", dtype="bfloat16",
                                  deterministic=deterministic, mem_fraction_static=0.3), progress=False)
     try:
         for i in range(3):

@@ -11,7 +11,6 @@ import torch
 from hinge.config import EngineConfig
 from hinge.engine.engine import Engine
 from hinge.sampling_params import SamplingParams
-from hinge.testing.checkpoints import make_tiny_checkpoint, write_byte_tokenizer
 from hinge.testing.engine_runs import run_requests
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -21,18 +20,11 @@ SAMPLED = SamplingParams(max_new_tokens=8, temperature=0.7, top_p=0.9, top_k=50,
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True, logprobs=True)
 
 
-@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
-def checkpoint(request, tmp_path_factory):
-    path = make_tiny_checkpoint(request.param, tmp_path_factory.mktemp(f"warm-{request.param}"), seed=2)
-    write_byte_tokenizer(path)
-    return path
-
-
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
-def test_requests_after_start_up_compile_no_triton_kernel(checkpoint, deterministic):
+def test_requests_after_start_up_compile_no_triton_kernel(dense_and_hybrid, deterministic):
     import triton
 
-    engine = Engine(EngineConfig(model=str(checkpoint), device="cuda", dtype="bfloat16",
+    engine = Engine(EngineConfig(model=str(dense_and_hybrid), device="cuda", dtype="bfloat16",
                                  deterministic=deterministic, warmup="on"), progress=False)
     compiled: list[str] = []
     hook = triton.knobs.runtime.jit_post_compile_hook
