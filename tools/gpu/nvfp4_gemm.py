@@ -97,9 +97,16 @@ def sweep_configs(m: int, n: int, k: int) -> list:
         for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
             if split <= steps:
                 configs += [GemvConfig(block_n, block_k, split, w, base.dot) for w in warps]
-    # software-pipeline depth of the default tiling (every other row: 3 stages)
+    # software-pipeline depth of the default tiling (every other row: 3 stages; the sm_90 PTX has
+    # no cp.async at any depth: Triton pipelines none of this loop's loads)
     configs += [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, base.dot, stages)
                 for stages in (1, 2, 4, 5)]
+    # the hand prefetch (``GemvConfig.prefetch``: each step's loads one step ahead)
+    ahead = [(64, 128), (32, 256)] if base.dot else [(8, 512), (8, 1024), (16, 512)]
+    for block_n, block_k in ahead:
+        if block_k <= k:
+            configs += [GemvConfig(block_n, block_k, base.split_k, w, base.dot, prefetch=True)
+                        for w in warps]
     return configs
 
 
@@ -138,8 +145,8 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                     continue
                 results.append((us, cfg))
                 print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
-                      f"{cfg.dot}, {cfg.num_stages}) {us:>8.1f} us {100 * roof / us:>5.0f}% "
-                      f"{registers(m, cfg)}")
+                      f"{cfg.dot}, {cfg.num_stages}{', prefetch' if cfg.prefetch else ''}) {us:>8.1f} us "
+                      f"{100 * roof / us:>5.0f}% {registers(m, cfg)}")
             if results:
                 us, best = min(results, key=lambda r: r[0])
                 print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "

@@ -140,7 +140,8 @@ def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> Loo
                out_ptr="*bf16", M="i32", N="i32", K="i32", stride_xm="i32", stride_wn="i32",
                stride_sn="i32", stride_os="i32", stride_om="i32", k_per_split="i32")
     consts = dict(HAS_BIAS=False, EPILOGUE=cfg.split_k == 1, IEEE=False, EVEN_K=True,
-                  USE_DOT=cfg.dot, BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k)
+                  USE_DOT=cfg.dot, BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                  PREFETCH=cfg.prefetch)
     ints = dict(M=m, N=n, K=k, stride_xm=k, stride_wn=k // 8, stride_sn=k // 16, stride_os=0,
                 stride_om=n, k_per_split=k // cfg.split_k)
     kernel = compile_for_hopper(_nvfp4_gemv_kernel, sig, consts, divisible=launch_divisible(sig, ints),

@@ -68,6 +68,7 @@ def load_interpreted(path: str | Path, module_name: str | None = None) -> Module
     path = Path(path)
     name = module_name or "_interpreted_" + "_".join(path.with_suffix("").parts[-3:])
     old = os.environ.get("TRITON_INTERPRET")
+    before = set(sys.modules)
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         spec = importlib.util.spec_from_file_location(name, path)
@@ -79,4 +80,22 @@ def load_interpreted(path: str | Path, module_name: str | None = None) -> Module
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = old
+        _forget_interpreted_imports(set(sys.modules) - before - {name})
     return module
+
+
+def _forget_interpreted_imports(names: set[str]) -> None:
+    """Modules the private copy imported for the first time were decorated under the interpreter
+    too: the copy keeps them, but ``sys.modules`` (and their package) forget them, so a regular
+    import later compiles its kernels (a kernel module first imported here stayed interpreted for
+    the rest of the session, and a compile of it failed in whichever test came next)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    for mod_name in names:
+        mod = sys.modules.get(mod_name)
+        if mod is None or not any(isinstance(v, InterpretedFunction) for v in vars(mod).values()):
+            continue
+        del sys.modules[mod_name]
+        parent, _, leaf = mod_name.rpartition(".")
+        if parent in sys.modules and getattr(sys.modules[parent], leaf, None) is mod:
+            delattr(sys.modules[parent], leaf)

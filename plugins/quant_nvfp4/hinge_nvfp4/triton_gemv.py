@@ -51,7 +51,8 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @dataclass(frozen=True)
 class GemvConfig:
     """One tiling: rows of W per program, K per step (a multiple of 32), K slices, warps, tensor
-    cores or not (``dot``: False = CUDA cores, True = ``tl.dot`` of x and W)."""
+    cores or not (``dot``: False = CUDA cores, True = ``tl.dot`` of x and W), pipeline depth,
+    hand prefetch."""
 
     block_n: int = 8
     block_k: int = 512
@@ -59,6 +60,9 @@ class GemvConfig:
     num_warps: int = 2
     dot: bool = False
     num_stages: int = 3
+    #: load each K step's codes, scales and activations one step ahead, by hand (the same
+    #: arithmetic, so the same bits): Triton's pipeliner leaves this loop's loads alone
+    prefetch: bool = False
 
 
 @triton.jit
@@ -106,11 +110,21 @@ def _load_step(w_rows, s_rows, kk, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexp
 
 
 @triton.jit
+def _load_x(x_rows, kk, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """K step ``kk``'s activations of the rows (zeros past K)."""
+    ks = kk + tl.arange(0, BLOCK_K)
+    if EVEN_K:
+        return tl.load(x_rows + ks[None, :])
+    return tl.load(x_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
+
+
+@triton.jit
 def _nvfp4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_os, stride_om, k_per_split,
     HAS_BIAS: tl.constexpr, EPILOGUE: tl.constexpr, IEEE: tl.constexpr, EVEN_K: tl.constexpr,
     USE_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     BLOCK_W: tl.constexpr = BLOCK_K // 8  # int32 words (8 codes) per row per step
     GROUPS: tl.constexpr = BLOCK_K // 16  # fp8 scales per row per step
@@ -125,19 +139,26 @@ def _nvfp4_gemv_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     else:
         acc3 = tl.zeros((BLOCK_M, BLOCK_N, GROUPS), dtype=tl.float32)
+    if PREFETCH:  # the first step's loads before the loop (Triton pipelines none of these)
+        next_words, next_sbits, _ = _load_step(w_rows, s_rows, k_start, K, BLOCK_K, EVEN_K)
+        next_x = _load_x(x_rows, k_start, K, BLOCK_K, EVEN_K)
     for k0 in range(0, k_per_split, BLOCK_K):
         kk = k_start + k0
-        words, sbits, _ = _load_step(w_rows, s_rows, kk, K, BLOCK_K, EVEN_K)
+        if PREFETCH:
+            # this step's codes came a step ago; the next step's loads go out before the math,
+            # so they are in flight while it runs (the last step re-reads itself: in cache)
+            words, sbits, x = next_words, next_sbits, next_x
+            nk = tl.minimum(kk + BLOCK_K, k_start + k_per_split - BLOCK_K)
+            next_words, next_sbits, _ = _load_step(w_rows, s_rows, nk, K, BLOCK_K, EVEN_K)
+            next_x = _load_x(x_rows, nk, K, BLOCK_K, EVEN_K)
+        else:
+            words, sbits, _ = _load_step(w_rows, s_rows, kk, K, BLOCK_K, EVEN_K)
+            x = _load_x(x_rows, kk, K, BLOCK_K, EVEN_K)
         scale = _e4m3_scaled(sbits)  # (BLOCK_N, GROUPS)
         c0, c4 = _e2m1_pair(words, 0)
         c1, c5 = _e2m1_pair(words, 1)
         c2, c6 = _e2m1_pair(words, 2)
         c3, c7 = _e2m1_pair(words, 3)
-        ks = kk + tl.arange(0, BLOCK_K)
-        if EVEN_K:
-            x = tl.load(x_rows + ks[None, :])
-        else:
-            x = tl.load(x_rows + ks[None, :], mask=(ks < K)[None, :], other=0.0)
         if USE_DOT:
             # per word scale (two words per group), codes * scale exact in x's dtype, K order back
             sw = tl.reshape(tl.join(scale, scale), (BLOCK_N, BLOCK_W))
@@ -252,7 +273,7 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
         part.stride(0) if split else 0, part.stride(-2), k_per_split,
         HAS_BIAS=bias is not None, EPILOGUE=not split, IEEE=x.dtype == torch.float32,
         EVEN_K=k_per_split * cfg.split_k == k, USE_DOT=cfg.dot,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH=cfg.prefetch,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     if split:

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from nvfp4_interpreter import load_interpreted, patch_interpreter
@@ -49,6 +51,20 @@ def test_interpreted_gemv_equals_the_reference_for_ragged_rows_in_every_tiling(k
     expected = reference.linear(x, packed, scales, row_scale, bias if m % 2 else None)
     assert got.shape == (m, 40) and got.dtype == torch.float32
     assert_matches(got, expected, 1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 5])
+@pytest.mark.parametrize("tiling", TILINGS)
+def test_the_hand_prefetch_gives_the_same_bits_in_every_tiling(kernels, m, tiling):
+    """``prefetch`` moves loads a step earlier and nothing else: ragged K (208 = 3 steps of 64,
+    the last partly past K), splits whose last slice is short, both paths."""
+    gemv, _ = kernels
+    n_, k_, split, dot = tiling
+    x, packed, scales, row_scale, bias = problem(m, 40, 208, seed=m + 7)
+    runs = [gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=gemv.GemvConfig(
+        block_n=n_, block_k=k_, split_k=split, dot=dot, prefetch=prefetch)) for prefetch in (False, True)]
+    assert torch.equal(runs[0], runs[1])
+    assert_matches(runs[1], reference.linear(x, packed, scales, row_scale, bias), 1e-5)
 
 
 @pytest.mark.parametrize("dot", [False, True])
@@ -155,6 +171,7 @@ SWEEP = [(8, 512, None, False), (16, 512, None, False), (32, 512, None, False), 
          (16, 256, None, True), (32, 256, None, True), (64, 128, None, True), (32, 512, 4, False),
          (32, 256, 2, True), (8, 512, 8, False), (8, 1024, None, False), (4, 1024, None, False),
          (8, 2048, None, False), (128, 128, None, True)]
+SWEEP_PREFETCH = [(8, 512, None, False), (8, 1024, 2, False), (64, 128, None, True)]
 
 
 def _cuda():
@@ -176,8 +193,8 @@ def test_cuda_gemv_equals_the_reference_on_qwen3_8b_shapes(m):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiling", SWEEP)
-def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(tiling):
+@pytest.mark.parametrize("tiling, prefetch", [(t, False) for t in SWEEP] + [(t, True) for t in SWEEP_PREFETCH])
+def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(tiling, prefetch):
     _cuda()
     from hinge_nvfp4 import triton_gemv
 
@@ -185,8 +202,12 @@ def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(til
     for m in (1, 5, 16):
         x, packed, scales, row_scale, bias = problem(m, 6144, 4096, dtype=torch.bfloat16, seed=m, device="cuda")
         split_k = split or triton_gemv.default_config(m, 6144, 4096).split_k
-        config = triton_gemv.GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, dot=dot)
+        config = triton_gemv.GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, dot=dot,
+                                        prefetch=prefetch)
         got = triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
         assert_matches(got.float(), reference.linear(x, packed, scales, row_scale, bias).float(), 2e-2)
         assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config))
+        if prefetch:  # the same arithmetic as without
+            plain = dataclasses.replace(config, prefetch=False)
+            assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=plain))
 
