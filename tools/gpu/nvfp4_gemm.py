@@ -101,6 +101,12 @@ def sweep_configs(m: int, n: int, k: int) -> list:
     # no cp.async at any depth: Triton pipelines none of this loop's loads)
     configs += [GemvConfig(base.block_n, base.block_k, base.split_k, base.num_warps, base.dot, stages)
                 for stages in (1, 2, 4, 5)]
+    # the one-row kernel in the scale groups' layout (no shared memory in its loop)
+    if m == 1:
+        for block_n, block_k in [(8, 512), (16, 512), (8, 1024), (4, 512), (4, 1024)]:
+            for split in sorted({max(1, base.split_k // 2), base.split_k, base.split_k * 2}):
+                configs += [GemvConfig(block_n, block_k, split, w, False, layout="groups")
+                            for w in (2, 4)]
     # the hand prefetch (``GemvConfig.prefetch``: each step's loads one step ahead)
     ahead = [(64, 128), (32, 256)] if base.dot else [(8, 512), (8, 1024), (16, 512)]
     for block_n, block_k in ahead:
@@ -145,7 +151,8 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                     continue
                 results.append((us, cfg))
                 print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
-                      f"{cfg.dot}, {cfg.num_stages}{', prefetch' if cfg.prefetch else ''}) {us:>8.1f} us "
+                      f"{cfg.dot}, {cfg.num_stages}{', prefetch' if cfg.prefetch else ''}"
+                      f"{', groups' if cfg.layout == 'groups' else ''}) {us:>8.1f} us "
                       f"{100 * roof / us:>5.0f}% {registers(m, cfg)}")
             if results:
                 us, best = min(results, key=lambda r: r[0])

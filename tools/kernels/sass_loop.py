@@ -135,6 +135,8 @@ def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> Loo
     from hinge_nvfp4.triton_gemv import _nvfp4_gemv_kernel, default_config
 
     cfg = config or default_config(m, n, k)
+    if cfg.layout == "groups" and m == 1 and not cfg.dot:
+        return nvfp4_gemv_groups(n, k, cfg)
     block_m = 16 if cfg.dot else 1 << (m - 1).bit_length()
     sig = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*u8", rs_ptr="*fp32", bias_ptr="*fp32",
                out_ptr="*bf16", M="i32", N="i32", K="i32", stride_xm="i32", stride_wn="i32",
@@ -147,6 +149,24 @@ def nvfp4_gemv(m: int, n: int = 24576, k: int = 4096, config: Any = None) -> Loo
     kernel = compile_for_hopper(_nvfp4_gemv_kernel, sig, consts, divisible=launch_divisible(sig, ints),
                                 num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return report(f"nvfp4 gemv M={m} {cfg}", kernel, elements=cfg.block_n * cfg.block_k,
+                  num_warps=cfg.num_warps)
+
+
+def nvfp4_gemv_groups(n: int, k: int, cfg: Any) -> LoopReport:
+    """hinge_nvfp4's one-row GEMV in the scale groups' layout (``GemvConfig(layout="groups")``)."""
+    from hinge_nvfp4.triton_gemv_groups import _nvfp4_gemv_groups_kernel
+
+    sig = dict(x_ptr="*bf16", g_ptr="*i64", s_ptr="*u8", rs_ptr="*fp32", bias_ptr="*fp32",
+               out_ptr="*bf16", N="i32", K="i32", stride_gn="i32", stride_sn="i32",
+               stride_os="i32", k_per_split="i32")
+    consts = dict(HAS_BIAS=False, EPILOGUE=cfg.split_k == 1, EVEN_K=True, BLOCK_N=cfg.block_n,
+                  BLOCK_K=cfg.block_k)
+    ints = dict(N=n, K=k, stride_gn=k // 16, stride_sn=k // 16, stride_os=0,
+                k_per_split=k // cfg.split_k)
+    kernel = compile_for_hopper(_nvfp4_gemv_groups_kernel, sig, consts,
+                                divisible=launch_divisible(sig, ints), num_warps=cfg.num_warps,
+                                num_stages=cfg.num_stages)
+    return report(f"nvfp4 gemv (groups) M=1 {cfg}", kernel, elements=cfg.block_n * cfg.block_k,
                   num_warps=cfg.num_warps)
 
 

@@ -63,6 +63,10 @@ class GemvConfig:
     #: load each K step's codes, scales and activations one step ahead, by hand (the same
     #: arithmetic, so the same bits): Triton's pipeliner leaves this loop's loads alone
     prefetch: bool = False
+    #: ``words``: this module's kernel; ``groups``: ``triton_gemv_groups`` (one row of x, CUDA
+    #: cores: codes, scales and sums in the scale groups' layout, no shared memory in the loop);
+    #: other shapes take ``words``
+    layout: str = "words"
 
 
 @triton.jit
@@ -243,6 +247,13 @@ def default_config(m: int, n: int, k: int, num_sms: int = 132) -> GemvConfig:
     return GemvConfig(block_n=block_n, block_k=block_k, split_k=split, num_warps=warps, dot=dot)
 
 
+def _groups():
+    """The ``layout="groups"`` kernel's module (imported on first use; tests interpret it)."""
+    from hinge_nvfp4 import triton_gemv_groups
+
+    return triton_gemv_groups
+
+
 def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
                bias: torch.Tensor | None, *, out_dtype: torch.dtype | None = None,
                config: GemvConfig | None = None) -> torch.Tensor:
@@ -259,23 +270,30 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_
     cfg = config or default_config(m, n, k, num_sms(x.device))
     if cfg.block_k % 32 or cfg.block_k & (cfg.block_k - 1):
         raise ValueError(f"GemvConfig.block_k must be a power of two >= 32, got {cfg.block_k}")
+    if cfg.layout not in ("words", "groups"):
+        raise ValueError(f"GemvConfig.layout must be 'words' or 'groups', got {cfg.layout!r}")
     block_m = 16 if cfg.dot else max(1, triton.next_power_of_2(m))
-    words = packed.view(torch.int32)
     sbits = scales.view(torch.uint8)
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.block_k), cfg.split_k) * cfg.block_k
     out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
-    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k)
     split = cfg.split_k > 1
     part = torch.empty(cfg.split_k, m, n, dtype=torch.float32, device=x.device) if split else out
-    _nvfp4_gemv_kernel[grid](
-        x, words, sbits, row_scale, bias if bias is not None else row_scale, part,
-        m, n, k, x.stride(0), words.stride(0), sbits.stride(0),
-        part.stride(0) if split else 0, part.stride(-2), k_per_split,
-        HAS_BIAS=bias is not None, EPILOGUE=not split, IEEE=x.dtype == torch.float32,
-        EVEN_K=k_per_split * cfg.split_k == k, USE_DOT=cfg.dot,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH=cfg.prefetch,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    even_k = k_per_split * cfg.split_k == k
+    if (cfg.layout == "groups" and m == 1 and not cfg.dot and packed.stride(0) % 8 == 0
+            and packed.storage_offset() % 8 == 0):  # rows readable as int64 groups
+        _groups().launch(x, packed, sbits, row_scale, bias, part, k_per_split=k_per_split,
+                         split=split, even_k=even_k, config=cfg)
+    else:
+        words = packed.view(torch.int32)
+        _nvfp4_gemv_kernel[(triton.cdiv(n, cfg.block_n), cfg.split_k)](
+            x, words, sbits, row_scale, bias if bias is not None else row_scale, part,
+            m, n, k, x.stride(0), words.stride(0), sbits.stride(0),
+            part.stride(0) if split else 0, part.stride(-2), k_per_split,
+            HAS_BIAS=bias is not None, EPILOGUE=not split, IEEE=x.dtype == torch.float32,
+            EVEN_K=even_k, USE_DOT=cfg.dot,
+            BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PREFETCH=cfg.prefetch,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
     if split:
         _reduce_kernel[(m, triton.cdiv(n, REDUCE_BLOCK))](
             part, row_scale, bias if bias is not None else row_scale, out, n,

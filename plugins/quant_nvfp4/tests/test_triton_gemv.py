@@ -31,7 +31,9 @@ def kernels(monkeypatch):
     patch_interpreter(monkeypatch)
     gemv = load_interpreted("triton_gemv")
     gemm = load_interpreted("triton_gemm")
+    groups = load_interpreted("triton_gemv_groups")
     monkeypatch.setattr(gemm, "triton_gemv", gemv)
+    monkeypatch.setattr(gemv, "_groups", lambda: groups)
     return gemv, gemm
 
 
@@ -67,6 +69,36 @@ def test_the_hand_prefetch_gives_the_same_bits_in_every_tiling(kernels, m, tilin
     assert_matches(runs[1], reference.linear(x, packed, scales, row_scale, bias), 1e-5)
 
 
+@pytest.mark.parametrize("tiling", [(8, 64, 1), (16, 32, 3), (4, 128, 2), (32, 64, 1)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_group_layout_kernel_equals_the_reference_and_the_words_kernel(kernels, tiling, with_bias):
+    """One row, N = 40 (ragged for every block), K = 208 (13 groups: ragged steps), splits whose
+    last slice is short; within float32 rounding of the ``words`` kernel (the same sums, other
+    reduction trees across groups)."""
+    gemv, _ = kernels
+    n_, k_, split = tiling
+    x, packed, scales, row_scale, bias = problem(1, 40, 208, seed=11)
+    bias = bias if with_bias else None
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=gemv.GemvConfig(
+        block_n=n_, block_k=k_, split_k=split, layout="groups"))
+    words = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=gemv.GemvConfig(
+        block_n=n_, block_k=k_, split_k=split))
+    assert got.shape == (1, 40) and got.dtype == torch.float32
+    assert_matches(got, reference.linear(x, packed, scales, row_scale, bias), 1e-5)
+    assert_matches(got, words, 1e-6)
+
+
+def test_the_group_layout_takes_one_row_only_and_other_shapes_take_the_words_kernel(kernels, monkeypatch):
+    gemv, _ = kernels
+    x, packed, scales, row_scale, bias = problem(3, 40, 208, seed=12)
+    monkeypatch.setattr(gemv, "_groups", lambda: pytest.fail("three rows reached the groups kernel"))
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=gemv.GemvConfig(
+        block_n=8, block_k=64, layout="groups"))
+    assert_matches(got, reference.linear(x, packed, scales, row_scale, bias), 1e-5)
+    with pytest.raises(ValueError, match="layout must be"):
+        gemv.nvfp4_gemv(x[:1], packed, scales, row_scale, bias, config=gemv.GemvConfig(layout="rows"))
+
+
 @pytest.mark.parametrize("dot", [False, True])
 def test_interpreted_gemv_in_bfloat16_matches_within_one_rounding(kernels, dot):
     gemv, _ = kernels
@@ -95,6 +127,27 @@ def test_interpreted_gemv_decodes_every_code_byte_and_every_finite_scale_exactly
     got = gemv.nvfp4_gemv(x, packed, scales, row_scale, None, config=config)
     expected = reference.linear(x, packed, scales, row_scale, None)
     assert torch.equal(got, expected)
+
+
+def test_the_group_layout_decodes_every_code_byte_and_every_finite_scale_exactly(kernels):
+    """The exact-decoding check above, one one-hot row at a time (the kernel takes one row),
+    and in bfloat16 within one rounding of the reference."""
+    gemv, _ = kernels
+    n, k = 127, 512
+    packed = ((torch.arange(n)[:, None] * 7 + torch.arange(k // 2)[None, :]) % 256).to(torch.uint8)
+    scales = ((torch.arange(n)[:, None] + torch.arange(k // 16)[None, :]) % 127).to(torch.uint8)
+    scales = scales.view(torch.float8_e4m3fn)
+    row_scale = torch.ones(n)
+    config = gemv.GemvConfig(block_n=32, block_k=128, split_k=2, layout="groups")
+    for col in (0, 9, 17, 254, 255, 511):
+        x = torch.eye(k)[col:col + 1].contiguous()
+        got = gemv.nvfp4_gemv(x, packed, scales, row_scale, None, config=config)
+        assert torch.equal(got, reference.linear(x, packed, scales, row_scale, None)), col
+    x, packed, scales, row_scale, bias = problem(1, 24, 96, dtype=torch.bfloat16, seed=5)
+    got = gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=gemv.GemvConfig(
+        block_n=16, block_k=64, layout="groups"))
+    assert got.dtype == torch.bfloat16
+    assert_matches(got.float(), reference.linear(x, packed, scales, row_scale, bias).float(), 1.6e-2)
 
 
 def test_default_mode_sends_decode_sizes_to_the_gemv_and_deterministic_mode_never(kernels):
@@ -172,6 +225,7 @@ SWEEP = [(8, 512, None, False), (16, 512, None, False), (32, 512, None, False), 
          (32, 256, 2, True), (8, 512, 8, False), (8, 1024, None, False), (4, 1024, None, False),
          (8, 2048, None, False), (128, 128, None, True)]
 SWEEP_PREFETCH = [(8, 512, None, False), (8, 1024, 2, False), (64, 128, None, True)]
+SWEEP_GROUPS = [(8, 512, None), (8, 512, 4), (16, 512, None), (8, 1024, 2), (4, 512, None)]
 
 
 def _cuda():
@@ -210,4 +264,20 @@ def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(til
         if prefetch:  # the same arithmetic as without
             plain = dataclasses.replace(config, prefetch=False)
             assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=plain))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiling", SWEEP_GROUPS)
+def test_cuda_group_layout_gemv_is_correct_on_qwen3_8b_shapes_and_the_same_bits_every_run(tiling):
+    _cuda()
+    from hinge_nvfp4 import triton_gemv
+
+    block_n, block_k, split = tiling
+    for n, k in QWEN3_8B + [(1000, 4112)]:
+        x, packed, scales, row_scale, bias = problem(1, n, k, dtype=torch.bfloat16, seed=3, device="cuda")
+        split_k = split or triton_gemv.default_config(1, n, k).split_k
+        config = triton_gemv.GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, layout="groups")
+        got = triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
+        assert_matches(got.float(), reference.linear(x, packed, scales, row_scale, bias).float(), 2e-2)
+        assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config))
 
