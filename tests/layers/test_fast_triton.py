@@ -153,6 +153,7 @@ def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dt
         qw, kw = qw - 1, kw - 1  # stored centred on zero
     out_q, out_k = interpreted.qk_norm_rope.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, offset)
     assert out_q.shape == q.shape and out_k.shape == k.shape and out_q.dtype == dtype
+    assert out_q.is_contiguous() and out_k.is_contiguous()  # the attention backend copies nothing
     # float64 reference from the kernel's rounded norm (the contract's one intermediate rounding)
     for out, x, w in ((out_q, q, qw), (out_k, k, kw)):
         normed = rms_norm64(x, (w + offset).to(dtype), 1e-6).to(dtype).double()

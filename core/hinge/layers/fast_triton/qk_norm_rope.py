@@ -3,8 +3,10 @@
 Contract: ``q`` (T, Hq, D) and ``k`` (T, Hk, D), each head with a unit last stride (views into the
 fused qkv output are fine); ``q_weight``, ``k_weight`` (D,); ``cos``, ``sin`` (T, 1, R) or (T, R)
 as ``RotaryEmbedding.forward`` returns them (rows of the table, the rotation's sign folded into
-``sin``: ``sin = [-sin_half | sin_half]``), R <= D even. Returns ``(q', k')``, views of one
-(T, Hq + Hk, D) tensor in q's dtype, as ``RotaryEmbedding.apply_qk`` returns them:
+``sin``: ``sin = [-sin_half | sin_half]``), R <= D even. Returns ``(q', k')`` in q's dtype, each
+contiguous (``RotaryEmbedding.apply_qk`` returns views of one tensor; a contiguous q spares the
+attention backend a copy: flashinfer's ``q.contiguous()`` took 2.5 us a layer at batch 64 on the
+H200, docs/benchmarks.md sixth session):
 
 - ``n = x * rsqrt(mean(x^2) + eps) * w`` over the head (float32 statistics, rounded once to the
   dtype: the bits ``RMSNorm`` gives on CUDA up to ``F.rms_norm``'s own rounding); with
@@ -27,9 +29,10 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr, HQ, D, R,
+def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, HQ, D, R,
                          stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
-                         stride_ot, eps, offset, BLOCK_D: tl.constexpr, HAS_OFFSET: tl.constexpr):
+                         stride_qot, stride_kot, eps, offset, BLOCK_D: tl.constexpr,
+                         HAS_OFFSET: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
@@ -40,9 +43,11 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr
     if h < HQ:
         src = q_ptr + t * stride_qt + h * stride_qh
         w_ptr = qw_ptr
+        dst = qo_ptr + t * stride_qot + h * D
     else:
         src = k_ptr + t * stride_kt + (h - HQ) * stride_kh
         w_ptr = kw_ptr
+        dst = ko_ptr + t * stride_kot + (h - HQ) * D
     x = tl.load(src + offs, mask=in_d, other=0.0).to(tl.float32)
     xp = tl.load(src + partner, mask=in_d, other=0.0).to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)
@@ -53,13 +58,13 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, out_ptr
         wp = (wp.to(tl.float32) + offset).to(w_ptr.dtype.element_ty)
     w = w.to(tl.float32)
     wp = wp.to(tl.float32)
-    dtype = out_ptr.dtype.element_ty
+    dtype = qo_ptr.dtype.element_ty
     n = (x * rstd * w).to(dtype).to(tl.float32)
     n_partner = (xp * rstd * wp).to(dtype).to(tl.float32)
     c = tl.load(cos_ptr + t * stride_ct + offs, mask=in_r, other=1.0).to(tl.float32)
     s = tl.load(sin_ptr + t * stride_st + offs, mask=in_r, other=0.0).to(tl.float32)
     out = tl.where(in_r, n * c + n_partner * s, n)
-    tl.store(out_ptr + t * stride_ot + h * D + offs, out.to(dtype), mask=in_d)
+    tl.store(dst + offs, out.to(dtype), mask=in_d)
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
@@ -87,11 +92,13 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     cos2, sin2 = cos.reshape(t, rot), sin.reshape(t, rot)
     cos2 = cos2 if cos2.stride(-1) == 1 else cos2.contiguous()
     sin2 = sin2 if sin2.stride(-1) == 1 else sin2.contiguous()
-    out = torch.empty(t, hq + hk, d, dtype=q.dtype, device=q.device)
+    q_out = torch.empty(t, hq, d, dtype=q.dtype, device=q.device)
+    k_out = torch.empty(t, hk, d, dtype=q.dtype, device=q.device)
     if t:
         _qk_norm_rope_kernel[(t, hq + hk)](
-            q, k, q_weight, k_weight, cos2, sin2, out, hq, d, rot, q.stride(0), q.stride(1),
-            k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0), out.stride(0), eps,
-            float(offset), BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset),
+            q, k, q_weight, k_weight, cos2, sin2, q_out, k_out, hq, d, rot, q.stride(0),
+            q.stride(1), k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0),
+            q_out.stride(0), k_out.stride(0), eps, float(offset),
+            BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset),
             num_warps=1 if d <= 256 else 4)
-    return out[:, :hq], out[:, hq:]
+    return q_out, k_out
