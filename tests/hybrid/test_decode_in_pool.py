@@ -64,6 +64,21 @@ def test_decode_rows_are_the_bits_of_the_token_recurrence_kernel_from_the_gather
     assert torch.equal(got, out) and torch.equal(pool[write], final)
 
 
+@pytest.mark.parametrize("tile", [(2, 1), (4, 2), (8, 4)])
+def test_another_tiling_decodes_the_same_states_to_rounding(interpreter, tile):
+    """``tile`` (the sweep's knob; value columns 6 = ragged for 4 and 8): the float64 recurrence's
+    outputs and new states, as the default tiling gives them."""
+    xs, pool = _decode_inputs(3, seed=4)
+    before = pool.clone()
+    read, write, prefix = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([3, 0, 1])
+    out = interpreter[0].decode_in_pool(*xs, pool, read, write, prefix, tile=tile)
+    for i in range(3):
+        s0 = before[read[i]].double() if prefix[i] else torch.zeros_like(before[0], dtype=torch.float64)
+        o64, s64, _ = reference_gated_delta_rule(*(x[i : i + 1] for x in xs), s0)
+        torch.testing.assert_close(out[i].double(), o64[0], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(pool[write[i]].double(), s64, rtol=1e-5, atol=1e-5)
+
+
 def test_an_empty_step_returns_no_rows_and_leaves_the_pool(interpreter):
     xs, pool = _decode_inputs(0)
     before = pool.clone()

@@ -31,7 +31,7 @@ bench|bench2)
         b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
-        b recurrent 60 python3 tools/gpu/recurrent_decode.py
+        b recurrent 90 python3 tools/gpu/recurrent_decode.py --sweep
         b nvfp4 420 python3 tools/gpu/nvfp4_gemm.py --sweep
         b sync 90 python3 tools/gpu/sync_points.py
         b roofline_split 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default \

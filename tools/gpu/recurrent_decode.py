@@ -8,6 +8,7 @@ bandwidth makes of a copy (read + write). Needs only torch and triton (no gpu-ho
 
     python tools/gpu/recurrent_decode.py            # a markdown table
     python tools/gpu/recurrent_decode.py --batch 64 128
+    python tools/gpu/recurrent_decode.py --sweep     # and (BV, warps) tilings at batch 16 and 64
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ HK, HV, DK, DV = 16, 32, 128, 128
 L2_BYTES = 60 << 20
 
 
-def row(b: int, copy: float) -> dict:
+def row(b: int, copy: float, tile: tuple[int, int] | None = None) -> dict:
     per_layer = 2 * b * HV * DK * DV * 4
     layers = max(4, -(-4 * L2_BYTES // per_layer))
     gen = torch.Generator(device="cuda").manual_seed(b)
@@ -41,23 +42,30 @@ def row(b: int, copy: float) -> dict:
 
     def step() -> None:
         for s in slots:  # each layer reads and writes its own slots, as the engine's layers do
-            decode_in_pool(q, k, v, g, beta, pool, s, s, prefix)
+            decode_in_pool(q, k, v, g, beta, pool, s, s, prefix, tile=tile)
 
     ms = cuda_ms(graphed(step)) / layers
     gbps = per_layer / ms / 1e6
-    return {"batch": b, "us_per_layer": ms * 1e3, "gbps": gbps, "of_copy": gbps / copy}
+    return {"batch": b, "tile": tile, "us_per_layer": ms * 1e3, "gbps": gbps, "of_copy": gbps / copy}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 128])
+    parser.add_argument("--sweep", action="store_true",
+                        help="also other tilings (value columns a program, warps) at batch 16 and 64")
     args = parser.parse_args()
     copy = copy_gbps()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s\n")
-    print("| batch | us/layer | GB/s | of copy |\n| --- | --- | --- | --- |")
-    for b in args.batch:
-        r = row(b, copy)
-        print(f"| {b} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | {r['of_copy']:.0%} |")
+    print("| batch | tiling (BV, warps) | us/layer | GB/s | of copy |\n| --- | --- | --- | --- | --- |")
+    runs = [(b, None) for b in args.batch]
+    if args.sweep:  # other tilings than the deterministic kernel's (8, 1): bits may differ
+        runs += [(b, (bv, w)) for b in (16, 64) for bv in (8, 16, 32, 64) for w in (1, 2, 4)
+                 if (bv, w) != (8, 1)]
+    for b, tile in runs:
+        r = row(b, copy, tile)
+        print(f"| {b} | {tile or '(8, 1) default'} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
+              f"{r['of_copy']:.0%} |")
 
 
 if __name__ == "__main__":

@@ -69,8 +69,13 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
-def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
+def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens, *,
+                   tile: tuple[int, int] | None = None):
     """The contract of ``RecurrentKernels.decode_in_pool``.
+
+    ``tile`` (value columns a program, warps): another tiling than the deterministic kernel's
+    (``BV``, 1 warp), for ``tools/gpu/recurrent_decode.py --sweep``; its bits may differ from that
+    kernel's (the Dk reductions' trees follow the layout), so the engine never passes it.
 
     :param q: (B, Hk, Dk). :param k: (B, Hk, Dk). :param v: (B, Hv, Dv): one token per request.
     :param g: (B, Hv) log decay. :param beta: (B, Hv).
@@ -89,11 +94,12 @@ def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
         return out
     if b > MAX_UNIFORM_ROWS:
         raise ValueError(f"decode_in_pool takes at most {MAX_UNIFORM_ROWS} requests a call, got {b}")
-    _decode_in_pool_kernel[num_programs(b, hv, dv)](
+    bv, warps = tile or (BV, 1)
+    _decode_in_pool_kernel[num_programs(b, hv, dv, bv)](
         q, k, v, g, beta, pool, _arange(q.device)[: b + 1], read_slots, write_slots,
         prefix_lens, out,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         g.stride(0), beta.stride(0), dk ** -0.5, EPS,
-        HV=hv, REP=hv // hk, DK=dk, DV=dv, BK=triton.next_power_of_2(dk), BV=BV, num_warps=1,
+        HV=hv, REP=hv // hk, DK=dk, DV=dv, BK=triton.next_power_of_2(dk), BV=bv, num_warps=warps,
     )
     return out

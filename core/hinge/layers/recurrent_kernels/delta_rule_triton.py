@@ -67,9 +67,9 @@ def program_tile(HV: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr):
     return i_n, i_h, i_v
 
 
-def num_programs(b: int, hv: int, dv: int) -> tuple[int]:
-    """The 1-D grid ``program_tile`` reads."""
-    return (b * hv * triton.cdiv(dv, BV),)
+def num_programs(b: int, hv: int, dv: int, bv: int = BV) -> tuple[int]:
+    """The 1-D grid ``program_tile`` reads (``bv`` value columns a program)."""
+    return (b * hv * triton.cdiv(dv, bv),)
 
 
 @triton.jit
