@@ -96,20 +96,23 @@ def _weight_rows(w_ptr, s_ptr, N, stride_wn, stride_sn, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def load_columns(rows, cols, ok, EVEN_K: tl.constexpr):
+    """``rows[:, cols]`` (row pointers (R, 1), columns (C,)), streamed once (evict first); zeros
+    where not ``ok`` (a ragged last K step) unless ``EVEN_K``."""
+    if EVEN_K:
+        return tl.load(rows + cols[None, :], eviction_policy="evict_first")
+    return tl.load(rows + cols[None, :], mask=ok[None, :], other=0, eviction_policy="evict_first")
+
+
+@triton.jit
 def _load_step(w_rows, s_rows, kk, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """K step ``kk``'s code words (uint32, 8 codes each) and fp8 scale bits of the rows, and
     which words exist (a ragged last step reads zeros past K)."""
     ws = kk // 8 + tl.arange(0, BLOCK_K // 8)
     gs = kk // 16 + tl.arange(0, BLOCK_K // 16)
     ok_w = ws < K // 8
-    if EVEN_K:
-        words = tl.load(w_rows + ws[None, :], eviction_policy="evict_first")
-        sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
-    else:
-        words = tl.load(w_rows + ws[None, :], mask=ok_w[None, :], other=0,
-                        eviction_policy="evict_first")
-        sbits = tl.load(s_rows + gs[None, :], mask=(gs < K // 16)[None, :], other=0,
-                        eviction_policy="evict_first")
+    words = load_columns(w_rows, ws, ok_w, EVEN_K)
+    sbits = load_columns(s_rows, gs, gs < K // 16, EVEN_K)
     return words.to(tl.uint32, bitcast=True), sbits, ok_w
 
 

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinge_nvfp4.triton_gemv import _e2m1_pair, _e4m3_scaled
+from hinge_nvfp4.triton_gemv import _e2m1_pair, _e4m3_scaled, load_columns
 
 
 @triton.jit
@@ -66,15 +66,8 @@ def _nvfp4_gemv_groups_kernel(
     for k0 in range(0, k_per_split, BLOCK_K):
         gs = (k_start + k0) // 16 + tl.arange(0, GROUPS)
         ok = gs < K // 16
-        if EVEN_K:
-            groups = tl.load(g_rows + gs[None, :], eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], eviction_policy="evict_first")
-        else:
-            groups = tl.load(g_rows + gs[None, :], mask=ok[None, :], other=0,
-                             eviction_policy="evict_first")
-            sbits = tl.load(s_rows + gs[None, :], mask=ok[None, :], other=0,
-                            eviction_policy="evict_first")
-        groups = groups.to(tl.uint64, bitcast=True)
+        groups = load_columns(g_rows, gs, ok, EVEN_K).to(tl.uint64, bitcast=True)
+        sbits = load_columns(s_rows, gs, ok, EVEN_K)
         low = (groups & 0xFFFFFFFF).to(tl.uint32)  # codes 16 g + 0..7
         high = (groups >> 32).to(tl.uint32)  # codes 16 g + 8..15
         x_ptrs = x_ptr + gs * 16
