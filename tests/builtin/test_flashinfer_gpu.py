@@ -78,6 +78,15 @@ def test_a_second_process_loads_the_warmed_up_kernels_from_disk_without_compilin
     assert second == first, "the second start compiled kernels again"
 
 
+class TestFlashInferWithoutDecodeSplit(TestFlashInferAttentionBackend):
+    """The same kit with ``decode_split_kv = never`` (``auto`` takes it once a step's requests x
+    KV heads fill the SMs): every decode plan passes ``disable_split_kv``, eager and captured."""
+
+    @pytest.fixture
+    def options(self):
+        return {"workspace_mb": 128, "decode_split_kv": "never"}
+
+
 def greedy(model: str, attention: str, prompts: list[list[int]], **kw):
     params = SamplingParams(max_new_tokens=24, temperature=0, ignore_eos=True, logprobs=True,
                             top_logprobs=2)

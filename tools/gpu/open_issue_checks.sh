@@ -19,7 +19,7 @@ case "${1:-}" in
 tests)
     LIMIT=${LIMIT:-240} bash tools/gpu/lanes.sh \
         "tests/hybrid/test_radix_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/engine/test_warmup_gpu.py,tests/engine/test_decode_syncs_gpu.py,tests/engine/test_graphs_gpu.py,tests/engine/test_kv_pool.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
-        "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/engine/test_penalty_kernel.py,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_conv_in_pool_gpu.py,tests/layers/test_fast_triton.py,tests/layers/test_fast_triton_hybrid.py,tests/layers/test_kv_write.py,tests/layers/test_fast_triton_invariance_gpu.py,tests/models/test_dense_gpu.py,plugins/quant_nvfp4/tests"
+        "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/engine/test_penalty_kernel.py,tests/builtin/test_flashinfer_gpu.py::TestFlashInferWithoutDecodeSplit,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_conv_in_pool_gpu.py,tests/layers/test_fast_triton.py,tests/layers/test_fast_triton_hybrid.py,tests/layers/test_kv_write.py,tests/layers/test_fast_triton_invariance_gpu.py,tests/models/test_dense_gpu.py,plugins/quant_nvfp4/tests"
     ;;
 bench|bench2)
     b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
