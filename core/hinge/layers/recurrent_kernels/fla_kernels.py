@@ -6,8 +6,9 @@ made on the host once per step (``_chunk_indices``: no device sync in the layers
 (every request one token) runs hinge's ``decode_in_pool`` kernel, which reads and writes the state pool in place
 (fla's ``fused_recurrent_gated_delta_rule`` takes a contiguous batch of states and returns a new
 one: the layer would gather and scatter every state around it, three times the bytes; it remains
-the decode path of ``gated_delta_rule`` called with gathered states). Per-position states (verify
-steps, a few tokens) and the short convolution use the torch reference, which runs on CUDA as is.
+the decode path of ``gated_delta_rule`` called with gathered states). The prefill's short
+convolution is one Triton kernel (``conv_prefill``); per-position states and windows (verify
+steps, a few tokens) use the torch reference, which runs on CUDA as is.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def _import_fla():
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
 
+def _conv_prefill():
+    """The one-kernel prefill conv (imported on first use; tests substitute it)."""
+    from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill
+
+    return conv_prefill
+
+
 class FlaRecurrentKernels(TorchRecurrentKernels):
     name = "fla"
 
@@ -65,6 +73,16 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
 
     def runs_on(self, x: torch.Tensor) -> bool:
         return x.is_cuda
+
+    def causal_conv1d(self, x, weight, bias, initial_window, cu_seqlens, *, activation=None,
+                      track_states=False):
+        """On CUDA one Triton kernel (``conv_prefill``), unless the step asks for per-position
+        windows (verify steps, checkpoints inside a chunk), which the reference makes."""
+        if track_states or not self.runs_on(x) or x.stride(-1) != 1 or weight.stride(-1) != 1:
+            return super().causal_conv1d(x, weight, bias, initial_window, cu_seqlens,
+                                         activation=activation, track_states=track_states)
+        return _conv_prefill()(x, weight, bias, initial_window, list(cu_seqlens),
+                               activation=activation)
 
     def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
         if not self.runs_on(q):
