@@ -75,9 +75,12 @@ def test_fla_kernels_send_default_mode_prefill_to_it_and_keep_the_reference_when
     calls = []
     monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (None, None))
     monkeypatch.setattr(fla_kernels.FlaRecurrentKernels, "runs_on", lambda self, x: True)
+    monkeypatch.setattr(fla_kernels.fast_triton, "enabled", lambda x, *a, **k: True)
     monkeypatch.setattr(fla_kernels, "_conv_prefill", lambda: lambda *a, **k: calls.append(k) or "fast")
     kernels = fla_kernels.FlaRecurrentKernels()
     x, weight, bias, window, cu = _batch([3, 2])
     assert kernels.causal_conv1d(x, weight, None, window, cu, activation="silu") == "fast"
     tracked = kernels.causal_conv1d(x, weight, None, window, cu, activation="silu", track_states=True)
     assert tracked.position_windows is not None and len(calls) == 1
+    monkeypatch.setattr(fla_kernels.fast_triton, "enabled", lambda x, *a, **k: False)  # =0
+    assert kernels.causal_conv1d(x, weight, None, window, cu, activation="silu") != "fast"

@@ -7,7 +7,8 @@ made on the host once per step (``_chunk_indices``: no device sync in the layers
 (fla's ``fused_recurrent_gated_delta_rule`` takes a contiguous batch of states and returns a new
 one: the layer would gather and scatter every state around it, three times the bytes; it remains
 the decode path of ``gated_delta_rule`` called with gathered states). The prefill's short
-convolution is one Triton kernel (``conv_prefill``); per-position states and windows (verify
+convolution is one Triton kernel (``conv_prefill``; ``HINGE_FAST_KERNELS=0`` takes the
+reference); per-position states and windows (verify
 steps, a few tokens) use the torch reference, which runs on CUDA as is.
 """
 
@@ -19,6 +20,7 @@ from itertools import pairwise
 import torch
 
 from hinge.devices import to_device
+from hinge.layers import fast_triton
 from hinge.layers.recurrent_kernels.base import DeltaRuleResult
 from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uniform_len
 
@@ -78,7 +80,8 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
                       track_states=False):
         """On CUDA one Triton kernel (``conv_prefill``), unless the step asks for per-position
         windows (verify steps, checkpoints inside a chunk), which the reference makes."""
-        if track_states or not self.runs_on(x) or x.stride(-1) != 1 or weight.stride(-1) != 1:
+        if (track_states or not self.runs_on(x) or not fast_triton.enabled(x)  # HINGE_FAST_KERNELS
+                or x.stride(-1) != 1 or weight.stride(-1) != 1):
             return super().causal_conv1d(x, weight, bias, initial_window, cu_seqlens,
                                          activation=activation, track_states=track_states)
         return _conv_prefill()(x, weight, bias, initial_window, list(cu_seqlens),
