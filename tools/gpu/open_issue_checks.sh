@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, one kernel lane
 #   bash tools/gpu/open_issue_checks.sh bench    # fa4 split decode, roofline + profiles, fa4 prefill
-#                                                 # through hinge bench (~7 min)
+#                                                 # through hinge bench, prefill host times (~8 min)
 #   bash tools/gpu/open_issue_checks.sh bench2   # fa4, recurrent decode, nvfp4 GEMM + sweep + end to end,
 #                                                 # sync points, flashinfer decode_split_kv=auto roofline, ncu
 #
@@ -29,6 +29,7 @@ bench|bench2)
         b fa4_split 120 python3 tools/gpu/fa4_split_decode.py
         b roofline 380 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
         b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
+        b prefill_host 120 python3 tools/gpu/prefill_host.py
     else
         b fa4 100 python3 tools/gpu/fa4_attention.py
         b recurrent 90 python3 tools/gpu/recurrent_decode.py --sweep
