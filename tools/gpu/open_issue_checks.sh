@@ -27,7 +27,7 @@ bench|bench2)
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
         b fa4_split 120 python3 tools/gpu/fa4_split_decode.py
-        b roofline 380 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
+        b roofline 330 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
         b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
         b prefill_host 120 python3 tools/gpu/prefill_host.py
     else
