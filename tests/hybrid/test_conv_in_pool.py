@@ -63,6 +63,19 @@ def test_each_request_continues_its_window_and_writes_the_next_one_to_its_write_
         assert torch.equal(pool[untouched], before[untouched]), "only the write slots change"
 
 
+@pytest.mark.parametrize("block_c, num_warps", [(64, 1), (128, 2), (512, 8)])
+def test_any_channel_tiling_gives_the_same_bits(conv, block_c, num_warps):
+    """300 channels: ragged for every block; a channel's sum is its own, so the sweep's tilings
+    (``tools/gpu/recurrent_decode.py --sweep``) may replace the default without changing bits."""
+    x, weight, bias, pool = _inputs(3, seed=7)
+    read, write, prefix = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([2, 0, 1])
+    base = pool.clone()
+    want = conv(x, weight, bias, base, read, write, prefix, activation="silu")
+    got = conv(x, weight, bias, pool, read, write, prefix, activation="silu", block_c=block_c,
+               num_warps=num_warps)
+    assert torch.equal(got, want) and torch.equal(pool, base)
+
+
 @pytest.mark.parametrize("activation", [None, "silu"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_exact_variant_gives_the_torch_convs_bits_for_deterministic_mode(

@@ -1,4 +1,5 @@
-"""The in-pool gated-delta-rule decode kernel alone: us per layer and its share of copy bandwidth.
+"""The in-pool decode kernels alone (the gated delta rule, then the conv): us per layer and their
+share of the copy bandwidth.
 
 Qwen3.5-9B head sizes (16 key heads, 32 value heads, 128 x 128 float32 states: 2 MiB per
 request per layer), one token per request, each layer's states in their own pool slots so
@@ -18,9 +19,11 @@ import argparse
 import torch
 from fa4_attention import copy_gbps, cuda_ms, graphed  # NOTE: the sibling script
 
+from hinge.layers.recurrent_kernels.conv_in_pool import BLOCK_C, conv_in_pool
 from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
 
 HK, HV, DK, DV = 16, 32, 128, 128
+CONV_C, CONV_K = 2 * HK * DK + HV * DV, 4  #: the DeltaNet's conv channels and taps
 L2_BYTES = 60 << 20
 
 
@@ -49,6 +52,29 @@ def row(b: int, copy: float, tile: tuple[int, int] | None = None) -> dict:
     return {"batch": b, "tile": tile, "us_per_layer": ms * 1e3, "gbps": gbps, "of_copy": gbps / copy}
 
 
+def conv_row(b: int, copy: float, tile: tuple[int, int] | None = None) -> dict:
+    """The in-pool decode conv (``conv_in_pool``): bytes per layer = the windows read and written
+    plus the input and output rows, bf16."""
+    per_layer = 2 * (2 * b * CONV_C * (CONV_K - 1) + 2 * b * CONV_C)
+    layers = max(4, -(-4 * L2_BYTES // per_layer))
+    gen = torch.Generator(device="cuda").manual_seed(b)
+    x = torch.randn(b, CONV_C, generator=gen, device="cuda").bfloat16()
+    weight = torch.randn(CONV_C, CONV_K, generator=gen, device="cuda").bfloat16()
+    pool = torch.randn(1 + layers * b, CONV_C, CONV_K - 1, generator=gen, device="cuda").bfloat16()
+    slots = [torch.arange(1 + i * b, 1 + (i + 1) * b, device="cuda") for i in range(layers)]
+    prefix = torch.ones(b, dtype=torch.int64, device="cuda")
+    block, warps = tile or (BLOCK_C, 4)
+
+    def step() -> None:
+        for s in slots:
+            conv_in_pool(x, weight, None, pool, s, s, prefix, activation="silu", block_c=block,
+                         num_warps=warps)
+
+    ms = cuda_ms(graphed(step)) / layers
+    gbps = per_layer / ms / 1e6
+    return {"batch": b, "tile": tile, "us_per_layer": ms * 1e3, "gbps": gbps, "of_copy": gbps / copy}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 64, 128])
@@ -65,6 +91,17 @@ def main() -> None:
     for b, tile in runs:
         r = row(b, copy, tile)
         print(f"| {b} | {tile or '(8, 1) default'} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
+              f"{r['of_copy']:.0%} |")
+    print(f"\nthe in-pool conv ({CONV_C} channels, {CONV_K} taps, bf16 windows; any tiling: the "
+          "same bits)\n| batch | tiling (channels, warps) | us/layer | GB/s | of copy |\n"
+          "| --- | --- | --- | --- | --- |")
+    conv_runs = [(b, None) for b in args.batch]
+    if args.sweep:
+        conv_runs += [(b, (c, w)) for b in (16, 64) for c in (128, 256, 512, 1024)
+                      for w in (1, 2, 4, 8) if (c, w) != (BLOCK_C, 4)]
+    for b, tile in conv_runs:
+        r = conv_row(b, copy, tile)
+        print(f"| {b} | {tile or (BLOCK_C, 4)} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
               f"{r['of_copy']:.0%} |")
 
 

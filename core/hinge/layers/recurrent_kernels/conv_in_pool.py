@@ -74,8 +74,12 @@ def _conv_in_pool_kernel(x_ptr, w_ptr, b_ptr, pool_ptr, read_ptr, write_ptr, pre
 def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  pool: torch.Tensor, read_slots: torch.Tensor, write_slots: torch.Tensor,
                  prefix_lens: torch.Tensor, *, activation: str | None = None,
-                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                 out_dtype: torch.dtype | None = None, block_c: int = BLOCK_C,
+                 num_warps: int = 4) -> torch.Tensor:
     """The contract of ``RecurrentKernels.conv_in_pool``.
+
+    ``block_c`` channels a program on ``num_warps`` warps: a channel's arithmetic is its own, so
+    any tiling gives the same bits (``tools/gpu/recurrent_decode.py --sweep`` times them).
 
     :param x: (B, C) one new input per request, unit last stride.
     :param weight: (C, K) taps, unit last stride. :param bias: (C,) or None.
@@ -96,11 +100,11 @@ def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     out = torch.empty(b, c, dtype=out_dtype or x.dtype, device=x.device)
     if b == 0:
         return out
-    _conv_in_pool_kernel[(b, triton.cdiv(c, BLOCK_C))](
+    _conv_in_pool_kernel[(b, triton.cdiv(c, block_c))](
         x, weight, bias if bias is not None else weight, pool, read_slots, write_slots, prefix_lens,
         out, c, x.stride(0), weight.stride(0), pool.stride(0), pool.stride(1), out.stride(0),
         K=k, KP2=triton.next_power_of_2(k), HAS_BIAS=bias is not None, SILU=activation == "silu",
-        BLOCK=BLOCK_C, num_warps=4, enable_fp_fusion=False)  # the reference's separate mul, add
+        BLOCK=block_c, num_warps=num_warps, enable_fp_fusion=False)  # the reference's mul, add
     return out
 
 
