@@ -25,3 +25,18 @@ def test_the_bf16_gemv_loop_is_counted_with_its_vector_loads():
 def test_the_nvfp4_gemv_loop_has_instructions_for_every_code():
     rep = sass_loop.nvfp4_gemv(1)
     assert rep.loop_instructions > 100 and rep.per_element > 1
+
+
+def test_the_one_row_nvfp4_gemv_in_the_groups_layout_keeps_shared_memory_out_of_its_loop():
+    """docs/nvfp4.md's claim, checked: the groups kernel's sm_90 loop has no barrier and no
+    shared-memory traffic and fewer instructions a code than the words kernel's, which moves its
+    decoded codes through shared memory."""
+    from hinge_nvfp4.triton_gemv import GemvConfig
+
+    words = sass_loop.nvfp4_gemv(1, config=GemvConfig(block_n=8, block_k=512, num_warps=2))
+    groups = sass_loop.nvfp4_gemv(1, config=GemvConfig(block_n=8, block_k=512, num_warps=2,
+                                                       layout="groups"))
+    assert "groups" in groups.name and groups.spill_bytes == 0
+    assert not any(groups.ops.get(op, 0) for op in ("BAR", "STS", "LDS"))
+    assert words.ops.get("BAR", 0) > 0  # what the groups layout removes
+    assert groups.per_element < words.per_element
