@@ -52,7 +52,7 @@ def profile_step_bytes(model: Any, attn: Any, *, num_tokens: int, page_size: int
     batch.attn_metadata = attn.prepare_metadata(batch)
     with torch.inference_mode():
         logits = model.forward(ForwardContext(batch=batch, attn=attn, kv=kv, states=states)).logits
-        torch.log_softmax(logits.float(), dim=-1)  # the sampler's largest temporary
+        torch.log_softmax(logits.float(), dim=-1)  # the sampler's largest temporary (at most)
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base - pools
     del kv, states, builder, batch, logits
@@ -78,7 +78,8 @@ def sampler_peak_bytes(rows: int, vocab_size: int, device: str) -> int:
         tokens = sample_rows(logits, None, col[:, None], torch.full((rows,), vocab_size, device=device),
                              col * 0.9, col * 0.0, torch.arange(rows, device=device),
                              torch.zeros(rows, dtype=torch.int64, device=device))
-        logprobs = torch.log_softmax(logits, dim=-1)  # the sampler's logprobs (default mode)
+        logprobs = torch.log_softmax(logits, dim=-1)  # deterministic mode's; default mode's
+        # logsumexp allocates less, so this bounds both
         logprobs.gather(1, tokens[:, None])
         logprobs.topk(20, dim=-1)
         del logits, logprobs, tokens
