@@ -19,8 +19,8 @@ matcher in ``prepare`` (one int32 bitmask row per constrained request), copied t
 device and applied here, in the eager sampler, after the forward: never inside a captured graph.
 
 Returned logprobs are ``log_softmax`` of the **raw model logits** (before penalties, temperature
-and masks; in default mode computed as ``x - logsumexp(x)`` for the returned tokens only), the convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is
-row-wise, the filters' only reductions are exact (max, integer sums) and the draw's noise is a
+and masks; in default mode computed as ``x - logsumexp(x)`` for the returned tokens only), the
+convention of vLLM's default ``raw_logprobs`` and of sglang. Every operation is row-wise, the filters' only reductions are exact (max, integer sums) and the draw's noise is a
 function of (seed, position, token id), so a row's result does not depend on the other rows; with ``deterministic`` the log-softmax is ``hinge.layers.batch_invariant``'s (one
 Triton program per row on CUDA, fixed 16-row blocks on CPU).
 """
@@ -332,21 +332,20 @@ class Sampler:
                             tokens.index_select(0, args.penalty_rows))
         if not args.need_logprobs:
             return SampledTokens(tokens, None, None, None)
-        if self.deterministic:
-            logprobs = self.log_softmax(raw)
-            chosen = logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
-            if args.num_top_logprobs > 0:
-                vals, ids = logprobs.topk(args.num_top_logprobs, dim=-1)
-                return SampledTokens(tokens, chosen, ids, vals)
-            return SampledTokens(tokens, chosen, None, None)
         # NOTE: default mode takes the few logprobs it returns as ``x - logsumexp(x)``: one read of
         # the logits, where ``log_softmax`` also wrote a (B, V) float32 copy (58 us a step at batch
-        # 64 on the H200); the same values to float32 rounding
-        lse = torch.logsumexp(raw, dim=-1, keepdim=True)
-        chosen = (raw.gather(1, tokens.unsqueeze(1)) - lse).squeeze(1)
+        # 64 on the H200); the same values to float32 rounding. Deterministic mode keeps the
+        # batch-invariant log-softmax (``shift`` None: its values are the logprobs already).
+        scores = self.log_softmax(raw) if self.deterministic else raw
+        shift = None if self.deterministic else torch.logsumexp(raw, dim=-1, keepdim=True)
+
+        def logprobs_of(values: torch.Tensor) -> torch.Tensor:
+            return values if shift is None else values - shift
+
+        chosen = logprobs_of(scores.gather(1, tokens.unsqueeze(1))).squeeze(1)
         if args.num_top_logprobs > 0:
-            vals, ids = raw.topk(args.num_top_logprobs, dim=-1)
-            return SampledTokens(tokens, chosen, ids, vals - lse)
+            vals, ids = scores.topk(args.num_top_logprobs, dim=-1)
+            return SampledTokens(tokens, chosen, ids, logprobs_of(vals))
         return SampledTokens(tokens, chosen, None, None)
 
     def _penalise(self, x: torch.Tensor, args: SamplingArgs) -> torch.Tensor:
