@@ -28,7 +28,21 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.layers.recurrent_kernels.torch_ref import check_conv_activation, conv_activation
+
 BLOCK_C = 256
+
+
+@triton.jit
+def finish_conv(acc, b_ptr, offs_c, mask_c, HAS_BIAS: tl.constexpr, SILU: tl.constexpr):
+    """The float32 tap sum ``acc`` plus the bias, then the activation (Triton's ``exp``): the one
+    epilogue of the CUDA convs (this kernel and ``conv_prefill``'s), so default-mode prefill and
+    decode rows share it."""
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + offs_c, mask=mask_c, other=0.0).to(tl.float32)
+    if SILU:
+        acc = acc * tl.sigmoid(acc)
+    return acc
 
 
 @triton.jit
@@ -55,11 +69,7 @@ def _conv_in_pool_kernel(x_ptr, w_ptr, b_ptr, pool_ptr, read_ptr, write_ptr, pre
     for j in tl.static_range(1, K - 1):
         acc = acc + tl.sum(tl.where(offs_j[None, :] == j, winf * wf, 0.0), axis=1)
     w_last = tl.sum(tl.where(offs_j[None, :] == K - 1, wf, 0.0), axis=1)
-    acc = acc + xf * w_last
-    if HAS_BIAS:
-        acc = acc + tl.load(b_ptr + offs_c, mask=mask_c, other=0.0).to(tl.float32)
-    if SILU:
-        acc = acc * tl.sigmoid(acc)
+    acc = finish_conv(acc + xf * w_last, b_ptr, offs_c, mask_c, HAS_BIAS, SILU)
     tl.store(out_ptr + i.to(tl.int64) * stride_ot + offs_c, acc.to(out_ptr.dtype.element_ty),
              mask=mask_c)
     # the window after the token: xs[1 .. K-1] (the old window shifted, the input last)
@@ -90,8 +100,7 @@ def conv_in_pool(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     """
     b, c = x.shape
     k = weight.shape[1]
-    if activation not in (None, "silu"):
-        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    check_conv_activation(activation)
     if tuple(pool.shape[1:]) != (c, k - 1) or pool.stride(-1) != 1 or x.stride(-1) != 1 \
             or weight.stride(-1) != 1 or k < 2:
         raise ValueError(f"conv_in_pool needs x (B, C) and weight (C, K >= 2) with unit last strides "
@@ -116,10 +125,7 @@ def conv_in_pool_exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     the activation and the cast to x's dtype are then the reference's own
     (``torch_ref.conv_activation``, which ``_conv_windows`` applies). A decode row so equals the prefill row of its position, which
     the torch conv computes. Three kernels where the gathered reference path runs about fifteen."""
-    from hinge.layers.recurrent_kernels.torch_ref import conv_activation
-
-    if activation not in (None, "silu"):
-        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    check_conv_activation(activation)  # before the kernel writes the pool
     out = conv_in_pool(x, weight, bias, pool, read_slots, write_slots, prefix_lens,
                        out_dtype=torch.float32)
     return conv_activation(out, activation, deterministic=True).to(x.dtype)

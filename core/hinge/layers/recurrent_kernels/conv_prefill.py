@@ -28,6 +28,9 @@ import triton.language as tl
 
 from hinge.devices import to_device
 from hinge.layers.recurrent_kernels.base import ConvResult
+from hinge.layers.recurrent_kernels.conv_in_pool import finish_conv
+from hinge.layers.recurrent_kernels.delta_rule_triton import _layout_tensor
+from hinge.layers.recurrent_kernels.torch_ref import check_conv_activation
 
 BLOCK_C = 256
 
@@ -63,10 +66,7 @@ def _conv_prefill_kernel(x_ptr, w_ptr, b_ptr, win_ptr, req_ptr, cu_ptr, out_ptr,
             w_j = tl.load(w_ptr + offs_c * stride_wc_taps + j, mask=mask_c, other=0.0).to(tl.float32)
             acc = acc + _tap(x_ptr, win_ptr, start, b, p - (K - 1) + j, offs_c, mask_c, stride_xt,
                              stride_wb, stride_wc, K) * w_j
-        if HAS_BIAS:
-            acc = acc + tl.load(b_ptr + offs_c, mask=mask_c, other=0.0).to(tl.float32)
-        if SILU:
-            acc = acc * tl.sigmoid(acc)
+        acc = finish_conv(acc, b_ptr, offs_c, mask_c, HAS_BIAS, SILU)
         tl.store(out_ptr + r.to(tl.int64) * stride_ot + offs_c, acc.to(out_ptr.dtype.element_ty),
                  mask=mask_c)
     else:  # request b's final window: the inputs of its last K - 1 positions
@@ -81,11 +81,11 @@ def _conv_prefill_kernel(x_ptr, w_ptr, b_ptr, win_ptr, req_ptr, cu_ptr, out_ptr,
 
 
 @functools.lru_cache(maxsize=8)
-def _layout(cu_seqlens: tuple[int, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(T,) int32 request of each row and (B + 1,) int32 offsets, made once per step (every
-    DeltaNet layer of the step shares them)."""
-    req = [i for i, (s, e) in enumerate(pairwise(cu_seqlens)) for _ in range(e - s)]
-    return to_device(req, torch.int32, device), to_device(list(cu_seqlens), torch.int32, device)
+def _row_requests(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(T,) int32 request of each row, made once per step (every DeltaNet layer shares it; the
+    offsets are ``delta_rule_triton._layout_tensor``'s, the copy fla's chunk kernel reads too)."""
+    return to_device([i for i, (s, e) in enumerate(pairwise(cu_seqlens)) for _ in range(e - s)],
+                     torch.int32, device)
 
 
 def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -97,8 +97,7 @@ def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     t, c = x.shape
     k = weight.shape[1]
     b = len(cu_seqlens) - 1
-    if activation not in (None, "silu"):
-        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+    check_conv_activation(activation)
     if (x.stride(-1) != 1 or weight.stride(-1) != 1 or k < 2
             or tuple(initial_window.shape) != (b, c, k - 1) or cu_seqlens[-1] != t):
         raise ValueError(f"conv_prefill needs x (T, C) and weight (C, K >= 2) with unit last "
@@ -111,7 +110,8 @@ def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     final = torch.empty(b, c, k - 1, dtype=x.dtype, device=x.device)
     if t == 0 or b == 0:
         return ConvResult(out, final)
-    req, cu = _layout(tuple(cu_seqlens), x.device)
+    layout = tuple(cu_seqlens)
+    req, cu = _row_requests(layout, x.device), _layout_tensor(layout, x.device)
     _conv_prefill_kernel[(t + b, triton.cdiv(c, BLOCK_C))](
         x, weight, bias if bias is not None else weight, initial_window, req, cu, out, final,
         t, c, x.stride(0), weight.stride(0), initial_window.stride(0), initial_window.stride(1),

@@ -28,10 +28,12 @@ from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uni
 FLA_CHUNK = 64
 
 
-@functools.lru_cache(maxsize=8)
 def _cu_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """``cu_seqlens`` on the device once per step, shared by every recurrent layer."""
-    return to_device(list(cu_seqlens), torch.int64, device)
+    """``cu_seqlens`` (int64) on the device once per step, shared by every recurrent layer and by
+    ``conv_prefill``: ``delta_rule_triton``'s cache (imported here, on CUDA, where Triton is)."""
+    from hinge.layers.recurrent_kernels.delta_rule_triton import _layout_tensor
+
+    return _layout_tensor(cu_seqlens, device)
 
 
 @functools.lru_cache(maxsize=8)

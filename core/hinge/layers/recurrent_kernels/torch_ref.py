@@ -49,18 +49,24 @@ def _uniform_len(cu_seqlens: list[int]) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def check_conv_activation(activation: str | None) -> None:
+    """The conv activations every conv path takes (None or ``"silu"``); others are refused before
+    anything runs."""
+    if activation not in (None, "silu"):
+        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
+
+
 def conv_activation(out: torch.Tensor, activation: str | None, deterministic: bool) -> torch.Tensor:
     """The conv's activation (None or ``"silu"``) on its float32 sum, the one place it is written
     (``conv_in_pool_exact`` applies it too, so an in-pool decode row has a prefill row's bits).
     ``deterministic`` on CPU: in fixed 16-row blocks (``hinge.layers.batch_invariant``)."""
+    check_conv_activation(activation)
     if activation == "silu" and deterministic and not out.is_cuda:
         from hinge.layers.batch_invariant import _blockwise
 
         return _blockwise(out, F.silu)
     if activation == "silu":
         return F.silu(out)
-    if activation is not None:
-        raise ValueError(f"conv activation {activation!r} is not supported; use None or 'silu'")
     return out
 
 
