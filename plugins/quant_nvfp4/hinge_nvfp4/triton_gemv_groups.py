@@ -21,7 +21,15 @@ import torch
 import triton
 import triton.language as tl
 
-from hinge_nvfp4.triton_gemv import _e2m1_pair, _e4m3_scaled, load_columns
+from hinge_nvfp4.triton_gemv import _e2m1_pair, _e4m3_scaled, _weight_rows, load_columns
+
+
+@triton.jit
+def _x_at(x_ptrs, j: tl.constexpr, ok, EVEN_K: tl.constexpr):
+    """(1, groups) float32 activations of code position ``j`` of each group (zeros past K)."""
+    if EVEN_K:
+        return tl.load(x_ptrs + j).to(tl.float32)[None, :]
+    return tl.load(x_ptrs + j, mask=ok, other=0.0).to(tl.float32)[None, :]
 
 
 @triton.jit
@@ -32,22 +40,10 @@ def _word_products(word, x_ptrs, ok, EVEN_K: tl.constexpr):
     c1, c5 = _e2m1_pair(word, 1)
     c2, c6 = _e2m1_pair(word, 2)
     c3, c7 = _e2m1_pair(word, 3)
-    if EVEN_K:
-        x0, x1 = tl.load(x_ptrs).to(tl.float32), tl.load(x_ptrs + 1).to(tl.float32)
-        x2, x3 = tl.load(x_ptrs + 2).to(tl.float32), tl.load(x_ptrs + 3).to(tl.float32)
-        x4, x5 = tl.load(x_ptrs + 4).to(tl.float32), tl.load(x_ptrs + 5).to(tl.float32)
-        x6, x7 = tl.load(x_ptrs + 6).to(tl.float32), tl.load(x_ptrs + 7).to(tl.float32)
-    else:
-        x0 = tl.load(x_ptrs, mask=ok, other=0.0).to(tl.float32)
-        x1 = tl.load(x_ptrs + 1, mask=ok, other=0.0).to(tl.float32)
-        x2 = tl.load(x_ptrs + 2, mask=ok, other=0.0).to(tl.float32)
-        x3 = tl.load(x_ptrs + 3, mask=ok, other=0.0).to(tl.float32)
-        x4 = tl.load(x_ptrs + 4, mask=ok, other=0.0).to(tl.float32)
-        x5 = tl.load(x_ptrs + 5, mask=ok, other=0.0).to(tl.float32)
-        x6 = tl.load(x_ptrs + 6, mask=ok, other=0.0).to(tl.float32)
-        x7 = tl.load(x_ptrs + 7, mask=ok, other=0.0).to(tl.float32)
-    return (x0[None, :] * c0 + x1[None, :] * c1 + x2[None, :] * c2 + x3[None, :] * c3
-            + x4[None, :] * c4 + x5[None, :] * c5 + x6[None, :] * c6 + x7[None, :] * c7)
+    return (_x_at(x_ptrs, 0, ok, EVEN_K) * c0 + _x_at(x_ptrs, 1, ok, EVEN_K) * c1
+            + _x_at(x_ptrs, 2, ok, EVEN_K) * c2 + _x_at(x_ptrs, 3, ok, EVEN_K) * c3
+            + _x_at(x_ptrs, 4, ok, EVEN_K) * c4 + _x_at(x_ptrs, 5, ok, EVEN_K) * c5
+            + _x_at(x_ptrs, 6, ok, EVEN_K) * c6 + _x_at(x_ptrs, 7, ok, EVEN_K) * c7)
 
 
 @triton.jit
@@ -57,10 +53,7 @@ def _nvfp4_gemv_groups_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     GROUPS: tl.constexpr = BLOCK_K // 16
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows_n = tl.minimum(offs_n, N - 1).to(tl.int64)  # past N: re-read row N - 1, never stored
-    g_rows = g_ptr + rows_n[:, None] * stride_gn
-    s_rows = s_ptr + rows_n[:, None] * stride_sn
+    offs_n, rows_n, g_rows, s_rows = _weight_rows(g_ptr, s_ptr, N, stride_gn, stride_sn, BLOCK_N)
     k_start = tl.program_id(1) * k_per_split
     acc = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)
     for k0 in range(0, k_per_split, BLOCK_K):
