@@ -6,7 +6,6 @@ that runs a hinge model on hand-built ``ForwardBatch``es over a real KV pool and
 from __future__ import annotations
 
 import functools
-import importlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,13 +185,11 @@ class InterpretedInPool(TorchRecurrentKernels):
 @functools.cache
 def interpreted_kernel(name: str):
     """``hinge/layers/recurrent_kernels/<name>.py`` loaded once as a private copy whose kernels run
-    under Triton's interpreter (``hinge.testing.triton_interpreter``; patch the interpreter in the
-    test that calls them). The compiled ``delta_rule_triton`` is imported first: the interpreted
-    ``decode_in_pool`` imports it, and a first import under ``TRITON_INTERPRET`` would leave its
-    kernels interpreted for the whole session."""
+    under Triton's interpreter (``hinge.testing.triton_interpreter``, which also keeps the modules
+    the copy imports first, such as ``delta_rule_triton``, out of the regular imports; patch the
+    interpreter in the test that calls them)."""
     import hinge
     from hinge.testing.triton_interpreter import load_interpreted
 
-    importlib.import_module("hinge.layers.recurrent_kernels.delta_rule_triton")
     path = Path(hinge.__file__).parent / "layers" / "recurrent_kernels" / f"{name}.py"
     return load_interpreted(path, f"_interpreted_{name}")
