@@ -22,21 +22,7 @@ import subprocess
 import sys
 
 import torch
-
-
-def matmul_tflops() -> float:
-    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        a @ b
-    end.record()
-    end.synchronize()
-    return 2 * 8192**3 * 20 / (start.elapsed_time(end) / 1e3) / 1e12
+from fa4_attention import matmul_tflops  # NOTE: the sibling script
 
 
 def model_flops(config: dict, tokens: int) -> float:

@@ -21,20 +21,11 @@ import tempfile
 import time
 
 import torch
+from roofline import ttft  # NOTE: the sibling script
 
-from hinge import LLM, SamplingParams
+from hinge import LLM
 from hinge.bench.presets import preset_config
 from hinge.bench.random_model import vocab_size, write_random_model
-
-
-def ttft(llm: LLM, prompt: list[int]) -> float:
-    engine = llm.engine
-    engine.add_request(prompt, SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True,
-                                              detokenize=False))
-    start = time.perf_counter()
-    while engine.has_unfinished():
-        engine.step()
-    return time.perf_counter() - start
 
 
 def module_host_times(llm: LLM, prompts: list[list[int]]) -> tuple[dict[str, float], list[float]]:
