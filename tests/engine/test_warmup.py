@@ -44,6 +44,18 @@ def test_auto_warms_up_on_cuda_only_and_on_and_off_mean_what_they_say():
     assert [warmup.enabled(cfg("cuda", m)) for m in ("auto", "on", "off")] == [True, True, False]
 
 
+def test_the_warm_up_steps_cover_every_row_count_variant_triton_specializes_on():
+    # Triton compiles an integer argument apart when it is 1 or a multiple of 16; a kernel over a
+    # step's rows sees the batched pair's total, so that total must be the ordinary variant (on
+    # the H200 a pair of 23 + 9 = 32 left the hybrid's prefill conv to compile on a request)
+    def variant(n):
+        return "one" if n == 1 else "x16" if n % 16 == 0 else "ordinary"
+
+    steps = [sum(warmup.BATCHED_LENGTHS), *warmup.SOLO_LENGTHS]
+    assert sorted(map(variant, steps)) == ["one", "ordinary", "x16"]
+    assert all(variant(n) == "ordinary" for n in warmup.BATCHED_LENGTHS)
+
+
 def test_after_the_warm_up_every_counter_pool_and_the_cache_are_as_at_start(checkpoint):
     engine = _engine(checkpoint, "on")
     stats = engine.stats()

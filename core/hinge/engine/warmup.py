@@ -15,7 +15,10 @@ not drawn from):
    sampled one (temperature, top-p, top-k, min-p, repetition/frequency/presence penalties,
    logprobs), 2 new tokens each: a batched eager or graph prefill, then decode steps;
 2. a prompt whose length is a multiple of 16, then a one-token prompt, alone: Triton specializes
-   integer arguments on being 1 or a multiple of 16, so the three lengths cover its variants.
+   integer arguments on being 1 or a multiple of 16, so the three lengths cover its variants
+   (the batched pair's total, 33 tokens, is neither: a kernel over a step's rows sees it too; a
+   pair summing to 32 left the hybrid's prefill conv uncompiled for an ordinary step, H200
+   2026-12-02).
 
 They run on a scheduler of their own over the engine's pools, with no prefix cache (nothing of
 theirs is cached, no cache counter moves); afterwards the engine resets its counters
@@ -35,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 #: new tokens per warm-up request: the prefill samples one, then decode steps
 NEW_TOKENS = 2
-#: prompt lengths: two ordinary (batched together), a multiple of 16, one token
-BATCHED_LENGTHS = (23, 9)
+#: prompt lengths: two ordinary (batched together: 33 rows, itself ordinary), a multiple of 16,
+#: one token
+BATCHED_LENGTHS = (23, 10)
 SOLO_LENGTHS = (32, 1)
 
 

@@ -47,7 +47,8 @@ def _tap(x_ptr, win_ptr, start, b, q, offs_c, mask_c, stride_xt, stride_wb, stri
     return tl.where(q >= 0, from_x, from_win).to(tl.float32)
 
 
-@triton.jit
+# T (the step's rows) changes every step: not specialized on, so one compiled kernel serves all
+@triton.jit(do_not_specialize=("T",))
 def _conv_prefill_kernel(x_ptr, w_ptr, b_ptr, win_ptr, req_ptr, cu_ptr, out_ptr, final_ptr,
                          T, C, stride_xt, stride_wc_taps, stride_wb, stride_wc, stride_ot,
                          stride_fb, stride_fc, K: tl.constexpr, HAS_BIAS: tl.constexpr,
