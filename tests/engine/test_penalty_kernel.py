@@ -100,6 +100,9 @@ def test_a_sampler_through_the_kernel_draws_what_the_torch_path_draws(kernel, mo
     assert args.penalty_tables is not None  # the in-place path was taken
     got = fused.sample(logits, args).tolist()
     assert got.token_ids == want.token_ids and got.logprobs == want.logprobs
+    # and the draws were counted in the tables alike (``count_tokens`` against ``add``)
+    assert torch.equal(fused.counts.seen, torch_path.counts.seen)
+    assert torch.equal(fused.counts.counts, torch_path.counts.counts)
 
 
 @pytest.mark.gpu
@@ -122,3 +125,47 @@ def test_on_cuda_the_kernel_gives_the_torch_kernels_bits_at_qwen3s_vocabulary():
     want = logits.clone()
     want[rows] = apply_penalties(logits[rows], seen[table_rows], counts[table_rows], rep, freq, pres)
     assert torch.equal(got, want)
+
+
+def counted(seen, counts, table_rows, batch_rows, tokens, count):
+    seen, counts = seen.clone(), counts.clone()
+    count(seen, counts, table_rows, batch_rows, tokens)
+    return seen, counts
+
+
+def test_the_count_kernel_updates_the_tables_as_penalty_counts_add_does(kernel):
+    from hinge.engine.sampler import PenaltyCounts
+
+    def torch_add(seen, counts, table_rows, batch_rows, tokens):
+        pc = PenaltyCounts.__new__(PenaltyCounts)
+        pc.seen, pc.counts = seen, counts
+        pc.add(table_rows, tokens.index_select(0, batch_rows))
+
+    seen, counts = tables()
+    tokens = torch.tensor([7, 4999, 7, 0, 123])
+    # rows 5 and 1 twice: one request's two tokens (a verify step) count twice, the same token too
+    table_rows, batch_rows = torch.tensor([5, 1, 1, 3, 5]), torch.tensor([0, 1, 2, 3, 2])
+    got = counted(seen, counts, table_rows, batch_rows, tokens, kernel.count_tokens)
+    want = counted(seen, counts, table_rows, batch_rows, tokens, torch_add)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert not torch.equal(got[1], counts) and got[1][5, 7] == counts[5, 7] + 2
+    with pytest.raises(ValueError, match="PenaltyCounts.add"):
+        kernel.count_tokens(seen, counts.double(), table_rows, batch_rows, tokens)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_count_kernel_updates_the_tables_as_penalty_counts_add_does():
+    from hinge.engine.penalty_kernel import count_tokens
+    from hinge.engine.sampler import PenaltyCounts
+
+    vocab, gen = 151936, torch.Generator("cuda").manual_seed(0)
+    pc = PenaltyCounts(65, vocab, torch.device("cuda"))
+    pc.seen |= torch.rand(65, vocab, device="cuda", generator=gen) < 0.01
+    seen, counts = pc.seen.clone(), pc.counts.clone()
+    table_rows = torch.randperm(65, device="cuda", generator=gen)[:64]
+    batch_rows = torch.arange(64, device="cuda")
+    tokens = torch.randint(0, vocab, (64,), device="cuda", generator=gen)
+    count_tokens(seen, counts, table_rows, batch_rows, tokens)
+    pc.add(table_rows, tokens)
+    assert torch.equal(seen, pc.seen) and torch.equal(counts, pc.counts)

@@ -327,7 +327,12 @@ class Sampler:
             tokens[sel] = sample_rows(x[sel], candidates, args.temperature[sel], args.top_k[sel],
                                       args.top_p[sel], args.min_p[sel], None, None,
                                       keys=args.keys[sel])
-        if args.penalty_rows is not None:
+        if args.penalty_tables is not None:  # the tables' update in one launch (CUDA)
+            from hinge.engine.penalty_kernel import count_tokens
+
+            count_tokens(self.counts.seen, self.counts.counts, args.penalty_tables[0],
+                         args.penalty_rows, tokens)
+        elif args.penalty_rows is not None:
             self.counts.add(args.rows.index_select(0, args.penalty_rows),
                             tokens.index_select(0, args.penalty_rows))
         if not args.need_logprobs:
