@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hinge.devices import to_device
+from hinge.devices import to_device, to_device_all
 from hinge.engine.draw import draw, row_keys_host
 from hinge.layers import batch_invariant, fast_triton
 
@@ -186,28 +186,33 @@ class Sampler:
     def prepare(self, reqs: list[Request]) -> SamplingArgs:
         ps = [r.params for r in reqs]
         greedy = [p.is_greedy for p in ps]
-        rows = to_device([r.row for r in reqs], torch.int64, self.device) if reqs[0].row is not None else None
-        penalties, penalty_rows, penalty_tables = self._prepare_penalties(reqs, rows)
-        common = dict(greedy=greedy, penalties=penalties, rows=rows, penalty_rows=penalty_rows,
-                      penalty_tables=penalty_tables,
+        # NOTE: every per-row list of the step goes to the device in one staged copy
+        # (``to_device_all``), not one pinned copy each
+        lists: dict[str, tuple[list, torch.dtype]] = {}
+        if reqs[0].row is not None:
+            lists["rows"] = ([r.row for r in reqs], torch.int64)
+        users = self._penalty_lists(reqs, lists)
+        if not all(greedy):
+            temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
+            top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
+            keys = row_keys_host([r.sample_seed or 0 for r in reqs], [r.num_generated for r in reqs])
+            lists.update(temperature=(temps, torch.float32), top_k=(top_k, torch.int64),
+                         top_p=([p.top_p for p in ps], torch.float32),
+                         min_p=([p.min_p for p in ps], torch.float32), keys=(keys, torch.int64))
+        dev = to_device_all(lists, self.device)
+        penalties, penalty_rows, penalty_tables = self._penalty_args(reqs, users, dev)
+        common = dict(greedy=greedy, penalties=penalties, rows=dev.get("rows"),
+                      penalty_rows=penalty_rows, penalty_tables=penalty_tables,
                       num_top_logprobs=max((p.top_logprobs for p in ps), default=0),
                       need_logprobs=any(p.logprobs or p.top_logprobs for p in ps),
                       edits=self._prepare_edits(reqs))
         if all(greedy):  # greedy fast path: no per-row sampling tensors to build or copy
             return SamplingArgs(temperature=None, top_k=None, top_p=None, min_p=None,
                                 keys=None, **common)
-        temps = [1.0 if g else p.temperature for p, g in zip(ps, greedy, strict=True)]
-        top_k = [p.top_k if p.top_k > 0 else self.vocab_size for p in ps]
         return SamplingArgs(
-            groups=self._groups([i for i, g in enumerate(greedy) if not g], top_k),
-            temperature=to_device(temps, torch.float32, self.device).unsqueeze(1),
-            top_k=to_device(top_k, torch.int64, self.device),
-            top_p=to_device([p.top_p for p in ps], torch.float32, self.device),
-            min_p=to_device([p.min_p for p in ps], torch.float32, self.device),
-            keys=to_device(row_keys_host([r.sample_seed or 0 for r in reqs],
-                                         [r.num_generated for r in reqs]), torch.int64, self.device),
-            **common,
-        )
+            groups=self._groups([i for i, g in enumerate(greedy) if not g], lists["top_k"][0]),
+            temperature=dev["temperature"].unsqueeze(1), top_k=dev["top_k"], top_p=dev["top_p"],
+            min_p=dev["min_p"], keys=dev["keys"], **common)
 
     def _groups(self, sampled: list[int], top_k: list[int]) -> list[tuple[list[int], int | None]]:
         """Sampled rows with ``top_k <= K_MAX`` in one top-k group, the others in one full group;
@@ -222,36 +227,47 @@ class Sampler:
         groups = [(full, None)] if full else []
         return groups + ([(fast, candidates(max(top_k[i] for i in fast)))] if fast else [])
 
-    def _prepare_penalties(self, reqs: list[Request], rows: torch.Tensor | None):
+    def _penalty_lists(self, reqs: list[Request], lists: dict) -> list[int]:
+        """The penalised batch rows (returned), their tables filled (``PenaltyCounts.ensure``),
+        and the host lists their arguments need added to ``lists``."""
         users = [i for i, r in enumerate(reqs) if r.params.has_penalties]
         if not users:
-            return None, None, None
-        assert rows is not None, "penalties need each request's device-table row (Request.row)"
+            return users
+        assert "rows" in lists, "penalties need each request's device-table row (Request.row)"
         if self.counts is None:
             self.counts = PenaltyCounts(self.max_rows, self.vocab_size, self.device)
         for i in users:
             self.counts.ensure(reqs[i])
         ps = [reqs[i].params for i in users]
-        col = lambda xs: to_device(xs, torch.float32, self.device).unsqueeze(1)  # noqa: E731
-        penalty_rows = to_device(users, torch.int64, self.device)
-        table_rows = rows.index_select(0, penalty_rows) if len(users) < len(reqs) else rows
+        which = [-1] * len(reqs)
+        for j, i in enumerate(users):
+            which[i] = j
+        lists.update(penalty_rows=(users, torch.int64),
+                     table_rows=([reqs[i].row for i in users], torch.int64),
+                     which=(which, torch.int32),
+                     repetition=([p.repetition_penalty for p in ps], torch.float32),
+                     frequency=([p.frequency_penalty for p in ps], torch.float32),
+                     presence=([p.presence_penalty for p in ps], torch.float32))
+        return users
+
+    def _penalty_args(self, reqs: list[Request], users: list[int], dev: dict[str, torch.Tensor]):
+        """(penalties, penalty_rows, penalty_tables) of ``SamplingArgs`` from the sent lists."""
+        if not users:
+            return None, None, None
+        ps = [reqs[i].params for i in users]
         use_seen = any(p.repetition_penalty != 1 for p in ps)
         use_counts = any(p.frequency_penalty != 0 or p.presence_penalty != 0 for p in ps)
-        params = (col([p.repetition_penalty for p in ps]), col([p.frequency_penalty for p in ps]),
-                  col([p.presence_penalty for p in ps]))
+        params = tuple(dev[name].unsqueeze(1) for name in ("repetition", "frequency", "presence"))
+        table_rows = dev["table_rows"]
         # elementwise, so invariant: any mode may read the tables in place (penalty_kernel)
         if fast_triton.enabled(self.counts.seen, self.deterministic, invariant=True):
-            which = [-1] * len(reqs)
-            for j, i in enumerate(users):
-                which[i] = j
             tables = (self.counts.seen if use_seen else None,
                       self.counts.counts if use_counts else None)
-            return (*tables, *params), penalty_rows, (table_rows, to_device(which, torch.int32,
-                                                                            self.device))
+            return (*tables, *params), dev["penalty_rows"], (table_rows, dev["which"])
         # NOTE: only the tables a penalty reads: each is a (rows, vocab) gather
         seen = self.counts.seen.index_select(0, table_rows) if use_seen else None
         counts = self.counts.counts.index_select(0, table_rows) if use_counts else None
-        return (seen, counts, *params), penalty_rows, None
+        return (seen, counts, *params), dev["penalty_rows"], None
 
     def _prepare_edits(self, reqs: list[Request]) -> LogitEdits | None:
         """Bias, min_new_tokens bans and grammar masks of this step's rows (host lists, one copy
