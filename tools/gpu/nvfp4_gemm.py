@@ -2,6 +2,8 @@
 then decode of the Qwen3-8B configuration at batch 1 with nvfp4 against bf16 hinge; one run.
 
     python tools/gpu/nvfp4_gemm.py [--iters 200] [--skip-e2e] [--sweep]
+    python tools/gpu/nvfp4_gemm.py --skip-table --sweep --sweep-m 1 --sweep-layout groups \
+        --e2e-layout groups      # the group-layout kernel alone, then end to end with it
 
 GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 4096x12288, o
 4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
@@ -138,11 +140,13 @@ def sweep(iters: int, hbm_tbs: float) -> None:
     for label, (n, k) in SHAPES.items():
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         row_scale = torch.ones(n, device="cuda")
-        for m in (1, 16):
+        for m in ARGS.sweep_m:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (hbm_tbs * 1e12) * 1e6
             results = []
             for cfg in sweep_configs(m, n, k):
+                if ARGS.sweep_layout != "all" and cfg.layout != ARGS.sweep_layout:
+                    continue
                 try:
                     us = graph_time(lambda i=0, x=x, q=quant, rs=row_scale, c=cfg: nvfp4_gemv(
                         x, q[i][0], q[i][1], rs, None, config=c), max(20, iters // 4))
@@ -158,6 +162,23 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                 us, best = min(results, key=lambda r: r[0])
                 print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "
                       f"default {default_config(m, n, k)}")
+
+
+def use_layout(layout: str) -> None:
+    """Make every M = 1 GEMV of this process take ``layout`` with ``default_config``'s tiling
+    otherwise (``nvfp4_gemv`` reads the module's ``default_config`` at each call)."""
+    import dataclasses
+
+    from hinge_nvfp4 import triton_gemv
+
+    chosen = triton_gemv.default_config
+
+    def config(m, n, k, num_sms=132):
+        cfg = chosen(m, n, k, num_sms)
+        return dataclasses.replace(cfg, layout=layout) if m == 1 and not cfg.dot else cfg
+
+    triton_gemv.default_config = config
+    print(f"  M = 1 GEMVs in the {layout!r} layout")
 
 
 #: what a ModelOpt NVFP4 checkpoint's config carries (enough for the plugin to claim it)
@@ -182,6 +203,8 @@ def decode_e2e(tokens: int = 128) -> None:
                  "nvfp4": ARGS.model_nvfp4 or str(write_random_model(
                      f"{tmp}/nvfp4", {**config, "quantization_config": NVFP4_CONFIG}))}
         rates = {}
+        if ARGS.e2e_layout != "default":
+            use_layout(ARGS.e2e_layout)
         for quantizer, path in paths.items():
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
                      load_format="dummy", mem_fraction_static=0.5) as llm:
@@ -203,13 +226,19 @@ if __name__ == "__main__":
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
+    parser.add_argument("--skip-table", action="store_true", help="no GEMM table (sweep / e2e only)")
+    parser.add_argument("--sweep-m", type=int, nargs="+", default=[1, 16], help="sweep these M")
+    parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")
+    parser.add_argument("--e2e-layout", choices=("default", "words", "groups"), default="default",
+                        help="end to end: every M = 1 GEMV in this layout")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
     parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
     ARGS = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
-    gemm_table(ARGS.iters, ARGS.hbm_tbs)
+    if not ARGS.skip_table:
+        gemm_table(ARGS.iters, ARGS.hbm_tbs)
     if ARGS.sweep:
         sweep(ARGS.iters, ARGS.hbm_tbs)
     if not ARGS.skip_e2e:
