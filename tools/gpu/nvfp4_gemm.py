@@ -138,6 +138,8 @@ def sweep(iters: int, hbm_tbs: float) -> None:
 
     print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot, stages)")
     for label, (n, k) in SHAPES.items():
+        if ARGS.shapes and label.split()[0] not in ARGS.shapes:
+            continue
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         row_scale = torch.ones(n, device="cuda")
         for m in ARGS.sweep_m:
@@ -228,6 +230,8 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
     parser.add_argument("--skip-table", action="store_true", help="no GEMM table (sweep / e2e only)")
     parser.add_argument("--sweep-m", type=int, nargs="+", default=[1, 16], help="sweep these M")
+    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES],
+                        help="sweep only these shapes")
     parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")
     parser.add_argument("--e2e-layout", choices=("default", "words", "groups"), default="default",
                         help="end to end: every M = 1 GEMV in this layout")

@@ -8,6 +8,11 @@
 #                                                 # through hinge bench, prefill host times (~8 min)
 #   bash tools/gpu/open_issue_checks.sh bench2   # fa4, recurrent decode, nvfp4 GEMM + sweep + end to end,
 #                                                 # sync points, flashinfer decode_split_kv=auto roofline, ncu
+#   bash tools/gpu/open_issue_checks.sh verify   # a short session's closing check (~5 min): the warm-up,
+#                                                 # sync, penalty and staging tests, then every other
+#                                                 # GPU test in four lanes (the engine lane alone)
+#   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), the
+#                                                 # group-layout GEMV at M = 1 on gate|up, end to end
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -20,6 +25,24 @@ tests)
     LIMIT=${LIMIT:-240} bash tools/gpu/lanes.sh \
         "tests/hybrid/test_radix_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/engine/test_warmup_gpu.py,tests/engine/test_decode_syncs_gpu.py,tests/engine/test_graphs_gpu.py,tests/engine/test_kv_pool.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
         "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/engine/test_penalty_kernel.py,tests/builtin/test_flashinfer_gpu.py::TestFlashInferWithoutDecodeSplit,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_conv_in_pool_gpu.py,tests/layers/test_fast_triton.py,tests/layers/test_fast_triton_hybrid.py,tests/layers/test_kv_write.py,tests/layers/test_fast_triton_invariance_gpu.py,tests/models/test_dense_gpu.py,plugins/quant_nvfp4/tests"
+    ;;
+verify)
+    # NOTE: "the rest" = every GPU test not named in the `tests` lanes, split by directory
+    # (tests/server needs the openai package, absent there; tests/hybrid all ran at 80e799d)
+    LIMIT=${LIMIT:-170} bash tools/gpu/lanes.sh \
+        "tests/engine/test_warmup_gpu.py,tests/engine/test_decode_syncs_gpu.py,tests/engine tests/integration tests/models tests/bench tests/test_llm.py tests/testing tests/plugins --ignore=tests/server --ignore=tests/engine/test_warmup_gpu.py --ignore=tests/engine/test_decode_syncs_gpu.py --ignore=tests/engine/test_graphs_gpu.py --ignore=tests/engine/test_kv_pool.py --ignore=tests/engine/test_sampler_topk_path_gpu.py --ignore=tests/engine/test_sampler_batch_invariance_gpu.py --ignore=tests/models/test_dense_gpu.py" \
+        "plugins/quant_nvfp4/tests" \
+        "tests/test_devices.py,tests/builtin tests/layers --deselect tests/builtin/test_flashinfer_gpu.py::TestFlashInferWithoutDecodeSplit --ignore=tests/layers/test_fast_triton.py --ignore=tests/layers/test_fast_triton_hybrid.py --ignore=tests/layers/test_kv_write.py --ignore=tests/layers/test_fast_triton_invariance_gpu.py" \
+        "plugins/attn_fa4/tests plugins/cache_radix/tests --ignore=plugins/attn_fa4/tests/test_fa4_gpu.py"
+    ;;
+verify-bench)
+    b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
+          timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+          echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
+    b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default --skip-hf
+    b nvfp4_groups 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --sweep-m 1 \
+        --sweep-layout groups --shapes gate_up --e2e-layout groups
+    cat "$OUT/rc.txt"; tail -12 "$OUT/roofline_default.log"; grep -E "best|tokens/s|x \(goal" "$OUT/nvfp4_groups.log"
     ;;
 bench|bench2)
     b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
