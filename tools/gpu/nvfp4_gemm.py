@@ -78,6 +78,21 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
                   f"{roof:>11.1f} {100 * roof / fast:>9.0f}%")
 
 
+def quick_configs(m: int, n: int, k: int) -> list:
+    """``--quick``'s M = 1 tilings (a short device call): the default, longer K steps (more bytes
+    in flight a program), the hand prefetch and the group-layout kernel, at 2 and 4 warps."""
+    from hinge_nvfp4.triton_gemv import GemvConfig, default_config
+
+    split = default_config(m, n, k).split_k
+    configs = []
+    for w in (2, 4):
+        configs += [GemvConfig(bn, bk, split, w, False) for bn, bk in ((8, 512), (8, 1024), (8, 2048), (16, 1024))]
+        configs += [GemvConfig(bn, bk, split, w, False, prefetch=True) for bn, bk in ((8, 512), (8, 1024))]
+        configs += [GemvConfig(bn, bk, split, w, False, layout="groups")
+                    for bn, bk in ((8, 512), (8, 1024), (4, 1024), (16, 512))]
+    return [c for c in configs if c.block_k <= k]
+
+
 def sweep_configs(m: int, n: int, k: int) -> list:
     """GEMV tilings to try at (m, n, k): block sizes around the default at 2 and 4 warps (4 and 8
     for ``dot``)
@@ -132,11 +147,13 @@ def registers(m: int, cfg) -> str:
         return f"?({type(exc).__name__})"
 
 
-def sweep(iters: int, hbm_tbs: float) -> None:
+def sweep(iters: int, hbm_tbs: float) -> dict:
+    """Print the sweep; returns the fastest tiling per swept (m, n, k)."""
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemv import default_config, nvfp4_gemv
 
     print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot, stages)")
+    fastest = {}
     for label, (n, k) in SHAPES.items():
         if ARGS.shapes and label.split()[0] not in ARGS.shapes:
             continue
@@ -146,7 +163,7 @@ def sweep(iters: int, hbm_tbs: float) -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (hbm_tbs * 1e12) * 1e6
             results = []
-            for cfg in sweep_configs(m, n, k):
+            for cfg in (quick_configs if ARGS.quick and m == 1 else sweep_configs)(m, n, k):
                 if ARGS.sweep_layout != "all" and cfg.layout != ARGS.sweep_layout:
                     continue
                 try:
@@ -159,16 +176,19 @@ def sweep(iters: int, hbm_tbs: float) -> None:
                 print(f"  {label:22} {m:>4} ({cfg.block_n}, {cfg.block_k}, {cfg.split_k}, {cfg.num_warps}, "
                       f"{cfg.dot}, {cfg.num_stages}{', prefetch' if cfg.prefetch else ''}"
                       f"{', groups' if cfg.layout == 'groups' else ''}) {us:>8.1f} us "
-                      f"{100 * roof / us:>5.0f}% {registers(m, cfg)}")
+                      f"{100 * roof / us:>5.0f}% {'' if ARGS.quick else registers(m, cfg)}")
             if results:
                 us, best = min(results, key=lambda r: r[0])
+                fastest[(m, n, k)] = best
                 print(f"  best {label} M={m}: {best} {us:.1f} us ({100 * roof / us:.0f}% roofline); "
                       f"default {default_config(m, n, k)}")
+    return fastest
 
 
-def use_layout(layout: str) -> None:
-    """Make every M = 1 GEMV of this process take ``layout`` with ``default_config``'s tiling
-    otherwise (``nvfp4_gemv`` reads the module's ``default_config`` at each call)."""
+def use_configs(layout: str | None = None, fastest: dict | None = None) -> None:
+    """Make this process's GEMVs take the sweep's ``fastest`` tiling for each swept (m, n, k),
+    and every other M = 1 CUDA-core GEMV ``layout`` (``nvfp4_gemv`` reads the module's
+    ``default_config`` at each call)."""
     import dataclasses
 
     from hinge_nvfp4 import triton_gemv
@@ -176,11 +196,16 @@ def use_layout(layout: str) -> None:
     chosen = triton_gemv.default_config
 
     def config(m, n, k, num_sms=132):
+        if fastest and (m, n, k) in fastest:
+            return fastest[(m, n, k)]
         cfg = chosen(m, n, k, num_sms)
-        return dataclasses.replace(cfg, layout=layout) if m == 1 and not cfg.dot else cfg
+        return dataclasses.replace(cfg, layout=layout) if layout and m == 1 and not cfg.dot else cfg
 
     triton_gemv.default_config = config
-    print(f"  M = 1 GEMVs in the {layout!r} layout")
+    for (m, n, k), cfg in (fastest or {}).items():
+        print(f"  M = {m}, {n}x{k}: {cfg}")
+    if layout:
+        print(f"  other M = 1 GEMVs in the {layout!r} layout")
 
 
 #: what a ModelOpt NVFP4 checkpoint's config carries (enough for the plugin to claim it)
@@ -205,8 +230,8 @@ def decode_e2e(tokens: int = 128) -> None:
                  "nvfp4": ARGS.model_nvfp4 or str(write_random_model(
                      f"{tmp}/nvfp4", {**config, "quantization_config": NVFP4_CONFIG}))}
         rates = {}
-        if ARGS.e2e_layout != "default":
-            use_layout(ARGS.e2e_layout)
+        if ARGS.e2e_layout != "default" or FASTEST:
+            use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
         for quantizer, path in paths.items():
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
                      load_format="dummy", mem_fraction_static=0.5) as llm:
@@ -232,9 +257,12 @@ if __name__ == "__main__":
     parser.add_argument("--sweep-m", type=int, nargs="+", default=[1, 16], help="sweep these M")
     parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES],
                         help="sweep only these shapes")
+    parser.add_argument("--quick", action="store_true", help="M = 1: a short list of tilings")
     parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")
     parser.add_argument("--e2e-layout", choices=("default", "words", "groups"), default="default",
                         help="end to end: every M = 1 GEMV in this layout")
+    parser.add_argument("--e2e-best", action="store_true",
+                        help="end to end: each swept shape with its fastest swept tiling")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
     parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
     ARGS = parser.parse_args()
@@ -243,7 +271,7 @@ if __name__ == "__main__":
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
     if not ARGS.skip_table:
         gemm_table(ARGS.iters, ARGS.hbm_tbs)
-    if ARGS.sweep:
-        sweep(ARGS.iters, ARGS.hbm_tbs)
+    FASTEST = sweep(ARGS.iters, ARGS.hbm_tbs) if ARGS.sweep else {}
+    FASTEST = FASTEST if ARGS.e2e_best else {}
     if not ARGS.skip_e2e:
         decode_e2e()

@@ -11,8 +11,9 @@
 #   bash tools/gpu/open_issue_checks.sh verify   # a short session's closing check (~5 min): the warm-up,
 #                                                 # sync, penalty and staging tests, then every other
 #                                                 # GPU test in four lanes (the engine lane alone)
-#   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), the
-#                                                 # group-layout GEMV at M = 1 on gate|up, end to end
+#   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
+#                                                 # short list of M = 1 GEMV tilings per Qwen3-8B
+#                                                 # shape, end to end with each shape's fastest
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -40,9 +41,9 @@ verify-bench)
           timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
           echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default --skip-hf
-    b nvfp4_groups 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --sweep-m 1 \
-        --sweep-layout groups --shapes gate_up --e2e-layout groups
-    cat "$OUT/rc.txt"; tail -12 "$OUT/roofline_default.log"; grep -E "best|tokens/s|x \(goal" "$OUT/nvfp4_groups.log"
+    b nvfp4_quick 260 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
+        --shapes gate_up qkv down o --e2e-best
+    cat "$OUT/rc.txt"; tail -12 "$OUT/roofline_default.log"; grep -E "best|tokens/s|x \(goal" "$OUT/nvfp4_quick.log"
     ;;
 bench|bench2)
     b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
