@@ -12,8 +12,8 @@
 #                                                 # sync, penalty and staging tests, then every other
 #                                                 # GPU test in four lanes (the engine lane alone)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
-#                                                 # short list of M = 1 GEMV tilings per Qwen3-8B
-#                                                 # shape, end to end with each shape's fastest
+#                                                 # short list of M = 1 GEMV tilings (gate|up, qkv),
+#                                                 # fa4 attention, fa4 prefill through hinge bench
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -21,6 +21,10 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/fi-cache}
+# one benchmark under a time limit: its output in $OUT/<name>.log, its exit status and seconds in rc.txt
+b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
+      timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+      echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
 case "${1:-}" in
 tests)
     LIMIT=${LIMIT:-240} bash tools/gpu/lanes.sh \
@@ -37,18 +41,15 @@ verify)
         "plugins/attn_fa4/tests plugins/cache_radix/tests --ignore=plugins/attn_fa4/tests/test_fa4_gpu.py"
     ;;
 verify-bench)
-    b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
-          timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-          echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default --skip-hf
-    b nvfp4_quick 260 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
-        --shapes gate_up qkv down o --e2e-best
-    cat "$OUT/rc.txt"; tail -12 "$OUT/roofline_default.log"; grep -E "best|tokens/s|x \(goal" "$OUT/nvfp4_quick.log"
+    b nvfp4_quick 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
+        --shapes gate_up qkv --skip-e2e
+    b fa4 60 python3 tools/gpu/fa4_attention.py
+    b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
+    cat "$OUT/rc.txt"; tail -8 "$OUT/roofline_default.log"; grep -E "^  best" "$OUT/nvfp4_quick.log"
+    grep -E "b1 x|decode \| hinge fa4, split auto" "$OUT/fa4.log" | head -3; tail -6 "$OUT/fa4_prefill.log"
     ;;
 bench|bench2)
-    b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
-          timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-          echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
     if [ "$1" = bench ]; then
         b fa4_split 120 python3 tools/gpu/fa4_split_decode.py
         b roofline 330 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --arch2 qwen3_5 --size2 9b --profile greedy sampled
