@@ -1,7 +1,8 @@
 """The split decode's merge as one Triton kernel (``hinge_fa4.combine`` states the sums and the
 order): one program per (query row, head) reads its row's used parts only, ``BLOCK_S`` (8) at a
 time: one load of 8 lses and of 8 head rows of outputs per block instead of one dependent load
-per part (the per-part loops took 3.6 us at batch 1 on the H200, a fifth of a split layer). The
+per part (the per-part loops took 3.6 us at batch 1 on the H200, a fifth of a split layer), the
+first block's outputs loaded with its lses (one wait for a row of at most 8 parts). The
 max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights summed (a fixed
 tree of 8) and added block after block in slot order; divide; write the row in the output
 dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
@@ -27,18 +28,25 @@ def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
     d = tl.arange(0, BLOCK_D)
     mask_d = d < D
     slots = t * num_slots + tl.arange(0, BLOCK_S)
-    top = tl.full([], float("-inf"), ACC)
-    for s0 in range(0, n, BLOCK_S):
+    # NOTE: the first block's lses and outputs are loaded together, up front: a row of at most
+    # BLOCK_S parts (every split at 4k keys and 512-key chunks) waits for memory once, not twice
+    used = tl.arange(0, BLOCK_S) < n
+    lse0 = tl.load(lse_ptr + slots * sl_v + h * sl_h, mask=used, other=float("-inf")).to(ACC)
+    o0 = tl.load(out_ptr + slots[:, None] * so_v + h * so_h + d[None, :],
+                 mask=used[:, None] & mask_d[None, :], other=0.0).to(ACC)
+    top = tl.max(lse0, axis=0)
+    for s0 in range(BLOCK_S, n, BLOCK_S):
         used = tl.arange(0, BLOCK_S) < n - s0
         lse = tl.load(lse_ptr + (slots + s0) * sl_v + h * sl_h, mask=used, other=float("-inf"))
         top = tl.maximum(top, tl.max(lse.to(ACC), axis=0))
     top = tl.where(top == float("-inf"), 0.0, top)
-    acc = tl.zeros([BLOCK_D], ACC)
-    total = tl.full([], 0.0, ACC)
-    for s0 in range(0, n, BLOCK_S):
+    w = tl.exp(lse0 - top)  # 0 for a slot past the row's parts
+    acc = tl.zeros([BLOCK_D], ACC) + tl.sum(tl.where(w[:, None] > 0, w[:, None] * o0, 0.0), axis=0)
+    total = tl.full([], 0.0, ACC) + tl.sum(w, axis=0)
+    for s0 in range(BLOCK_S, n, BLOCK_S):
         used = tl.arange(0, BLOCK_S) < n - s0
         lse = tl.load(lse_ptr + (slots + s0) * sl_v + h * sl_h, mask=used, other=float("-inf"))
-        w = tl.exp(lse.to(ACC) - top)  # 0 for a slot past the row's parts
+        w = tl.exp(lse.to(ACC) - top)
         o = tl.load(out_ptr + (slots + s0)[:, None] * so_v + h * so_h + d[None, :],
                     mask=used[:, None] & mask_d[None, :], other=0.0).to(ACC)
         acc += tl.sum(tl.where(w[:, None] > 0, w[:, None] * o, 0.0), axis=0)
