@@ -47,8 +47,13 @@ def _tap(x_ptr, win_ptr, start, b, q, offs_c, mask_c, stride_xt, stride_wb, stri
     return tl.where(q >= 0, from_x, from_win).to(tl.float32)
 
 
-# T (the step's rows) changes every step: not specialized on, so one compiled kernel serves all
-@triton.jit(do_not_specialize=("T",))
+# NOTE: nothing specializes: T (the step's rows) changes every step, and the windows' strides and
+# alignment follow where they come from (the state pool, a prefix-cache checkpoint: a cache hit
+# compiled a second variant after the warm-up on the H200), so one compiled kernel serves all
+@triton.jit(do_not_specialize=("T", "C", "stride_xt", "stride_wc_taps", "stride_wb", "stride_wc",
+                               "stride_ot", "stride_fb", "stride_fc"),
+            do_not_specialize_on_alignment=("x_ptr", "w_ptr", "b_ptr", "win_ptr", "req_ptr",
+                                            "cu_ptr", "out_ptr", "final_ptr"))
 def _conv_prefill_kernel(x_ptr, w_ptr, b_ptr, win_ptr, req_ptr, cu_ptr, out_ptr, final_ptr,
                          T, C, stride_xt, stride_wc_taps, stride_wb, stride_wc, stride_ot,
                          stride_fb, stride_fc, K: tl.constexpr, HAS_BIAS: tl.constexpr,
