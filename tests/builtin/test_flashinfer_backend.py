@@ -139,12 +139,13 @@ def test_decode_steps_run_the_decode_wrapper_and_other_steps_the_prefill_wrapper
 
 
 @pytest.mark.parametrize("option, rows, disabled", [
-    ("planner", 66, False), ("never", 2, True), ("auto", 65, False), ("auto", 66, True)])
+    ("planner", 66, False), ("never", 2, True), ("auto", 65, False), ("auto", 66, True),
+    (None, 65, False), (None, 66, True)])  # None: the default, auto
 def test_decode_split_kv_is_disabled_as_the_option_says_once_requests_fill_the_sms(option, rows, disabled):
     """``decode_split_kv``: 2 KV heads a layer and the CPU's 132 SMs, so ``auto`` stops splitting
     at 66 requests; prefill plans never take the flag; the results are the reference's either way."""
     fake = FakeFlashInfer()
-    attn = backend(fake, decode_split_kv=option)
+    attn = backend(fake, **({} if option is None else {"decode_split_kv": option}))
     lay = layer(heads=4, kv_heads=2)
     case = build_batch([5] * rows, [1] * rows, layer=lay, page_size=16)
     case.batch.attn_metadata = attn.prepare_metadata(case.batch)

@@ -109,7 +109,7 @@ class PlannedWrapper:
     overwrite the tables of a step still queued on the device (mini-sglang #103).
     """
 
-    def __init__(self, inner: Any, kind: str, device: torch.device, split_kv: str = "planner"):
+    def __init__(self, inner: Any, kind: str, device: torch.device, split_kv: str = "auto"):
         self.inner = inner
         self.kind = kind  #: "prefill" (qo_indptr + causal) or "decode" (one row per request)
         self.split_kv = split_kv  #: ``FlashInferOptions.decode_split_kv`` (decode plans only)
