@@ -113,10 +113,12 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             use_qk_l2norm_in_kernel=True,
         )
         if _uniform_len(cu_seqlens) == 1:  # decode: one row per request
+            # NOTE: contiguous copies (b rows): a checkpoint-split prefill hands row slices of any
+            # alignment, and fla's kernel would compile a variant per alignment after the warm-up
             out, final = self._recurrent(
-                q.view(b, 1, *q.shape[1:]),
-                k.view(b, 1, *k.shape[1:]),
-                v.view(b, 1, *v.shape[1:]),
+                q.contiguous().view(b, 1, *q.shape[1:]),
+                k.contiguous().view(b, 1, *k.shape[1:]),
+                v.contiguous().view(b, 1, *v.shape[1:]),
                 g=g.float().view(b, 1, -1),
                 beta=beta.to(q.dtype).view(b, 1, -1),
                 **common,
