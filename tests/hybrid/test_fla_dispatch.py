@@ -99,3 +99,24 @@ def test_every_layer_of_a_step_shares_one_host_made_set_of_chunk_indices(monkeyp
     kernels.gated_delta_rule(*other, cu2)
     assert SEEN_INDICES[-1].tolist() == [[0, 0], [0, 1], [1, 0]]
     assert fla_kernels._chunk_indices((0, 0, 3), torch.device("cpu")).tolist() == [[1, 0]]
+
+
+def test_the_one_row_path_hands_fla_aligned_copies_of_row_slices(monkeypatch):
+    """A checkpoint-split prefill passes row slices that start anywhere; fla's kernels specialize
+    on 16-byte pointer alignment, so what they get must be fresh tensors (else a compile per
+    alignment after the warm-up)."""
+    seen = []
+
+    def recording_recurrent(q, k, v, g, beta, **kw):
+        seen.extend(t.data_ptr() % 16 for t in (q, k, v, g, beta))
+        return fake_recurrent(q, k, v, g, beta, **kw)
+
+    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, recording_recurrent))
+    args, cu = _inputs([1, 1, 1, 1])
+    # rows 1..3 of every input: a one-row offset (misaligned for these widths)
+    sliced = tuple(x[1:] for x in args[:5]) + (args[5][1:],)
+    assert any(x.data_ptr() % 16 for x in sliced[:5])
+    got = CpuFla().gated_delta_rule(*sliced, [0, 1, 2, 3])
+    want = TorchRecurrentKernels().gated_delta_rule(*sliced, [0, 1, 2, 3])
+    assert seen and all(offset == 0 for offset in seen)
+    torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)

@@ -113,14 +113,17 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             use_qk_l2norm_in_kernel=True,
         )
         if _uniform_len(cu_seqlens) == 1:  # decode: one row per request
-            # NOTE: contiguous copies (b rows): a checkpoint-split prefill hands row slices of any
+            # NOTE: fresh copies (b rows): a checkpoint-split prefill hands row slices of any
             # alignment, and fla's kernel would compile a variant per alignment after the warm-up
+            def fresh(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+                return x.to(dtype, copy=True, memory_format=torch.contiguous_format).view(b, 1, -1)
+
             out, final = self._recurrent(
-                q.contiguous().view(b, 1, *q.shape[1:]),
-                k.contiguous().view(b, 1, *k.shape[1:]),
-                v.contiguous().view(b, 1, *v.shape[1:]),
-                g=g.float().view(b, 1, -1),
-                beta=beta.to(q.dtype).view(b, 1, -1),
+                fresh(q, q.dtype).view(b, 1, *q.shape[1:]),
+                fresh(k, k.dtype).view(b, 1, *k.shape[1:]),
+                fresh(v, v.dtype).view(b, 1, *v.shape[1:]),
+                g=fresh(g, torch.float32),
+                beta=fresh(beta, q.dtype),
                 **common,
             )
             return DeltaRuleResult(out.view(v.shape), final.float())
