@@ -4,6 +4,7 @@ and compute with transformers' torch functions. The real kernels run in test_gpu
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
@@ -101,22 +102,29 @@ def test_every_layer_of_a_step_shares_one_host_made_set_of_chunk_indices(monkeyp
     assert fla_kernels._chunk_indices((0, 0, 3), torch.device("cpu")).tolist() == [[1, 0]]
 
 
-def test_the_one_row_path_hands_fla_aligned_copies_of_row_slices(monkeypatch):
+@pytest.mark.parametrize("lens", [[1, 1, 1], [5, 9, 2]], ids=["one-row path", "chunk path"])
+def test_fla_gets_aligned_copies_of_row_slices_that_start_anywhere(monkeypatch, lens):
     """A checkpoint-split prefill passes row slices that start anywhere; fla's kernels specialize
     on 16-byte pointer alignment, so what they get must be fresh tensors (else a compile per
     alignment after the warm-up)."""
     seen = []
 
-    def recording_recurrent(q, k, v, g, beta, **kw):
-        seen.extend(t.data_ptr() % 16 for t in (q, k, v, g, beta))
-        return fake_recurrent(q, k, v, g, beta, **kw)
+    def recording(fake):
+        def call(q, k, v, g, beta, **kw):
+            seen.extend(t.data_ptr() % 16 for t in (q, k, v, g, beta))
+            return fake(q, k, v, g, beta, **kw)
+        return call
 
-    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, recording_recurrent))
-    args, cu = _inputs([1, 1, 1, 1])
-    # rows 1..3 of every input: a one-row offset (misaligned for these widths)
+    monkeypatch.setattr(fla_kernels, "_import_fla",
+                        lambda: (recording(fake_chunk), recording(fake_recurrent)))
+    args, _ = _inputs([1, *lens])
+    # every input without its first row: a one-row offset (misaligned for these widths)
     sliced = tuple(x[1:] for x in args[:5]) + (args[5][1:],)
     assert any(x.data_ptr() % 16 for x in sliced[:5])
-    got = CpuFla().gated_delta_rule(*sliced, [0, 1, 2, 3])
-    want = TorchRecurrentKernels().gated_delta_rule(*sliced, [0, 1, 2, 3])
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    got = CpuFla().gated_delta_rule(*sliced, cu)
+    want = TorchRecurrentKernels().gated_delta_rule(*sliced, cu)
     assert seen and all(offset == 0 for offset in seen)
     torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)

@@ -68,6 +68,14 @@ def _conv_prefill():
     return conv_prefill
 
 
+def _fresh(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A new contiguous copy of ``x`` in ``dtype``: what fla's kernels get. A checkpoint-split
+    prefill hands row slices that start anywhere (``run_split``), and Triton specializes on a
+    pointer's 16-byte alignment: a view would compile a variant per alignment after the warm-up.
+    (q, k and v are column slices of the conv output, copied anyway.)"""
+    return x.to(dtype, copy=True, memory_format=torch.contiguous_format)
+
+
 class FlaRecurrentKernels(TorchRecurrentKernels):
     name = "fla"
 
@@ -113,17 +121,12 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             use_qk_l2norm_in_kernel=True,
         )
         if _uniform_len(cu_seqlens) == 1:  # decode: one row per request
-            # NOTE: fresh copies (b rows): a checkpoint-split prefill hands row slices of any
-            # alignment, and fla's kernel would compile a variant per alignment after the warm-up
-            def fresh(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-                return x.to(dtype, copy=True, memory_format=torch.contiguous_format).view(b, 1, -1)
-
             out, final = self._recurrent(
-                fresh(q, q.dtype).view(b, 1, *q.shape[1:]),
-                fresh(k, k.dtype).view(b, 1, *k.shape[1:]),
-                fresh(v, v.dtype).view(b, 1, *v.shape[1:]),
-                g=fresh(g, torch.float32),
-                beta=fresh(beta, q.dtype),
+                _fresh(q, q.dtype).view(b, 1, *q.shape[1:]),
+                _fresh(k, k.dtype).view(b, 1, *k.shape[1:]),
+                _fresh(v, v.dtype).view(b, 1, *v.shape[1:]),
+                g=_fresh(g, torch.float32).view(b, 1, -1),
+                beta=_fresh(beta, q.dtype).view(b, 1, -1),
                 **common,
             )
             return DeltaRuleResult(out.view(v.shape), final.float())
@@ -131,11 +134,11 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             return super().gated_delta_rule(q, k, v, g, beta, initial_state, cu_seqlens)
         layout = tuple(cu_seqlens)
         out, final = self._chunk(
-            q[None].contiguous(),
-            k[None].contiguous(),
-            v[None].contiguous(),
-            g=g.float()[None],
-            beta=beta.to(q.dtype)[None],
+            _fresh(q, q.dtype)[None],
+            _fresh(k, k.dtype)[None],
+            _fresh(v, v.dtype)[None],
+            g=_fresh(g, torch.float32)[None],
+            beta=_fresh(beta, q.dtype)[None],
             cu_seqlens=_cu_tensor(layout, q.device),
             chunk_indices=_chunk_indices(layout, q.device),
             **common,
