@@ -28,7 +28,14 @@ def test_requests_after_start_up_compile_no_triton_kernel(dense_and_hybrid, dete
                                  deterministic=deterministic, warmup="on"), progress=False)
     compiled: list[str] = []
     hook = triton.knobs.runtime.jit_post_compile_hook
-    triton.knobs.runtime.jit_post_compile_hook = lambda *a, fn=None, repr=None, **k: compiled.append(repr)
+
+    def record(*args, fn=None, repr=None, compile=None, **kwargs):
+        # the kernel's name and its specialization (argument types and which ints/pointers were
+        # specialized): what a failure needs to say, where the repr alone did not (H200 2026-12-02)
+        spec = (compile or {}).get("specialization_data", "")
+        compiled.append(f"{getattr(fn, 'name', repr)}: {str(spec)[:600]}")
+
+    triton.knobs.runtime.jit_post_compile_hook = record
     try:
         g = torch.Generator().manual_seed(0)
         prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (57, 300, 48, 1, 130)]
@@ -43,4 +50,5 @@ def test_requests_after_start_up_compile_no_triton_kernel(dense_and_hybrid, dete
         triton.knobs.runtime.jit_post_compile_hook = hook
         engine.close()
     assert cached > 0  # the hit path ran
-    assert compiled == [], f"{len(compiled)} kernel specializations compiled after start-up: {compiled[:5]}"
+    assert compiled == [], (f"{len(compiled)} kernel specializations compiled after start-up:\n"
+                            + "\n".join(compiled[:5]))
