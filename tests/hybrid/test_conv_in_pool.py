@@ -199,8 +199,9 @@ def test_the_kernel_compiles_for_hopper_without_spilling(silu):
 def test_deterministic_decode_in_the_pool_with_the_invariant_fast_kernels_gives_its_prefill_bits(
         monkeypatch, modules, hybrid_checkpoints):
     """Deterministic mode as CUDA runs it, interpreted: the decode conv window read and written in
-    the pool (``conv_in_pool_exact``) and the fast kernels deterministic mode takes (gates, gated
-    norm one row a program, add+RMSNorm, q/k-norm+rope) in prefill and decode alike. Tokens
+    the pool (``conv_in_pool_exact``), the prefill conv in one kernel (``conv_prefill_exact``) and
+    the fast kernels deterministic mode takes (gates, gated norm one row a program, add+RMSNorm,
+    q/k-norm+rope) in prefill and decode alike. Tokens
     decoded one by one then give the bits one prefill of them gives (the delta rule keeps the
     deterministic gather path here: its CPU torch loop and the interpreted kernel are different
     arithmetic, compared to a tolerance above)."""
@@ -217,6 +218,12 @@ def test_deterministic_decode_in_the_pool_with_the_invariant_fast_kernels_gives_
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
                         invariant or not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    from hinge.layers.recurrent_kernels import conv_prefill
+
+    prefill_conv = interpreted_kernel("conv_prefill")
+    prefills = []
+    monkeypatch.setattr(conv_prefill, "conv_prefill_exact",
+                        lambda *a, **k: prefills.append(1) or prefill_conv.conv_prefill_exact(*a, **k))
     model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"), deterministic=True)
     kernels = InterpretedInPool(conv=modules[0], deterministic=True)
     model.set_recurrent_kernels(kernels)
@@ -226,4 +233,5 @@ def test_deterministic_decode_in_the_pool_with_the_invariant_fast_kernels_gives_
     rows = [h.step([("a", prompt)], all_logits=True).logits]
     rows += [h.step([("a", [t])], all_logits=True).logits for t in follow]
     assert kernels.calls["conv"] == len(follow) * len(model.recurrent_layers), "decodes in the pool"
+    assert len(prefills) == 2 * len(model.recurrent_layers), "both prefills took the exact kernel"
     assert torch.equal(torch.cat(rows), whole.logits)

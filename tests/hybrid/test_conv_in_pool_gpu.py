@@ -125,3 +125,26 @@ def test_cuda_conv_prefill_matches_the_reference_over_a_packed_varlen_batch(mode
     want = torch_causal_conv1d(x, weight, bias_t, windows, cu, activation=act)
     torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(got.final_window, want.final_window)
+
+
+@pytest.mark.parametrize("model", list(SIZES))
+@pytest.mark.parametrize("window_dtype", [torch.bfloat16, torch.float32])
+def test_cuda_deterministic_prefill_conv_has_the_reference_bits(model, window_dtype):
+    """Deterministic mode's prefill conv on CUDA (``conv_prefill_exact``, which
+    ``TorchRecurrentKernels(deterministic=True)`` takes there): outputs and final windows bit for
+    bit the torch reference's, which ``conv_in_pool_exact``'s decode rows also match."""
+    c, k, act, bias = SIZES[model]
+    lens = [1, 300, 2, 17, 64, 3]
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    x, weight, bias_t, _, _ = _inputs(cu[-1], c, k, bias, seed=7)
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    windows = torch.randn(len(lens), c, k - 1, generator=gen, device="cuda").to(window_dtype)
+    windows[3] = 0
+    from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill_exact
+
+    got = conv_prefill_exact(x, weight, bias_t, windows, cu, activation=act)
+    want = torch_causal_conv1d(x, weight, bias_t, windows, cu, activation=act, deterministic=True)
+    assert torch.equal(got.out, want.out), f"max diff {(got.out.float() - want.out.float()).abs().max():.3g}"
+    assert torch.equal(got.final_window, want.final_window)

@@ -84,3 +84,48 @@ def test_fla_kernels_send_default_mode_prefill_to_it_and_keep_the_reference_when
     assert tracked.position_windows is not None and len(calls) == 1
     monkeypatch.setattr(fla_kernels.fast_triton, "enabled", lambda x, *a, **k: False)  # =0
     assert kernels.causal_conv1d(x, weight, None, window, cu, activation="silu") != "fast"
+
+
+@pytest.fixture
+def conv_prefill_exact(monkeypatch):
+    patch_interpreter(monkeypatch)
+    return interpreted_kernel("conv_prefill").conv_prefill_exact
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("activation, with_bias", [(None, False), ("silu", True), ("silu", False)])
+def test_the_exact_variant_gives_the_deterministic_reference_bits(conv_prefill_exact, dtype,
+                                                                  activation, with_bias):
+    """Deterministic mode's prefill conv: bit for bit the torch reference (whose rows decode's
+    ``conv_in_pool_exact`` also matches), for requests longer and shorter than the window."""
+    x, weight, bias, window, cu = _batch([5, 1, 2, 9, 3], dtype=dtype, seed=3)
+    bias = bias if with_bias else None
+    got = conv_prefill_exact(x, weight, bias, window, cu, activation=activation)
+    want = torch_causal_conv1d(x, weight, bias, window, cu, activation=activation, deterministic=True)
+    assert got.out.dtype == dtype and torch.equal(got.out, want.out)
+    assert torch.equal(got.final_window, want.final_window)
+    with pytest.raises(ValueError, match="activation"):
+        conv_prefill_exact(x, weight, bias, window, cu, activation="gelu")
+
+
+def test_deterministic_torch_kernels_send_cuda_prefill_to_the_exact_variant(monkeypatch):
+    """``TorchRecurrentKernels(deterministic=True)``: a prefill without per-position windows goes
+    to ``conv_prefill_exact`` where the fast kernels run; tracking steps and default mode keep the
+    reference."""
+    from hinge.layers import fast_triton
+    from hinge.layers.recurrent_kernels import conv_prefill as module
+    from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels
+
+    calls = []
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, *a, **k: True)
+    monkeypatch.setattr(module, "conv_prefill_exact", lambda *a, **k: calls.append(k) or "exact")
+    x, weight, bias, window, cu = _batch([3, 2])
+    det = TorchRecurrentKernels(deterministic=True)
+    assert det.causal_conv1d(x, weight, None, window, cu, activation="silu") == "exact"
+    assert calls == [{"activation": "silu"}]
+    tracked = det.causal_conv1d(x, weight, None, window, cu, activation="silu", track_states=True)
+    assert tracked.position_windows is not None
+    assert TorchRecurrentKernels().causal_conv1d(x, weight, None, window, cu) != "exact"
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, *a, **k: False)  # CPU, or =0
+    assert det.causal_conv1d(x, weight, None, window, cu, activation="silu") != "exact"
+    assert len(calls) == 1

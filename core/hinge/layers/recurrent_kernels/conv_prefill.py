@@ -14,7 +14,12 @@ tap's product, then each tap added, no fused multiply-add) and the activation as
 ``conv_in_pool``'s (Triton's ``exp``, about an ulp from the torch SiLU, so default-mode prefill
 and decode rows now share the formula). Programs ``T + b`` write request ``b``'s final window (the
 inputs of its last ``K-1`` positions, reaching into the old window for requests shorter than
-that). Track-state steps (per-position windows) and deterministic mode keep the torch reference.
+that). Track-state steps (per-position windows) keep the torch reference.
+
+Deterministic mode takes ``conv_prefill_exact``: the same kernel's float32 tap sums (no activation
+in the kernel), then the reference's own activation and cast, so its bits are the torch conv's
+(as ``conv_in_pool_exact``'s decode rows are: a prefill row and a decode row of one position
+agree) in one kernel where the reference's flat pass runs about a dozen.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from hinge.devices import to_device
 from hinge.layers.recurrent_kernels.base import ConvResult
 from hinge.layers.recurrent_kernels.conv_in_pool import finish_conv
 from hinge.layers.recurrent_kernels.delta_rule_triton import _layout_tensor
-from hinge.layers.recurrent_kernels.torch_ref import check_conv_activation
+from hinge.layers.recurrent_kernels.torch_ref import check_conv_activation, conv_activation
 
 BLOCK_C = 256
 
@@ -96,10 +101,11 @@ def _row_requests(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Te
 
 def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  initial_window: torch.Tensor, cu_seqlens: list[int], *,
-                 activation: str | None = None) -> ConvResult:
+                 activation: str | None = None, out_dtype: torch.dtype | None = None) -> ConvResult:
     """``RecurrentKernels.causal_conv1d`` without per-position windows: x (T, C) with a unit last
     stride, weight (C, K >= 2), bias (C,) or None, initial_window (B, C, K-1) (any float dtype;
-    read in x's); returns out (T, C) and the final windows (B, C, K-1), both in x's dtype."""
+    read in x's); returns out (T, C) in ``out_dtype`` (x's by default) and the final windows
+    (B, C, K-1) in x's dtype."""
     t, c = x.shape
     k = weight.shape[1]
     b = len(cu_seqlens) - 1
@@ -112,7 +118,7 @@ def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                          f"{tuple(initial_window.shape)}, cu_seqlens ending at {cu_seqlens[-1]}")
     if initial_window.stride(-1) != 1:
         initial_window = initial_window.contiguous()
-    out = torch.empty(t, c, dtype=x.dtype, device=x.device)
+    out = torch.empty(t, c, dtype=out_dtype or x.dtype, device=x.device)
     final = torch.empty(b, c, k - 1, dtype=x.dtype, device=x.device)
     if t == 0 or b == 0:
         return ConvResult(out, final)
@@ -124,3 +130,15 @@ def conv_prefill(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         out.stride(0), final.stride(0), final.stride(1), K=k, HAS_BIAS=bias is not None,
         SILU=activation == "silu", BLOCK=BLOCK_C, num_warps=4, enable_fp_fusion=False)
     return ConvResult(out, final)
+
+
+def conv_prefill_exact(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       initial_window: torch.Tensor, cu_seqlens: list[int], *,
+                       activation: str | None = None) -> ConvResult:
+    """``conv_prefill`` with the torch reference's bits, for deterministic mode: the kernel's
+    float32 sums (taps in the reference's order, the bias, no fused multiply-add), then the
+    reference's activation (``torch_ref.conv_activation``) and cast to x's dtype."""
+    check_conv_activation(activation)
+    r = conv_prefill(x, weight, bias, initial_window, cu_seqlens, out_dtype=torch.float32)
+    return ConvResult(conv_activation(r.out, activation, deterministic=True).to(x.dtype),
+                      r.final_window)

@@ -399,6 +399,17 @@ class TorchRecurrentKernels(RecurrentKernels):
     def causal_conv1d(
         self, x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
     ):
+        """The reference; in deterministic mode on CUDA (no per-position windows) its bits in one
+        Triton kernel (``conv_prefill_exact``)."""
+        from hinge.layers import fast_triton
+
+        if (self.deterministic and not track_states
+                and fast_triton.enabled(x, self.deterministic, invariant=True)
+                and x.stride(-1) == 1 and weight.stride(-1) == 1 and weight.shape[1] >= 2):
+            from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill_exact
+
+            return conv_prefill_exact(x, weight, bias, initial_window, list(cu_seqlens),
+                                      activation=activation)
         return torch_causal_conv1d(
             x,
             weight,
