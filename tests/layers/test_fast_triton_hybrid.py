@@ -129,6 +129,11 @@ def test_a_tiny_qwen3_5_with_the_interpreted_kernels_forced_on_calls_each_per_de
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
                         invariant or not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    # deterministic mode's one-kernel conv (``conv_prefill_exact``) under the interpreter too
+    from hinge.layers.recurrent_kernels import conv_prefill
+
+    monkeypatch.setattr(conv_prefill, "conv_prefill_exact",
+                        load_interpreted("layers/recurrent_kernels/conv_prefill.py").conv_prefill_exact)
     model = load_hinge(path, deterministic=deterministic)
     fast = run(model)
     deltanets, attention = len(model.recurrent_layers), len(model.attention_layers)
