@@ -104,25 +104,31 @@ def test_deterministic_kernels_decode_the_conv_in_the_pool_with_the_torch_convs_
     assert torch.equal(pool[write], want.final_window)
 
 
+def _packed_prefill(model, window_dtype, seed):
+    """A packed varlen prefill of requests of 1..300 tokens, some shorter than the window, one
+    fresh (zero window): (x, weight, bias, windows, cu_seqlens, activation)."""
+    c, k, act, bias = SIZES[model]
+    cu = [0]
+    for n in [1, 300, 2, 17, 64, 3]:
+        cu.append(cu[-1] + n)
+    x, weight, bias_t, _, _ = _inputs(cu[-1], c, k, bias, seed=seed)
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    windows = torch.randn(len(cu) - 1, c, k - 1, generator=gen, device="cuda").to(window_dtype)
+    windows[3] = 0
+    return x, weight, bias_t, windows, cu, act
+
+
 @pytest.mark.parametrize("model", list(SIZES))
 @pytest.mark.parametrize("window_dtype", [torch.bfloat16, torch.float32])
 def test_cuda_conv_prefill_matches_the_reference_over_a_packed_varlen_batch(model, window_dtype):
-    """``conv_prefill`` (the fla kernels' CUDA prefill conv): requests of 1..300 tokens, some
-    shorter than the window, one fresh; final windows exactly the reference's (a float32
-    window rounds to bfloat16 as torch casts it), outputs to bf16 rounding (SiLU's exp)."""
+    """``conv_prefill`` (the fla kernels' CUDA prefill conv): final windows exactly the
+    reference's (a float32 window rounds to bfloat16 as torch casts it), outputs to bf16 rounding
+    (SiLU's exp)."""
     from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill
 
-    c, k, act, bias = SIZES[model]
-    lens = [1, 300, 2, 17, 64, 3]
-    cu = [0]
-    for n in lens:
-        cu.append(cu[-1] + n)
-    x, weight, bias_t, _, _ = _inputs(cu[-1], c, k, bias, seed=5)
-    gen = torch.Generator(device="cuda").manual_seed(6)
-    windows = torch.randn(len(lens), c, k - 1, generator=gen, device="cuda").to(window_dtype)
-    windows[3] = 0
-    got = conv_prefill(x, weight, bias_t, windows, cu, activation=act)
-    want = torch_causal_conv1d(x, weight, bias_t, windows, cu, activation=act)
+    x, weight, bias, windows, cu, act = _packed_prefill(model, window_dtype, seed=5)
+    got = conv_prefill(x, weight, bias, windows, cu, activation=act)
+    want = torch_causal_conv1d(x, weight, bias, windows, cu, activation=act)
     torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
     assert torch.equal(got.final_window, want.final_window)
 
@@ -133,18 +139,10 @@ def test_cuda_deterministic_prefill_conv_has_the_reference_bits(model, window_dt
     """Deterministic mode's prefill conv on CUDA (``conv_prefill_exact``, which
     ``TorchRecurrentKernels(deterministic=True)`` takes there): outputs and final windows bit for
     bit the torch reference's, which ``conv_in_pool_exact``'s decode rows also match."""
-    c, k, act, bias = SIZES[model]
-    lens = [1, 300, 2, 17, 64, 3]
-    cu = [0]
-    for n in lens:
-        cu.append(cu[-1] + n)
-    x, weight, bias_t, _, _ = _inputs(cu[-1], c, k, bias, seed=7)
-    gen = torch.Generator(device="cuda").manual_seed(8)
-    windows = torch.randn(len(lens), c, k - 1, generator=gen, device="cuda").to(window_dtype)
-    windows[3] = 0
     from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill_exact
 
-    got = conv_prefill_exact(x, weight, bias_t, windows, cu, activation=act)
-    want = torch_causal_conv1d(x, weight, bias_t, windows, cu, activation=act, deterministic=True)
+    x, weight, bias, windows, cu, act = _packed_prefill(model, window_dtype, seed=7)
+    got = conv_prefill_exact(x, weight, bias, windows, cu, activation=act)
+    want = torch_causal_conv1d(x, weight, bias, windows, cu, activation=act, deterministic=True)
     assert torch.equal(got.out, want.out), f"max diff {(got.out.float() - want.out.float()).abs().max():.3g}"
     assert torch.equal(got.final_window, want.final_window)
