@@ -42,10 +42,8 @@ verify)
         "tests/test_devices.py,tests/layers --ignore=tests/layers/test_fast_triton.py --ignore=tests/layers/test_fast_triton_hybrid.py --ignore=tests/layers/test_kv_write.py --ignore=tests/layers/test_fast_triton_invariance_gpu.py,plugins/attn_fa4/tests plugins/cache_radix/tests --ignore=plugins/attn_fa4/tests/test_fa4_gpu.py"
     ;;
 verify-bench)
-    # flashinfer's decode_split_kv=auto (no split once a step's (request, KV head) pairs fill the
-    # SMs): greedy b64 against the `bench` run's planner figure says whether it becomes the default
-    b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default \
-        --skip-hf --attention-options '{"decode_split_kv": "auto"}'
+    # (flashinfer's decode_split_kv is auto by default since 2026-12-02: this run measured it)
+    b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default --skip-hf
     b nvfp4_quick 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
         --shapes gate_up qkv --skip-e2e
     b fa4 60 python3 tools/gpu/fa4_attention.py
