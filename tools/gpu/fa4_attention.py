@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16, 128])
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--split-sizes", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--split-sizes", type=int, nargs="+", default=[256, 384, 512, 768, 1024])
     args = parser.parse_args()
     started = time.perf_counter()
     peak, copy = matmul_tflops(), copy_gbps()
