@@ -128,3 +128,32 @@ def test_fla_gets_aligned_copies_of_row_slices_that_start_anywhere(monkeypatch, 
     want = TorchRecurrentKernels().gated_delta_rule(*sliced, cu)
     assert seen and all(offset == 0 for offset in seen)
     torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_token_recurrence_experiment_takes_short_prefills_only_when_asked(monkeypatch):
+    """``HINGE_TOKEN_RECURRENCE_MAX=N``: prefill steps whose longest request has at most N tokens
+    go to hinge's token-recurrence kernel; longer ones, decode steps and the default (0) keep
+    fla's; a value that is not a count is refused naming the variable."""
+    from hinge.layers.recurrent_kernels import delta_rule_triton
+
+    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, fake_recurrent))
+    monkeypatch.setattr(delta_rule_triton, "gated_delta_rule",
+                        lambda *a: CALLS.append("token recurrence") or ("out", "final", None))
+
+    def route(lens, env=None):
+        if env is None:
+            monkeypatch.delenv(fla_kernels.TOKEN_RECURRENCE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(fla_kernels.TOKEN_RECURRENCE_ENV, env)
+        CALLS.clear()
+        args, cu = _inputs(lens)
+        CpuFla().gated_delta_rule(*args, cu)
+        return CALLS[:]
+
+    assert route([3, 70, 9]) == ["chunk"]
+    assert route([3, 70, 9], "0") == ["chunk"]
+    assert route([3, 70, 9], "70") == ["token recurrence"]
+    assert route([3, 71, 9], "70") == ["chunk"]
+    assert route([1, 1, 1], "70") == ["recurrent"]
+    with pytest.raises(ValueError, match="HINGE_TOKEN_RECURRENCE_MAX"):
+        route([3], "many")

@@ -13,7 +13,8 @@
 #                                                 # tests, then every other GPU test (engine lane alone)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
 #                                                 # short list of M = 1 GEMV tilings (gate|up, qkv),
-#                                                 # fa4 attention, fa4 prefill through hinge bench
+#                                                 # fa4 attention, fa4 prefill through hinge bench,
+#                                                 # the hybrid with HINGE_TOKEN_RECURRENCE_MAX=512
 #
 # Engine tests share one lane: each engine sizes its KV pool from the free memory it sees, so two
 # engines starting at once on one card miscount each other's allocations (docs/gpu-results.md).
@@ -48,8 +49,14 @@ verify-bench)
         --shapes gate_up qkv --skip-e2e
     b fa4 60 python3 tools/gpu/fa4_attention.py
     b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
+    # the hybrid's TTFT with short prefills on the token-recurrence kernel (fla_kernels docstring)
+    # against fla's chunk pipeline, one after the other on one machine
+    b hybrid_fla 150 python3 tools/gpu/roofline.py --arch qwen3_5 --size 9b --modes default --skip-hf
+    b hybrid_token_recurrence 150 env HINGE_TOKEN_RECURRENCE_MAX=512 python3 tools/gpu/roofline.py \
+        --arch qwen3_5 --size 9b --modes default --skip-hf
     cat "$OUT/rc.txt"; tail -8 "$OUT/roofline_default.log"; grep -E "^  best" "$OUT/nvfp4_quick.log"
     grep -E "b1 x|decode \| hinge fa4, split auto" "$OUT/fa4.log" | head -3; tail -6 "$OUT/fa4_prefill.log"
+    tail -3 "$OUT/hybrid_fla.log"; tail -3 "$OUT/hybrid_token_recurrence.log"
     ;;
 bench|bench2)
     if [ "$1" = bench ]; then

@@ -10,11 +10,20 @@ the decode path of ``gated_delta_rule`` called with gathered states). The prefil
 convolution is one Triton kernel (``conv_prefill``; ``HINGE_FAST_KERNELS=0`` takes the
 reference); per-position states and windows (verify
 steps, a few tokens) use the torch reference, which runs on CUDA as is.
+
+``HINGE_TOKEN_RECURRENCE_MAX=N`` (an experiment, 0 = off by default): a prefill step whose longest
+request has at most N tokens runs hinge's token-recurrence kernel (``delta_rule_triton``, one
+launch a layer, as deterministic mode does) instead of fla's chunk pipeline (about seven
+autotuned launches a layer): on the H200 the hybrid's default-mode TTFT (84 ms at 128 tokens)
+was far above deterministic mode's (46.6 ms) although its kernels are faster, which points at
+that pipeline's host time. For the measurement only: adopting it needs the start-up warm-up to
+compile both paths (a prompt longer than N).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from itertools import pairwise
 
 import torch
@@ -26,6 +35,8 @@ from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uni
 
 #: the chunk size of fla's ``chunk_gated_delta_rule`` (its autograd function's default)
 FLA_CHUNK = 64
+#: the environment variable of the token-recurrence experiment (module docstring)
+TOKEN_RECURRENCE_ENV = "HINGE_TOKEN_RECURRENCE_MAX"
 
 
 def _cu_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -82,6 +93,11 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     def __init__(self) -> None:
         super().__init__(deterministic=False)
         self._chunk, self._recurrent = _import_fla()
+        value = os.environ.get(TOKEN_RECURRENCE_ENV, "0")
+        if not value.isdigit():
+            raise ValueError(f"{TOKEN_RECURRENCE_ENV}={value!r}: give a token count (0 = off)")
+        #: prefill steps whose longest request is at most this long take the token recurrence
+        self.token_recurrence_max = int(value)
 
     def runs_on(self, x: torch.Tensor) -> bool:
         return x.is_cuda
@@ -109,6 +125,12 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
             return super().gated_delta_rule(
                 q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states
             )
+        longest = max((e - s for s, e in pairwise(cu_seqlens)), default=0)
+        if 1 < longest <= self.token_recurrence_max:  # the experiment (module docstring)
+            from hinge.layers.recurrent_kernels.delta_rule_triton import gated_delta_rule
+
+            return DeltaRuleResult(*gated_delta_rule(q, k, v, g, beta, initial_state,
+                                                     list(cu_seqlens), False))
         rep = v.shape[-2] // q.shape[-2]
         if rep > 1:  # expand q/k heads to the value heads (grouped value attention)
             q, k = q.repeat_interleave(rep, dim=-2), k.repeat_interleave(rep, dim=-2)
