@@ -50,6 +50,9 @@ verify-bench)
     b nvfp4_quick 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
         --shapes gate_up qkv --skip-e2e
     b fa4 60 python3 tools/gpu/fa4_attention.py
+    # default mode may take a faster in-pool tiling than the deterministic kernel's (8 columns,
+    # 1 warp; 63-65% of copy at batch 64): the sweep says which
+    b recurrent 90 python3 tools/gpu/recurrent_decode.py --sweep
     b fa4_prefill 150 python3 tools/gpu/fa4_prefill_bench.py
     # the hybrid's TTFT with short prefills on the token-recurrence kernel (fla_kernels docstring)
     # against fla's chunk pipeline, one after the other on one machine
@@ -58,7 +61,7 @@ verify-bench)
         --arch qwen3_5 --size 9b --modes default --skip-hf
     cat "$OUT/rc.txt"; tail -8 "$OUT/roofline_default.log"; grep -E "^  best" "$OUT/nvfp4_quick.log"
     grep -E "b1 x|decode \| hinge fa4, split auto" "$OUT/fa4.log" | head -3; tail -6 "$OUT/fa4_prefill.log"
-    tail -3 "$OUT/hybrid_fla.log"; tail -3 "$OUT/hybrid_token_recurrence.log"
+    tail -3 "$OUT/hybrid_fla.log"; tail -3 "$OUT/hybrid_token_recurrence.log"; tail -8 "$OUT/recurrent.log"
     ;;
 bench|bench2)
     if [ "$1" = bench ]; then
