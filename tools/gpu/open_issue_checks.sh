@@ -49,6 +49,8 @@ verify-bench)
     b roofline_default 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default --skip-hf
     b nvfp4_quick 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --sweep --quick --sweep-m 1 \
         --shapes gate_up qkv --skip-e2e
+    # the tensor-core GEMV experiment (tools/kernels/nvfp4_mma_gemv.cu): correct? how fast at M <= 8?
+    b nvfp4_mma 120 python3 tools/gpu/nvfp4_mma_probe.py
     b fa4 60 python3 tools/gpu/fa4_attention.py
     # default mode may take a faster in-pool tiling than the deterministic kernel's (8 columns,
     # 1 warp; 63-65% of copy at batch 64): the sweep says which
@@ -59,7 +61,7 @@ verify-bench)
     b hybrid_fla 150 python3 tools/gpu/roofline.py --arch qwen3_5 --size 9b --modes default --skip-hf
     b hybrid_token_recurrence 150 env HINGE_TOKEN_RECURRENCE_MAX=512 python3 tools/gpu/roofline.py \
         --arch qwen3_5 --size 9b --modes default --skip-hf
-    cat "$OUT/rc.txt"; tail -8 "$OUT/roofline_default.log"; grep -E "^  best" "$OUT/nvfp4_quick.log"
+    cat "$OUT/rc.txt"; tail -8 "$OUT/roofline_default.log"; grep -E "^  best" "$OUT/nvfp4_quick.log"; tail -18 "$OUT/nvfp4_mma.log"
     grep -E "b1 x|decode \| hinge fa4, split auto" "$OUT/fa4.log" | head -3; tail -6 "$OUT/fa4_prefill.log"
     tail -3 "$OUT/hybrid_fla.log"; tail -3 "$OUT/hybrid_token_recurrence.log"; tail -8 "$OUT/recurrent.log"
     ;;

@@ -1,0 +1,77 @@
+"""The tensor-core NVFP4 GEMV experiment (``tools/kernels/nvfp4_mma.py``) on the CPU: its weight
+repack and fragment decode, emulated as the kernel computes, give the reference GEMV (float64,
+from the format's definition); and, where nvcc is installed, the kernel compiles for sm_90 with
+no spills and tensor-core MMAs in its loop. Running it is ``tools/gpu/nvfp4_mma_probe.py``."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "kernels"))
+
+import nvfp4_mma  # noqa: E402
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
+
+
+def weights(n, k, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (n, k // 2), generator=gen, dtype=torch.uint8)
+    # every e4m3 magnitude but NaN (0x7F), subnormal scales included
+    scales = torch.randint(0, 0x7F, (n, k // 16), generator=gen, dtype=torch.uint8)
+    return packed, scales
+
+
+def reference(packed, scales, x):
+    codes = nvfp4_mma.nibbles(packed)
+    value = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+    scale = scales.view(torch.float8_e4m3fn).double().repeat_interleave(16, dim=1)
+    return x.double() @ (value * scale).t()
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m):
+    packed, scales = weights(48, 128, seed=m)
+    x = torch.randn(m, 128, generator=torch.Generator().manual_seed(9)).bfloat16()
+    words = nvfp4_mma.repack_codes(packed)
+    assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
+    torch.testing.assert_close(nvfp4_mma.emulate(words, scales, x), reference(packed, scales, x),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
+    # one tile, one group: codes laid out so that element (r, c) = (r + c) % 16
+    r, c = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")
+    codes = (r + c) % 16
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
+    packed = torch.cat([packed, torch.zeros(16, 24, dtype=torch.uint8)], dim=1)  # K = 64
+    a = nvfp4_mma.fragments(nvfp4_mma.repack_codes(packed))[0, 0]
+    want = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+    assert torch.equal(a.abs(), want.abs())
+    assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
+
+
+def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
+    with pytest.raises(ValueError, match="N % 16 == 0 and K % 64 == 0"):
+        nvfp4_mma.repack_codes(torch.zeros(24, 32, dtype=torch.uint8))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
+def test_the_kernel_compiles_for_hopper_without_spills_and_with_mmas_in_its_loop(tmp_path):
+    cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
+                                                 / "backends" / "nvidia" / "bin" / "cuobjdump")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90"))
+    usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True)
+    registers = int(re.search(r"REG:(\d+)", usage.stdout).group(1))
+    assert 0 < registers <= 64 and "STACK:0" in usage.stdout
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
+    assert sass.count("HMMA.16816.F32.BF16") == 4  # one per group, four groups a loop step

@@ -1,0 +1,143 @@
+"""The tensor-core NVFP4 GEMV experiment (``nvfp4_mma_gemv.cu``): its weight repack, an emulation
+of its fragment arithmetic, its nvcc build, and a driver-API launcher. Not used by hinge_nvfp4:
+``tools/gpu/nvfp4_mma_probe.py`` runs it on a GPU against the reference and the Triton GEMV.
+
+    from nvfp4_mma import repack_codes, emulate, build_cubin, MmaGemv
+
+The repack puts lane (g, t)'s A fragment of tile i (rows 16 i ..) and scale group j as one
+32-bit word: nibble ``pair + 4 * half`` holds element ``half`` of fragment register ``pair``
+(registers 0..3: rows g, g + 8, g, g + 8 at columns 2t + half, 2t + half, 2t + 8 + half,
+2t + 8 + half), and four groups a lane sit side by side (one 16-byte load): shape
+(N / 16, K / 64, 32, 4) int32. ``emulate`` decodes those words with the kernel's bit placement
+(a bf16 pattern worth e2m1 * 2^-126, times 2^126) into the fragments and multiplies them as the
+MMA does, which checks the repack, the decode and the fragment map on the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("nvfp4_mma_gemv.cu")
+MAX_ROWS = 8  #: rows of x: the MMA's B columns
+
+
+def nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """(N, K/2) uint8 ModelOpt codes (element 2i in the low nibble of byte i) -> (N, K) int64."""
+    p = packed.to(torch.int64)
+    return torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
+
+
+def repack_codes(packed: torch.Tensor) -> torch.Tensor:
+    """(N, K/2) uint8 codes -> (N/16, K/64, 32, 4) int32 fragment words (module docstring)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    if n % 16 or k % 64:
+        raise ValueError(f"the MMA GEMV takes N % 16 == 0 and K % 64 == 0, got {n} x {k}")
+    c = nibbles(packed).view(n // 16, 2, 8, k // 16, 2, 4, 2)  # i, rowsel, g, j, colhalf, t, half
+    c = c.permute(0, 3, 2, 5, 6, 4, 1)  # i, j, g, t, half, colhalf, rowsel: nibble = 4h + 2c + r
+    c = c.reshape(n // 16, k // 16, 32, 8)
+    words = (c << (4 * torch.arange(8, device=c.device))).sum(-1)  # < 2^32
+    words = words.view(n // 16, k // 64, 4, 32).transpose(2, 3)  # four groups a lane together
+    return (words - (words >> 31) * (1 << 32)).to(torch.int32).contiguous()
+
+
+def _fragment_bits(words: torch.Tensor, pair: int) -> torch.Tensor:
+    """The kernel's ``fragment<pair>``: bf16x2 bits of register ``pair`` (int64, 32 bits)."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    mag = (w << (6 - 4 * pair)) if 4 * pair <= 6 else (w >> (4 * pair - 6))
+    sign = w << (12 - 4 * pair)
+    return ((mag & 0x01C001C0) | (sign & 0x80008000)) & 0xFFFFFFFF
+
+
+def _bf16_value(bits: torch.Tensor) -> torch.Tensor:
+    """float64 value of 16-bit bf16 patterns."""
+    f32 = (bits << 16).to(torch.int64)
+    f32 = f32 - (f32 >> 31) * (1 << 32)
+    return f32.to(torch.int32).view(torch.float32).double()
+
+
+def fragments(words: torch.Tensor) -> torch.Tensor:
+    """(N/16, K/64, 32, 4) words -> (N/16, K/16, 16, 16) float64 A tiles, decoded as the kernel
+    does (times 2^126) and placed by the m16n8k16 A-fragment map."""
+    tiles, quads = words.shape[:2]
+    w = words.transpose(2, 3).reshape(tiles, quads * 4, 8, 4)  # i, j, g, t
+    a = torch.zeros(tiles, quads * 4, 16, 16, dtype=torch.float64, device=words.device)
+    g = torch.arange(8, device=words.device)[:, None]
+    t = torch.arange(4, device=words.device)[None, :]
+    for pair in range(4):
+        bits = _fragment_bits(w, pair)
+        rows = g + 8 * (pair & 1)
+        cols = 2 * t + 8 * (pair >> 1)
+        for half in range(2):
+            value = _bf16_value((bits >> (16 * half)) & 0xFFFF) * 2.0**126
+            a[:, :, rows.expand(8, 4), (cols + half).expand(8, 4)] = value
+    return a
+
+
+def e4m3_values(scales: torch.Tensor) -> torch.Tensor:
+    """float64 of non-negative e4m3 bits (uint8), as the kernel reads them."""
+    return scales.view(torch.float8_e4m3fn).double() if scales.dtype == torch.uint8 else scales.double()
+
+
+def emulate(words: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(M, N) float64: the kernel's sum over groups of scale * (A tile @ x's group), one split."""
+    a = fragments(words)  # i, j, 16, 16
+    tiles, groups = a.shape[:2]
+    m = x.shape[0]
+    xs = x.double().view(m, groups, 16)  # c, j, k
+    d = torch.einsum("ijrk,cjk->ijrc", a, xs)  # the MMA of each (tile, group)
+    s = e4m3_values(scales).view(tiles, 16, groups).permute(0, 2, 1)  # i, j, r
+    return (d * s[..., None]).sum(1).reshape(tiles * 16, m).t()
+
+
+def build_cubin(arch: str = "sm_90") -> bytes:
+    """``nvfp4_mma_gemv.cu`` compiled by nvcc for ``arch`` (needs nvcc on PATH)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise FileNotFoundError("nvcc is not on PATH: the MMA GEMV experiment compiles with it")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "nvfp4_mma_gemv.cubin"
+        subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", "-o", str(out), str(SOURCE)],
+                       check=True, capture_output=True, text=True)
+        return out.read_bytes()
+
+
+class MmaGemv:
+    """The compiled kernel, loaded through the CUDA driver API into torch's current context and
+    launched on torch's current stream (so a CUDA graph captures it)."""
+
+    def __init__(self, cubin: bytes, warps: int = 4) -> None:
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.warps = warps
+        self.module = ctypes.c_void_p()
+        self.function = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
+                                                  b"nvfp4_mma_gemv"), "cuModuleGetFunction")
+
+    @staticmethod
+    def _check(code: int, what: str) -> None:
+        if code != 0:
+            raise RuntimeError(f"{what} failed with CUDA driver error {code}")
+
+    def __call__(self, words: torch.Tensor, scales: torch.Tensor, x: torch.Tensor,
+                 part: torch.Tensor, groups_per_split: int) -> torch.Tensor:
+        """``part`` (splits, M, N) float32 filled by one launch; returns it."""
+        n, k, m = scales.shape[0], x.shape[1], x.shape[0]
+        splits = part.shape[0]
+        args = [ctypes.c_void_p(words.data_ptr()), ctypes.c_void_p(scales.data_ptr()),
+                ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(part.data_ptr()),
+                ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(m), ctypes.c_int(groups_per_split)]
+        pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
+                                                    for a in args])
+        tiles = n // 16
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self._check(self.cuda.cuLaunchKernel(
+            self.function, -(-tiles // self.warps), splits, 1, 32 * self.warps, 1, 1, 0, stream,
+            pointers, None), "cuLaunchKernel")
+        return part

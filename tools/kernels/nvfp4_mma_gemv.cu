@@ -1,0 +1,103 @@
+// NVFP4 W4A16 GEMV on the tensor cores: an experiment (docs/nvfp4.md, "The tensor-core GEMV on
+// paper"), compiled by tools/kernels/nvfp4_mma.py and run by tools/gpu/nvfp4_mma_probe.py; not
+// used by hinge_nvfp4.
+//
+//   part[s, m, n] = sum over the scale groups j of split s of
+//                   scale[n, j] * sum_{c < 16} e2m1(code[n, 16 j + c]) * x[m, 16 j + c]
+//
+// for M <= 8 rows of x (the B operand's columns) and N a multiple of 16 (one warp per 16-row
+// tile). One mma.sync.m16n8k16 (bf16 in, float32 out) per (tile, group): lane (g, t) = (lane / 4,
+// lane % 4) holds its whole A fragment as one 32-bit word of 8 codes, repacked at load time so that
+// nibbles k and k + 4 are the low and high halves of fragment register k (rows g / g + 8, columns
+// 2t, 2t + 1 / 2t + 8, 2t + 9). Register k is the codes' bits placed as a bf16 pattern (sign at 15,
+// exponent bits 8..7, mantissa bit 6) whose value is e2m1 * 2^-126, made exact by one bf16x2
+// multiply by 2^126; the group's MMA starts from zero and its float32 result is scaled by the
+// group's e4m3 scale (float from its bits times 2^120) into the lane's four accumulators. The
+// caller sums the splits and applies the per-tensor scale.
+//
+// Layouts: codes (N / 16, K / 64, 32, 4) uint32 (four groups a lane per 16-byte load, the warp's
+// 512 bytes contiguous); scales (N, K / 16) e4m3 bits as ModelOpt writes them (four groups a row
+// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32. K % 64 == 0 and
+// groups_per_split % 4 == 0.
+
+#include <stdint.h>
+
+template <int PAIR>
+__device__ __forceinline__ uint32_t fragment(uint32_t w) {
+    // nibble PAIR -> bits 15 (sign), 8..6 (e1 e0 m) of the low half; nibble PAIR + 4 -> the high
+    const uint32_t mag = (PAIR * 4 <= 6) ? (w << (6 - 4 * PAIR)) : (w >> (4 * PAIR - 6));
+    const uint32_t sign = w << (12 - 4 * PAIR);
+    return (mag & 0x01C001C0u) | (sign & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+__device__ __forceinline__ float e4m3(uint32_t bits) {
+    // non-negative e4m3 -> float: its exponent and mantissa bits at float's, times 2^120 (exact,
+    // subnormal scales included)
+    return __uint_as_float((bits & 0x7Fu) << 20) * 0x1p120f;
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
+               const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
+               int groups_per_split) {
+    const int lane = threadIdx.x & 31;
+    const int tile = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (tile >= (n >> 4)) return;
+    const int groups = k >> 4;
+    const int g = lane >> 2, t = lane & 3;
+    const int j0 = blockIdx.y * groups_per_split;
+    const int j1 = min(j0 + groups_per_split, groups);
+    const uint4* w_ptr = codes + (size_t)tile * (groups >> 2) * 32 + lane;
+    const uint8_t* s_lo = scales + (size_t)(tile * 16 + g) * groups;
+    const uint8_t* s_hi = s_lo + (size_t)8 * groups;
+    const bool live = g < m;  // B's column g is x's row g
+    const uint32_t* x_row = reinterpret_cast<const uint32_t*>(x + (size_t)(live ? g : 0) * k);
+    const uint32_t two126 = 0x7E807E80u;  // bf16x2 (2^126, 2^126)
+    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+    for (int j = j0; j < j1; j += 4) {
+        const uint4 w4 = __ldg(w_ptr + (size_t)(j >> 2) * 32);
+        const uint32_t sc_lo = __ldg(reinterpret_cast<const uint32_t*>(s_lo + j));
+        const uint32_t sc_hi = __ldg(reinterpret_cast<const uint32_t*>(s_hi + j));
+        const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const uint32_t w = words[u];
+            const uint32_t a0 = mul_bf16x2(fragment<0>(w), two126);
+            const uint32_t a1 = mul_bf16x2(fragment<1>(w), two126);
+            const uint32_t a2 = mul_bf16x2(fragment<2>(w), two126);
+            const uint32_t a3 = mul_bf16x2(fragment<3>(w), two126);
+            const int col = (j + u) * 8 + t;  // x's bf16 pairs: element 16 (j + u) + 2t
+            const uint32_t b0 = live ? __ldg(x_row + col) : 0u;
+            const uint32_t b1 = live ? __ldg(x_row + col + 4) : 0u;
+            float d0, d1, d2, d3;
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
+                : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+            const float lo = e4m3((sc_lo >> (8 * u)) & 0xFFu);
+            const float hi = e4m3((sc_hi >> (8 * u)) & 0xFFu);
+            acc0 = fmaf(d0, lo, acc0);
+            acc1 = fmaf(d1, lo, acc1);
+            acc2 = fmaf(d2, hi, acc2);
+            acc3 = fmaf(d3, hi, acc3);
+        }
+    }
+    // D's (row g, column 2t / 2t + 1) and (row g + 8, ...): W rows, x rows
+    float* out = part + (size_t)blockIdx.y * m * n;
+    const int row = tile * 16 + g, col = 2 * t;
+    if (col < m) {
+        out[(size_t)col * n + row] = acc0;
+        out[(size_t)col * n + row + 8] = acc2;
+    }
+    if (col + 1 < m) {
+        out[(size_t)(col + 1) * n + row] = acc1;
+        out[(size_t)(col + 1) * n + row + 8] = acc3;
+    }
+}
