@@ -74,4 +74,5 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_mmas_in_its_loop
     registers = int(re.search(r"REG:(\d+)", usage.stdout).group(1))
     assert 0 < registers <= 64 and "STACK:0" in usage.stdout
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    assert sass.count("HMMA.16816.F32.BF16") == 4  # one per group, four groups a loop step
+    mmas = sass.count("HMMA.16816.F32.BF16")
+    assert mmas >= 4 and mmas % 4 == 0  # one per group, four groups a loop step (unrolled or not)
