@@ -21,12 +21,11 @@ reaches ~7%), for the raw kernel (one call, no split), hinge fa4 at each ``--spl
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from collections.abc import Callable
 
 import torch
+from out_json import save_json  # NOTE: the sibling module (tools/gpu is sys.path[0])
 
 from hinge.batching import ForwardBatchBuilder, GraphShape, StepSeq
 from hinge.contracts import AttentionLayer, KVCache
@@ -224,10 +223,8 @@ def main() -> None:
                   f"{r['ms_per_layer'] * 1e3:.1f} us/layer | {r['gbps']:.0f} GB/s | "
                   f"{r['of_copy']:.0%} of copy |")
     print(f"\n({time.perf_counter() - started:.0f} s)")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "fa4_attention.json"), "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "matmul_tflops": peak,
-                       "copy_gbps": copy, "rows": rows}, f, indent=2)
+    save_json("fa4_attention.json", {"device": torch.cuda.get_device_name(), "matmul_tflops": peak,
+                                     "copy_gbps": copy, "rows": rows})
 
 
 if __name__ == "__main__":

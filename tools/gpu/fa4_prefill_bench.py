@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
 import torch
 from fa4_attention import matmul_tflops  # NOTE: the sibling script
+from out_json import save_json  # NOTE: the sibling module (tools/gpu is sys.path[0])
 
 
 def model_flops(config: dict, tokens: int) -> float:
@@ -74,10 +74,8 @@ def main() -> None:
         r.update(tok_s=args.tokens / seconds, tflops=flops / seconds / 1e12)
         print(f"| {r['attention']} | {r['ttft_ms']:.1f} | {r['tok_s']:.0f} | {r['tflops']:.0f} | "
               f"{r['tflops'] / peak:.0%} |")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "fa4_prefill_bench.json"), "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "matmul_tflops": peak,
-                       "flops": flops, "rows": rows}, f, indent=2)
+    save_json("fa4_prefill_bench.json", {"device": torch.cuda.get_device_name(),
+                                         "matmul_tflops": peak, "flops": flops, "rows": rows})
 
 
 if __name__ == "__main__":

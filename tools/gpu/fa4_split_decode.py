@@ -15,8 +15,6 @@ copy bandwidth (goal at batch 1: >= 40%).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 import torch
 from fa4_attention import (  # NOTE: the sibling script (sys.path[0] is this folder)
@@ -32,6 +30,7 @@ from fa4_attention import (  # NOTE: the sibling script (sys.path[0] is this fol
     graphed,
     kv_pool,
 )
+from out_json import save_json  # NOTE: the sibling module (tools/gpu is sys.path[0])
 
 from hinge.contracts import AttentionLayer
 from hinge.plugins.specs import BuildContext
@@ -128,9 +127,8 @@ def main() -> None:
     for r in rows:
         names = ", ".join(f"{short(k['name'])} {k['us']:.1f}" for k in r["kernels"])
         print(f"- batch {r['batch']}, {r['what']}: {names}")
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "fa4_split_decode.json"), "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows}, f, indent=2)
+    save_json("fa4_split_decode.json",
+              {"device": torch.cuda.get_device_name(), "copy_gbps": copy, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -24,14 +24,12 @@ shape or tiling is reported and skipped; the rest still run.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import traceback
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from out_json import save_json  # NOTE: the sibling module (tools/gpu is sys.path[0])
 
 from hinge.layers.fast_triton import add_rmsnorm as fused_norm
 from hinge.layers.fast_triton import gemv as g
@@ -246,10 +244,9 @@ def main() -> None:
     sweep_rows = sweep(args.m, args.shapes, args.replays, args.top) if args.sweep else []
     if sweep_rows:
         print("\n" + table(sweep_rows), flush=True)
-    if os.environ.get("OUT"):
-        path = Path(os.environ["OUT"]) / "fast_kernels.json"
-        path.write_text(json.dumps(dict(device=torch.cuda.get_device_name(), rows=rows, sweep=sweep_rows),
-                                   indent=2))
+    path = save_json("fast_kernels.json",
+                     dict(device=torch.cuda.get_device_name(), rows=rows, sweep=sweep_rows))
+    if path:
         print(f"wrote {path}")
 
 

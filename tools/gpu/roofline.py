@@ -30,13 +30,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
 import tempfile
 import time
 from typing import Any
 
 import torch
+from out_json import save_json  # NOTE: the sibling module (tools/gpu is sys.path[0])
 
 from hinge import LLM, SamplingParams
 from hinge.bench.presets import preset_config
@@ -259,9 +259,7 @@ def main() -> None:
         results.append(bench_model(args.arch2, args.size2, args, bandwidth))
     stamp = {"date": time.strftime("%Y-%m-%d"), "card": torch.cuda.get_device_name(),
              "torch": torch.__version__, "bandwidth": bandwidth, "results": results}
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "roofline.json"), "w") as f:
-            json.dump(stamp, f, indent=1)
+    save_json("roofline.json", stamp, indent=1)
     for r in results:
         if r.get("profiles"):
             from step_profile import table as profile_table
