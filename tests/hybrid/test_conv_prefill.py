@@ -70,19 +70,19 @@ def test_shapes_it_cannot_take_are_refused_naming_them(conv_prefill):
 
 def test_fla_kernels_send_default_mode_prefill_to_it_and_keep_the_reference_when_tracking(monkeypatch):
     """``FlaRecurrentKernels.causal_conv1d`` (fla itself is not needed for the conv)."""
+    from hinge.layers import fast_triton
     from hinge.layers.recurrent_kernels import fla_kernels
 
     calls = []
     monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (None, None))
-    monkeypatch.setattr(fla_kernels.FlaRecurrentKernels, "runs_on", lambda self, x: True)
-    monkeypatch.setattr(fla_kernels.fast_triton, "enabled", lambda x, *a, **k: True)
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, *a, **k: True)
     monkeypatch.setattr(fla_kernels, "_conv_prefill", lambda: lambda *a, **k: calls.append(k) or "fast")
     kernels = fla_kernels.FlaRecurrentKernels()
     x, weight, bias, window, cu = _batch([3, 2])
     assert kernels.causal_conv1d(x, weight, None, window, cu, activation="silu") == "fast"
     tracked = kernels.causal_conv1d(x, weight, None, window, cu, activation="silu", track_states=True)
     assert tracked.position_windows is not None and len(calls) == 1
-    monkeypatch.setattr(fla_kernels.fast_triton, "enabled", lambda x, *a, **k: False)  # =0
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, *a, **k: False)  # =0
     assert kernels.causal_conv1d(x, weight, None, window, cu, activation="silu") != "fast"
 
 

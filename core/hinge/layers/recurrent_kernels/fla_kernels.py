@@ -29,7 +29,6 @@ from itertools import pairwise
 import torch
 
 from hinge.devices import to_device
-from hinge.layers import fast_triton
 from hinge.layers.recurrent_kernels.base import DeltaRuleResult
 from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uniform_len
 
@@ -102,16 +101,9 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     def runs_on(self, x: torch.Tensor) -> bool:
         return x.is_cuda
 
-    def causal_conv1d(self, x, weight, bias, initial_window, cu_seqlens, *, activation=None,
-                      track_states=False):
-        """On CUDA one Triton kernel (``conv_prefill``), unless the step asks for per-position
-        windows (verify steps, checkpoints inside a chunk), which the reference makes."""
-        if (track_states or not self.runs_on(x) or not fast_triton.enabled(x)  # HINGE_FAST_KERNELS
-                or x.stride(-1) != 1 or weight.stride(-1) != 1):
-            return super().causal_conv1d(x, weight, bias, initial_window, cu_seqlens,
-                                         activation=activation, track_states=track_states)
-        return _conv_prefill()(x, weight, bias, initial_window, list(cu_seqlens),
-                               activation=activation)
+    def prefill_conv(self):
+        """The default-mode one-kernel conv (``conv_prefill``): ``causal_conv1d`` routes to it."""
+        return _conv_prefill()
 
     def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
         if not self.runs_on(q):

@@ -396,20 +396,27 @@ class TorchRecurrentKernels(RecurrentKernels):
     def __init__(self, deterministic: bool = False) -> None:
         self.deterministic = deterministic
 
+    def prefill_conv(self):
+        """The one-kernel CUDA conv this kernel set takes where no per-position windows are asked
+        for, or None for the reference everywhere: deterministic mode's ``conv_prefill_exact``
+        (the reference's bits); ``FlaRecurrentKernels`` takes ``conv_prefill``."""
+        if not self.deterministic:
+            return None
+        from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill_exact
+
+        return conv_prefill_exact
+
     def causal_conv1d(
         self, x, weight, bias, initial_window, cu_seqlens, *, activation=None, track_states=False
     ):
-        """The reference; in deterministic mode on CUDA (no per-position windows) its bits in one
-        Triton kernel (``conv_prefill_exact``)."""
+        """``prefill_conv``'s kernel on CUDA (``HINGE_FAST_KERNELS=0`` takes the reference) for a
+        step without per-position windows; the reference otherwise."""
         from hinge.layers import fast_triton
 
-        if (self.deterministic and not track_states
-                and fast_triton.enabled(x, self.deterministic, invariant=True)
+        fast = None if track_states else self.prefill_conv()
+        if (fast is not None and fast_triton.enabled(x, self.deterministic, invariant=True)
                 and x.stride(-1) == 1 and weight.stride(-1) == 1 and weight.shape[1] >= 2):
-            from hinge.layers.recurrent_kernels.conv_prefill import conv_prefill_exact
-
-            return conv_prefill_exact(x, weight, bias, initial_window, list(cu_seqlens),
-                                      activation=activation)
+            return fast(x, weight, bias, initial_window, list(cu_seqlens), activation=activation)
         return torch_causal_conv1d(
             x,
             weight,
