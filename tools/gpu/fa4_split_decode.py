@@ -4,7 +4,8 @@ Decode of ``--batch`` requests (default 1 4 16) of ``--context`` keys (default 4
 head dim 128, bf16, 128-token pages, one KV buffer per layer across enough layers to leave L2
 (``fa4_attention.py``'s setup), each step captured in one CUDA graph through the backend's graph
 protocol. Rows: the raw unsplit kernel, and hinge fa4 with ``split_kv = always`` at each
-``--split-sizes`` for ``split_call`` batched and varlen, and batched with ``split_tile_m`` 64; each with the kernels one layer launches
+``--split-sizes`` in each of ``--forms`` (``FORMS``: the query form, the tile, pack_gqa; default
+batched and varlen, and batched with ``split_tile_m`` 64); each with the kernels one layer launches
 (torch profiler, eager: name and device time each, listed after the table) and the share of
 copy bandwidth (goal at batch 1: >= 40%).
 
@@ -57,7 +58,15 @@ def short(name: str) -> str:
     return name.split("<")[0].split("(")[0].replace("void ", "").split("::")[-1][:40]
 
 
-def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float) -> list[dict]:
+FORMS = {  # --forms: split_call, split_tile_m, split_tile_n, split_pack_gqa
+    "batched": ("batched", 128, 128, True), "varlen": ("varlen", 128, 128, True),
+    "tile64": ("batched", 64, 128, True), "tile64-nopack": ("batched", 64, 128, False),
+    "tile64x64": ("batched", 64, 64, True), "tile64x64-nopack": ("batched", 64, 64, False),
+}
+
+
+def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
+             forms: list[tuple]) -> list[dict]:
     from flash_attn.cute import flash_attn_varlen_func
 
     from hinge_fa4.backend import FA4AttentionBackend
@@ -83,8 +92,9 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float)
     variants = [("raw kernel, no split", raw)]
     build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
     for size in split_sizes:
-        for form, tile_m in (("batched", 128), ("varlen", 128), ("batched", 64)):
-            options = FA4Options(split_kv="always", split_size=size, split_call=form, split_tile_m=tile_m)
+        for form, tile_m, tile_n, pack in forms:
+            options = FA4Options(split_kv="always", split_size=size, split_call=form,
+                                 split_tile_m=tile_m, split_tile_n=tile_n, split_pack_gqa=pack)
             attn = FA4AttentionBackend(options, build)
             attn.warmup(layers[:1], kv)
             attn.init_graph_buffers(batch_size, batch_size, pages_per)
@@ -95,7 +105,8 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float)
             def one(i: int, a=attn, static=holder.batch) -> None:
                 a.forward(q, k, k, layers[i], kv, static)
 
-            variants.append((f"fa4 split {size}, {form}" + (f", tile {tile_m}" if tile_m != 128 else ""), one))
+            variants.append((f"fa4 split {size}, {form}, tile {tile_m}x{tile_n}"
+                             + ("" if pack else ", no pack_gqa"), one))
     out = []
     for name, layer_fn in variants:
         try:
@@ -115,9 +126,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--split-sizes", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--forms", nargs="+", choices=sorted(FORMS), default=["batched", "varlen", "tile64"])
     args = parser.parse_args()
     copy = copy_gbps()
-    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy)]
+    forms = [FORMS[f] for f in args.forms]
+    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy, forms)]
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, {args.context} keys per request\n")
     print("| batch | what | us/layer | GB/s | of copy | kernels/layer |\n| --- | --- | --- | --- | --- | --- |")
     for r in rows:

@@ -114,11 +114,27 @@ class MmaGemv:
     def __init__(self, cubin: bytes, warps: int = 4) -> None:
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self.warps = warps
+        self._make_torch_context_current()
         self.module = ctypes.c_void_p()
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
                                                   b"nvfp4_mma_gemv"), "cuModuleGetFunction")
+
+    def _make_torch_context_current(self) -> None:
+        """The driver API loads into this thread's current context: torch's primary context, made
+        current here (``torch.cuda.is_available()`` creates none; a module load without one fails
+        with error 201, CUDA_ERROR_INVALID_CONTEXT, as the H200 showed on 2026-12-02)."""
+        torch.zeros(1, device="cuda")  # torch creates its primary context and makes it current
+        context = ctypes.c_void_p()
+        self._check(self.cuda.cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        if not context.value:
+            device = ctypes.c_int()
+            self._check(self.cuda.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()),
+                        "cuDeviceGet")
+            self._check(self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+                        "cuDevicePrimaryCtxRetain")
+            self._check(self.cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
     @staticmethod
     def _check(code: int, what: str) -> None:

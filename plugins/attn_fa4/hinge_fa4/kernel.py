@@ -50,9 +50,11 @@ class FA4Kernel:
         from flash_attn.cute import flash_attn_varlen_func
 
         self._varlen: Any = flash_attn_varlen_func
-        self._fwd: Any = private_forward(options.split_tile_m)
+        self._fwd: Any = private_forward(options.split_tile_m, options.split_tile_n)
         self.split_call = options.split_call
         self.split_tile_m = options.split_tile_m if self._fwd is not None else 128
+        self.split_tile_n = options.split_tile_n if self._fwd is not None else 128
+        self.split_pack_gqa = options.split_pack_gqa
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
         logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
                     cache or "off")
@@ -77,43 +79,45 @@ class FA4Kernel:
         v, heads, dim = q.shape
         if self.split_call == "varlen":
             cu = torch.arange(v + 1, dtype=torch.int32, device=q.device)
-            out, lse = self.varlen(q, k_pages, v_pages, cu_seqlens_q=cu, seqused_k=seqused_k,
-                                   page_table=page_table, max_seqlen_q=1,
-                                   softmax_scale=softmax_scale, causal=False, softcap=softcap,
-                                   return_lse=True)
+            out, lse = self._varlen(
+                q, k_pages, v_pages, cu_seqlens_q=cu, max_seqlen_q=1, seqused_k=seqused_k,
+                page_table=page_table, softmax_scale=softmax_scale, causal=False,
+                softcap=softcap or 0.0, return_lse=True, pack_gqa=self.split_pack_gqa)
             return out, lse.t()
-        if self._fwd is not None:  # split_tile_m 64: one MMA warpgroup per tile
+        if self._fwd is not None:  # a tile other than flash-attn's own (64 rows: one warpgroup)
             out, lse, *_ = self._fwd(
                 q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
-                softcap=softcap or 0.0, return_lse=True, tile_mn=(self.split_tile_m, 128),
-                num_threads=128 * (1 + self.split_tile_m // 64))
+                softcap=softcap or 0.0, return_lse=True,
+                tile_mn=(self.split_tile_m, self.split_tile_n),
+                num_threads=128 * (1 + self.split_tile_m // 64), pack_gqa=self.split_pack_gqa)
         else:
             out, lse = self._varlen(
                 q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
-                softcap=softcap or 0.0, return_lse=True)
+                softcap=softcap or 0.0, return_lse=True, pack_gqa=self.split_pack_gqa)
         return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
 
 
-def private_forward(tile_m: int) -> Any:
-    """flash-attn's private ``_flash_attn_fwd`` for a ``tile_m``-row split call, or None: for
-    128 (its own tile: the public function serves), or when the installed flash-attn-4 has no
-    such function taking ``tile_mn`` (a warning says so; the public call then runs)."""
-    if tile_m == 128:
+def private_forward(tile_m: int, tile_n: int = 128) -> Any:
+    """flash-attn's private ``_flash_attn_fwd`` for a ``tile_m`` x ``tile_n`` split call, or
+    None: for 128 x 128 (its own tile: the public function serves), or when the installed
+    flash-attn-4 has no such function taking ``tile_mn`` (a warning says so; the public call
+    then runs)."""
+    if (tile_m, tile_n) == (128, 128):
         return None
     import inspect
 
     try:
         from flash_attn.cute.interface import _flash_attn_fwd  # NOTE: private, version-pinned
     except ImportError as exc:
-        logger.warning("fa4: split_tile_m=%d needs flash_attn.cute.interface._flash_attn_fwd (%s); "
-                       "split calls use 128-row tiles", tile_m, exc)
+        logger.warning("fa4: split tiles %dx%d need flash_attn.cute.interface._flash_attn_fwd (%s); "
+                       "split calls use 128-row tiles", tile_m, tile_n, exc)
         return None
     params = inspect.signature(_flash_attn_fwd).parameters
     if not {"tile_mn", "num_threads"} <= params.keys():
         logger.warning("fa4: this flash-attn-4's _flash_attn_fwd takes no tile_mn/num_threads; "
-                       "split calls use 128-row tiles (split_tile_m=%d ignored)", tile_m)
+                       "split calls use 128-row tiles (split tiles %dx%d ignored)", tile_m, tile_n)
         return None
     return _flash_attn_fwd
 

@@ -37,6 +37,15 @@ class FA4Options(BaseModel):
         "every batch and split size tools/gpu/fa4_split_decode.py measured on the H200; falls "
         "back to 128 with a warning where that function is missing); 128 = flash-attn's own "
         "sm_90 choice (two MMA warpgroups)")
+    split_tile_n: Literal[64, 128] = Field(
+        128, description="keys per tile of a batched split call (flash-attn's sm_90 choice for "
+        "head dim 128 is 128); 64 halves a tile's work, for more steps of less latency each "
+        "(through the same private function as split_tile_m)")
+    split_pack_gqa: bool = Field(
+        True, description="split calls: pack a KV head's query heads into one tile's rows "
+        "(flash-attn's default for GQA: one program per (part, KV head), each reading its keys "
+        "once); False = one program per (part, query head), a KV head's keys read by its "
+        "query heads' programs at once (more programs at batch 1; the repeats mostly hit L2)")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(

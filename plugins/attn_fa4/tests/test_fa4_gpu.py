@@ -123,8 +123,10 @@ def test_lse_and_requests_without_keys_match_the_restatement():
 # -- the split call and its merge ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("split_call, tile_m", [("batched", 128), ("varlen", 128), ("batched", 64)])
-def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, tile_m):
+@pytest.mark.parametrize("split_call, tile_m, tile_n, pack_gqa", [
+    ("batched", 128, 128, True), ("varlen", 128, 128, True), ("batched", 64, 128, True),
+    ("batched", 64, 128, False), ("batched", 64, 64, True), ("varlen", 128, 128, False)])
+def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, tile_m, tile_n, pack_gqa):
     """One query per virtual request, non-causal, lse as (V, H): parts of 300, 128, 1 and 0
     keys (an empty slot: zeros and lse -inf) through page rows that start mid-request."""
     lay = layer(128)
@@ -139,7 +141,8 @@ def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, 
     args = dict(seqused_k=torch.tensor([300, 128, 1, 0], dtype=torch.int32, device="cuda"),
                 page_table=torch.stack([row[0:3], row[2:5], row[5:8], row[0:3]]).contiguous(),
                 softmax_scale=lay.scale)
-    real = FA4Kernel(FA4Options(split_call=split_call, split_tile_m=tile_m), torch.device("cuda"))
+    real = FA4Kernel(FA4Options(split_call=split_call, split_tile_m=tile_m, split_tile_n=tile_n,
+                                split_pack_gqa=pack_gqa), torch.device("cuda"))
     out, lse = real.split_decode(q, kp, vp, **args)
     ref_out, ref_lse = ReferenceKernel().split_decode(q, kp, vp, **args)
     assert out.shape == (4, 32, 128) and lse.shape == (4, 32)

@@ -261,7 +261,8 @@ def test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run(til
         got = triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config)
         assert_matches(got.float(), reference.linear(x, packed, scales, row_scale, bias).float(), 2e-2)
         assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=config))
-        if prefetch:  # the same arithmetic as without
+        if prefetch and not dot:  # the same arithmetic as without (a tl.dot's MMA order is the
+            # compiler's: the H200 gave other bits for 64 x 128 dot with prefetch, 2026-12-02)
             plain = dataclasses.replace(config, prefetch=False)
             assert torch.equal(got, triton_gemv.nvfp4_gemv(x, packed, scales, row_scale, bias, config=plain))
 
