@@ -65,6 +65,24 @@ verify-bench)
     grep -E "b1 x|decode \| hinge fa4, split auto" "$OUT/fa4.log" | head -3; tail -6 "$OUT/fa4_prefill.log"
     tail -3 "$OUT/hybrid_fla.log"; tail -3 "$OUT/hybrid_token_recurrence.log"; tail -8 "$OUT/recurrent.log"
     ;;
+followup)
+    # 2026-12-02 (eighth session), after verify and a trimmed verify-bench: the GEMV prefetch
+    # test and fa4's new split knobs, the MMA GEMV probe (context fix), fa4 batch-1 split forms,
+    # the recurrent tiling sweep, the hybrid with and without HINGE_TOKEN_RECURRENCE_MAX
+    b tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        "plugins/quant_nvfp4/tests/test_triton_gemv.py::test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run" \
+        plugins/attn_fa4/tests/test_fa4_gpu.py -k "every_swept or split_call_matches"
+    b nvfp4_mma 100 python3 tools/gpu/nvfp4_mma_probe.py
+    b fa4_split 120 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 256 384 512 \
+        --forms tile64 tile64-nopack tile64x64 tile64x64-nopack
+    b recurrent 90 python3 tools/gpu/recurrent_decode.py --sweep
+    b hybrid_fla 120 python3 tools/gpu/roofline.py --arch qwen3_5 --size 9b --modes default --skip-hf
+    b hybrid_token_recurrence 120 env HINGE_TOKEN_RECURRENCE_MAX=512 python3 tools/gpu/roofline.py \
+        --arch qwen3_5 --size 9b --modes default --skip-hf
+    cat "$OUT/rc.txt"; tail -3 "$OUT/tests.log"; tail -18 "$OUT/nvfp4_mma.log"
+    grep -E "^\| 1 " "$OUT/fa4_split.log"; tail -4 "$OUT/hybrid_fla.log"
+    tail -4 "$OUT/hybrid_token_recurrence.log"; tail -10 "$OUT/recurrent.log"
+    ;;
 bench|bench2)
     if [ "$1" = bench ]; then
         b fa4_split 120 python3 tools/gpu/fa4_split_decode.py
