@@ -1,7 +1,7 @@
 """The tensor-core NVFP4 GEMV experiment (``tools/kernels/nvfp4_mma.py``) on the CPU: its weight
 repack and fragment decode, emulated as the kernel computes, give the reference GEMV (float64,
-from the format's definition); and, where nvcc is installed, the kernel compiles for sm_90 with
-no spills and tensor-core MMAs in its loop. Running it is ``tools/gpu/nvfp4_mma_probe.py``."""
+from the format's definition); and, where nvcc is installed, both kernels compile for sm_90 with
+no spills and tensor-core MMAs in their loops. Running it is ``tools/gpu/nvfp4_mma_probe.py``."""
 
 from __future__ import annotations
 
@@ -65,14 +65,26 @@ def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
-def test_the_kernel_compiles_for_hopper_without_spills_and_with_mmas_in_its_loop(tmp_path):
+@pytest.mark.parametrize("stages", [2, 4, 8])
+def test_both_kernels_compile_for_hopper_without_spills_and_with_mmas_in_their_loops(tmp_path, stages):
+    """Both kernels: at most 64 registers, no stack, four MMAs a step; the async one copies its
+    codes and scales with cp.async (LDGSTS) and waits on them (DEPBAR), a ring of ``stages``
+    steps of 576 bytes for each of its 4 warps in shared memory."""
     cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
                                                  / "backends" / "nvidia" / "bin" / "cuobjdump")
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90"))
-    usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True)
-    registers = int(re.search(r"REG:(\d+)", usage.stdout).group(1))
-    assert 0 < registers <= 64 and "STACK:0" in usage.stdout
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
+    usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
+    assert set(resources) == set(nvfp4_mma.KERNELS)
+    for name, line in resources.items():
+        registers = int(re.search(r"REG:(\d+)", line).group(1))
+        assert 0 < registers <= 64 and "STACK:0" in line and "LOCAL:0" in line, f"{name}: {line}"
+    ring_bytes = 4 * stages * (32 * 16 + 16 * 4)  # + the 1 KiB sm_90 reserves a block
+    assert f"SHARED:{ring_bytes + 1024}" in resources["nvfp4_mma_gemv_async"]
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    mmas = sass.count("HMMA.16816.F32.BF16")
-    assert mmas >= 4 and mmas % 4 == 0  # one per group, four groups a loop step (unrolled or not)
+    functions = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
+    for name in nvfp4_mma.KERNELS:
+        assert functions[name].count("HMMA.16816.F32.BF16") == 4, name  # a step's four groups
+    ring = functions["nvfp4_mma_gemv_async"]
+    assert "LDGSTS" in ring and "DEPBAR" in ring and "LDG.E.128" not in ring

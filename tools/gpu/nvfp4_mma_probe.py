@@ -2,13 +2,17 @@
 outputs against the dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the
 bytes-moved roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
-    python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4] [--hbm-tbs 4.8]
+    python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8 16] [--stages 3 4 6 8]
+                                         [--warps 4] [--hbm-tbs 4.8]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s). Timing as ``nvfp4_gemm.py``'s: a CUDA
 graph of ``ROTATE`` calls over as many weight copies (from HBM, not L2), the median of
 ``--iters`` replays. The MMA kernel's time is its launch plus the float32 sum over its K splits
-(torch) and the per-tensor scale, so it is comparable with the Triton GEMV's whole call. Prints a
-table per shape and M: error against the reference, microseconds, % of the roofline.
+(torch) and the per-tensor scale, so it is comparable with the Triton GEMV's whole call. Every
+variant is timed: the register-load kernel ("sync") and the cp.async ring kernel at each of
+``--stages``, each at every ``--splits``; printed per shape and M: the largest error of any
+variant against the reference, the Triton GEMV's time, the best sync and best async variant
+(microseconds, % of the roofline).
 """
 
 from __future__ import annotations
@@ -26,10 +30,17 @@ import nvfp4_mma  # noqa: E402
 from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling script
 
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 6, 8],
+                        help="ring depths of the cp.async kernel (steps of four groups a warp)")
+    parser.add_argument("--warps", type=int, default=4, help="warps (16-row tiles) a block")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     args = parser.parse_args()
@@ -38,10 +49,14 @@ def main() -> None:
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemv import nvfp4_gemv
 
-    gemv = nvfp4_mma.MmaGemv(nvfp4_mma.build_cubin("sm_90"))
+    cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in args.stages}
+    kernels = {"sync": nvfp4_mma.MmaGemv(cubins[args.stages[0]], warps=args.warps)}
+    kernels |= {f"async {st}": nvfp4_mma.MmaGemv(c, warps=args.warps, kernel=nvfp4_mma.KERNELS[1])
+                for st, c in cubins.items()}
     print(f"{torch.cuda.get_device_name()}; MMA GEMV vs hinge_nvfp4's Triton GEMV, us (median)")
-    print("| shape | M | max rel err | Triton us | MMA us (split) | MMA % roofline | Triton % |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| shape | M | max rel err (any variant) | Triton us (%) | sync MMA us (splits, %) | "
+          "async MMA us (stages, splits, %) |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k) in SHAPES.items():
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]
@@ -53,29 +68,32 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
-            best = None
-            for splits in args.splits:
-                groups = k // 16
-                per_split = (groups + splits - 1) // splits
-                per_split = (per_split + 3) // 4 * 4  # a multiple of 4 groups
-                count = -(-groups // per_split)
-                part = torch.empty(count, m, n, device="cuda")
+            best, worst = {}, 0.0  # the fastest of each kind; the largest error of any variant
+            for variant, gemv in kernels.items():
+                for splits in args.splits:
+                    groups = k // 16
+                    per_split = ceil_div(ceil_div(groups, splits), 4) * 4  # whole steps
+                    count = -(-groups // per_split)
+                    part = torch.empty(count, m, n, device="cuda")
 
-                def run(i=0, part=part, per_split=per_split, x=x, words=words, sbits=sbits):
-                    gemv(words[i], sbits[i], x, part, per_split)
-                    return part.sum(0) if part.shape[0] > 1 else part[0]
+                    def run(i=0, part=part, per_split=per_split, x=x, words=words, sbits=sbits,
+                            gemv=gemv):
+                        gemv(words[i], sbits[i], x, part, per_split)
+                        return part.sum(0) if part.shape[0] > 1 else part[0]
 
-                got = run()
-                torch.cuda.synchronize()
-                err = ((got - want).abs().max() / want.abs().max()).item()
-                us = graph_time(run, args.iters)
-                if best is None or us < best[0]:
-                    best = (us, count, err)
+                    got = run()
+                    torch.cuda.synchronize()
+                    worst = max(worst, ((got - want).abs().max() / want.abs().max()).item())
+                    us = graph_time(run, args.iters)
+                    kind = variant.split()[0]
+                    if kind not in best or us < best[kind][0]:
+                        best[kind] = (us, f"{variant.split()[-1] + ', ' if kind == 'async' else ''}{count}")
             triton_us = graph_time(lambda i=0, x=x, q=quant, rs=ones: nvfp4_gemv(
                 x, q[i][0], q[i][1], rs, None), args.iters)
-            us, count, err = best
-            print(f"| {label} | {m} | {err:.2e} | {triton_us:.1f} | {us:.1f} ({count}) | "
-                  f"{100 * roof / us:.0f}% | {100 * roof / triton_us:.0f}% |")
+            cells = [f"{us:.1f} ({what}, {100 * roof / us:.0f}%)" for us, what in
+                     (best["sync"], best["async"])]
+            print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
+                  f"{cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ followup)
     b tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         "plugins/quant_nvfp4/tests/test_triton_gemv.py::test_cuda_gemv_every_swept_tiling_is_correct_and_the_same_bits_every_run" \
         plugins/attn_fa4/tests/test_fa4_gpu.py -k "every_swept or split_call_matches"
-    b nvfp4_mma 100 python3 tools/gpu/nvfp4_mma_probe.py
+    b nvfp4_mma 180 python3 tools/gpu/nvfp4_mma_probe.py  # sync and cp.async-ring kernels
     b fa4_split 120 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 256 384 512 \
         --forms tile64 tile64-nopack tile64x64 tile64x64-nopack
     b recurrent 90 python3 tools/gpu/recurrent_decode.py --sweep

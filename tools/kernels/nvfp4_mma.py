@@ -95,14 +95,21 @@ def emulate(words: torch.Tensor, scales: torch.Tensor, x: torch.Tensor) -> torch
     return (d * s[..., None]).sum(1).reshape(tiles * 16, m).t()
 
 
-def build_cubin(arch: str = "sm_90") -> bytes:
-    """``nvfp4_mma_gemv.cu`` compiled by nvcc for ``arch`` (needs nvcc on PATH)."""
+KERNELS = ("nvfp4_mma_gemv", "nvfp4_mma_gemv_async")  #: register loads; cp.async ring
+
+
+def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
+    """``nvfp4_mma_gemv.cu`` (both kernels) compiled by nvcc for ``arch``, the async kernel's
+    ring ``stages`` steps deep; needs nvcc on PATH."""
+    if stages < 2:
+        raise ValueError(f"the cp.async ring needs at least 2 stages, got {stages}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH: the MMA GEMV experiment compiles with it")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
-        subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", "-o", str(out), str(SOURCE)],
+        subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}", "-o",
+                        str(out), str(SOURCE)],
                        check=True, capture_output=True, text=True)
         return out.read_bytes()
 
@@ -111,7 +118,11 @@ class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it)."""
 
-    def __init__(self, cubin: bytes, warps: int = 4) -> None:
+    def __init__(self, cubin: bytes, warps: int = 4, kernel: str = KERNELS[0]) -> None:
+        if kernel not in KERNELS:
+            raise ValueError(f"no kernel {kernel!r} in nvfp4_mma_gemv.cu; it has {', '.join(KERNELS)}")
+        if kernel == KERNELS[1] and warps > 4:
+            raise ValueError(f"{kernel} has shared rings for 4 warps a block, got {warps}")
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self.warps = warps
         self._make_torch_context_current()
@@ -119,7 +130,7 @@ class MmaGemv:
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
-                                                  b"nvfp4_mma_gemv"), "cuModuleGetFunction")
+                                                  kernel.encode()), "cuModuleGetFunction")
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made
@@ -146,6 +157,8 @@ class MmaGemv:
         """``part`` (splits, M, N) float32 filled by one launch; returns it."""
         n, k, m = scales.shape[0], x.shape[1], x.shape[0]
         splits = part.shape[0]
+        if groups_per_split % 4:
+            raise ValueError(f"groups_per_split must be a multiple of 4 (a step), got {groups_per_split}")
         args = [ctypes.c_void_p(words.data_ptr()), ctypes.c_void_p(scales.data_ptr()),
                 ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(part.data_ptr()),
                 ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(m), ctypes.c_int(groups_per_split)]
