@@ -80,3 +80,38 @@ def test_a_warm_up_that_keeps_pages_is_an_error_naming_the_leak(checkpoint, monk
     monkeypatch.setattr(NoCachePolicy, "insert", lambda self, tokens, pages, *a, **k: [])
     with pytest.raises(RuntimeError, match=r"warm-up requests kept [1-9]\d* KV pages"):
         _engine(checkpoint, "on")
+
+
+def test_the_warm_up_runs_alone_each_prompt_length_the_models_kernels_ask_for(checkpoint, monkeypatch):
+    # kernels that switch paths above some prompt length (fla's short-prefill switch) ask for a
+    # prompt past it, so the other path compiles at start-up too
+    from hinge.layers.recurrent_kernels import TorchRecurrentKernels
+
+    engine = _engine(checkpoint, "off")
+    model = engine.model
+    if hasattr(model, "set_recurrent_kernels"):  # the hybrid: its layers' kernels ask
+
+        class Switching(TorchRecurrentKernels):
+            def warmup_prompt_lengths(self):
+                return (41, 48)
+
+        assert model.warmup_prompt_lengths() == ()
+        model.set_recurrent_kernels(Switching())
+    else:  # a dense model asks for nothing; here a stand-in asks
+        assert model.warmup_prompt_lengths() == ()
+        monkeypatch.setattr(model, "warmup_prompt_lengths", lambda: (41, 48), raising=False)
+    assert model.warmup_prompt_lengths() == (41, 48)
+    rounds: list[list[int]] = []
+    add = engine.add_request
+
+    def spy(prompt, params, rid=None):
+        r = int(rid.split("-")[1])
+        while len(rounds) <= r:
+            rounds.append([])
+        rounds[r].append(len(prompt))
+        return add(prompt, params, rid=rid)
+
+    monkeypatch.setattr(engine, "add_request", spy)
+    warmup.run_warmup(engine)
+    assert rounds == [list(warmup.BATCHED_LENGTHS), *([n] for n in warmup.SOLO_LENGTHS), [41], [48]]
+    assert engine.kv.allocator.num_used == 0

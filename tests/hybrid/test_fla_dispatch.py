@@ -58,6 +58,13 @@ class CpuFla(FlaRecurrentKernels):
         return True
 
 
+@pytest.fixture(autouse=True)
+def chunk_pipeline_for_every_prefill(monkeypatch):
+    """These tests check fla's calling convention on short prompts: the short-prefill switch
+    (``HINGE_TOKEN_RECURRENCE_MAX``) off unless a test sets it."""
+    monkeypatch.setenv(fla_kernels.TOKEN_RECURRENCE_ENV, "0")
+
+
 def _inputs(lens, hk=2, hv=4, dk=8, dv=6):
     gen = torch.Generator().manual_seed(0)
     t = sum(lens)
@@ -130,30 +137,42 @@ def test_fla_gets_aligned_copies_of_row_slices_that_start_anywhere(monkeypatch, 
     torch.testing.assert_close(got.out.float(), want.out.float(), rtol=2e-2, atol=2e-2)
 
 
-def test_the_token_recurrence_experiment_takes_short_prefills_only_when_asked(monkeypatch):
-    """``HINGE_TOKEN_RECURRENCE_MAX=N``: prefill steps whose longest request has at most N tokens
-    go to hinge's token-recurrence kernel; longer ones, decode steps and the default (0) keep
-    fla's; a value that is not a count is refused naming the variable."""
+def test_short_prefills_take_the_token_recurrence_up_to_the_switch_and_the_warm_up_passes_it(monkeypatch):
+    """``HINGE_TOKEN_RECURRENCE_MAX=N`` (default 128): prefill steps whose longest request has at
+    most N tokens go to hinge's token-recurrence kernel; longer ones and decode steps keep fla's,
+    0 sends every prefill to fla's chunk pipeline; the kernels ask the warm-up for two prompts
+    past N (an ordinary length and a multiple of 16), none when the switch is off; a value that
+    is not a count is refused naming the variable."""
     from hinge.layers.recurrent_kernels import delta_rule_triton
 
     monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, fake_recurrent))
     monkeypatch.setattr(delta_rule_triton, "gated_delta_rule",
                         lambda *a: CALLS.append("token recurrence") or ("out", "final", None))
 
-    def route(lens, env=None):
+    def kernels(env):
         if env is None:
             monkeypatch.delenv(fla_kernels.TOKEN_RECURRENCE_ENV, raising=False)
         else:
             monkeypatch.setenv(fla_kernels.TOKEN_RECURRENCE_ENV, env)
+        return CpuFla()
+
+    def route(lens, env=None):
         CALLS.clear()
         args, cu = _inputs(lens)
-        CpuFla().gated_delta_rule(*args, cu)
+        kernels(env).gated_delta_rule(*args, cu)
         return CALLS[:]
 
-    assert route([3, 70, 9]) == ["chunk"]
+    assert fla_kernels.TOKEN_RECURRENCE_DEFAULT == 128
+    assert route([3, 128, 9]) == ["token recurrence"]
+    assert route([3, 129, 9]) == ["chunk"]
     assert route([3, 70, 9], "0") == ["chunk"]
     assert route([3, 70, 9], "70") == ["token recurrence"]
     assert route([3, 71, 9], "70") == ["chunk"]
     assert route([1, 1, 1], "70") == ["recurrent"]
+    for env, lengths in ((None, (129, 144)), ("70", (71, 80)), ("15", (17, 16)), ("0", ())):
+        asked = kernels(env).warmup_prompt_lengths()
+        assert asked == lengths, f"{env}: {asked}"
+        cap = kernels(env).token_recurrence_max
+        assert all(n > cap for n in asked) and {n % 16 == 0 for n in asked} == ({True, False} if asked else set())
     with pytest.raises(ValueError, match="HINGE_TOKEN_RECURRENCE_MAX"):
         route([3], "many")

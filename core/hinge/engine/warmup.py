@@ -18,7 +18,10 @@ not drawn from):
    integer arguments on being 1 or a multiple of 16, so the three lengths cover its variants
    (the batched pair's total, 33 tokens, is neither: a kernel over a step's rows sees it too; a
    pair summing to 32 left the hybrid's prefill conv uncompiled for an ordinary step, H200
-   2026-12-02).
+   2026-12-02);
+3. alone, each length the model asks for (``Model.warmup_prompt_lengths``): kernels that take
+   another path above some prompt length (the hybrid's fla kernels with short prefills on the
+   token recurrence: their chunk pipeline runs on longer ones only).
 
 They run on a scheduler of their own over the engine's pools, with no prefix cache (nothing of
 theirs is cached, no cache counter moves); afterwards the engine resets its counters
@@ -79,7 +82,7 @@ def run_warmup(engine: Any) -> float:
     engine.scheduler = engine.new_scheduler(no_cache)
     try:
         rounds = [[(n, i == 1) for i, n in enumerate(BATCHED_LENGTHS)]] + \
-                 [[(n, False)] for n in SOLO_LENGTHS]
+                 [[(n, False)] for n in (*SOLO_LENGTHS, *engine.model.warmup_prompt_lengths())]
         for r, batch in enumerate(rounds):
             for i, (n, sampled) in enumerate(batch):
                 engine.add_request(prompt(min(n, limit), engine.vocab_size, salt=r * 31 + i),

@@ -137,6 +137,12 @@ class CausalLM(nn.Module):
         """
         return None
 
+    def warmup_prompt_lengths(self) -> tuple[int, ...]:
+        """Prompt lengths the engine's start-up warm-up runs besides its own (``hinge.engine.
+        warmup``), for kernels of this model that take another path above some length (a model
+        whose layers take one path at every length needs none)."""
+        return ()
+
     def ensure_positions(self, num_positions: int) -> None:
         """Size position tables (rotary) for ``num_positions`` once, before serving; a model
         without such tables needs nothing."""

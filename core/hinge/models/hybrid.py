@@ -140,6 +140,11 @@ class HybridDecoderLM(DecoderStackLM):
                 "graphs.tokens_per_request to [1]"))
         return GraphVerdict(allow=True)
 
+    def warmup_prompt_lengths(self) -> tuple[int, ...]:
+        """What the recurrent layers' kernels ask for (``RecurrentKernels.warmup_prompt_lengths``)."""
+        return tuple(sorted({n for m in self.recurrent_modules()
+                             for n in m.kernels.warmup_prompt_lengths()}))
+
     def recurrent_modules(self) -> list[nn.Module]:
         return [m for m in self.modules() if hasattr(m, "spec") and hasattr(m, "kernels")]
 

@@ -87,6 +87,12 @@ class RecurrentKernels(ABC):
         :param initial_state: (B, Hv, Dk, Dv), any float dtype (computed in float32).
         """
 
+    def warmup_prompt_lengths(self) -> tuple[int, ...]:
+        """Prompt lengths the engine's start-up warm-up must also run so that every path these
+        kernels take is compiled before the first request (``hinge.engine.warmup``): none where
+        one path serves every length."""
+        return ()
+
     def decode_in_pool(
         self,
         q: torch.Tensor,

@@ -11,13 +11,15 @@ convolution is one Triton kernel (``conv_prefill``; ``HINGE_FAST_KERNELS=0`` tak
 reference); per-position states and windows (verify
 steps, a few tokens) use the torch reference, which runs on CUDA as is.
 
-``HINGE_TOKEN_RECURRENCE_MAX=N`` (an experiment, 0 = off by default): a prefill step whose longest
-request has at most N tokens runs hinge's token-recurrence kernel (``delta_rule_triton``, one
-launch a layer, as deterministic mode does) instead of fla's chunk pipeline (about seven
-autotuned launches a layer): on the H200 the hybrid's default-mode TTFT (84 ms at 128 tokens)
-was far above deterministic mode's (46.6 ms) although its kernels are faster, which points at
-that pipeline's host time. For the measurement only: adopting it needs the start-up warm-up to
-compile both paths (a prompt longer than N).
+Short prefills take the token recurrence: a prefill step whose longest request has at most
+``HINGE_TOKEN_RECURRENCE_MAX`` tokens (default ``TOKEN_RECURRENCE_DEFAULT`` = 128; 0 = never) runs
+hinge's token-recurrence kernel (``delta_rule_triton``, one launch a layer, as deterministic mode
+does) instead of fla's chunk pipeline (about seven autotuned launches a layer, whose host time a
+short prefill cannot hide). On the H200 (2026-12-02, docs/benchmarks.md, eighth session) the
+Qwen3.5-9B-shape hybrid's time to first token of a 128-token prompt went from 80.0 to 46.3 ms
+warm with it, decode unchanged; longer prompts were not measured, so the default stops at the
+measured length. The start-up warm-up runs a prompt on each side of the switch
+(``warmup_prompt_lengths``), so both paths are compiled before the first request.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from hinge.layers.recurrent_kernels.torch_ref import TorchRecurrentKernels, _uni
 
 #: the chunk size of fla's ``chunk_gated_delta_rule`` (its autograd function's default)
 FLA_CHUNK = 64
-#: the environment variable of the token-recurrence experiment (module docstring)
+#: the environment variable of the short-prefill switch (module docstring)
 TOKEN_RECURRENCE_ENV = "HINGE_TOKEN_RECURRENCE_MAX"
+#: prefill steps whose longest request has at most this many tokens take the token recurrence
+TOKEN_RECURRENCE_DEFAULT = 128
 
 
 def _cu_tensor(cu_seqlens: tuple[int, ...], device: torch.device) -> torch.Tensor:
@@ -92,11 +96,22 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     def __init__(self) -> None:
         super().__init__(deterministic=False)
         self._chunk, self._recurrent = _import_fla()
-        value = os.environ.get(TOKEN_RECURRENCE_ENV, "0")
+        value = os.environ.get(TOKEN_RECURRENCE_ENV, str(TOKEN_RECURRENCE_DEFAULT))
         if not value.isdigit():
-            raise ValueError(f"{TOKEN_RECURRENCE_ENV}={value!r}: give a token count (0 = off)")
+            raise ValueError(f"{TOKEN_RECURRENCE_ENV}={value!r}: give a token count (0 = fla's "
+                             f"chunk pipeline for every prefill; default {TOKEN_RECURRENCE_DEFAULT})")
         #: prefill steps whose longest request is at most this long take the token recurrence
         self.token_recurrence_max = int(value)
+
+    def warmup_prompt_lengths(self) -> tuple[int, ...]:
+        """Two prompts past the short-prefill switch, so fla's chunk pipeline compiles at start-up
+        too: one of an ordinary length and one a multiple of 16 (Triton's integer variants; the
+        warm-up's own prompts cover the token recurrence's)."""
+        n = self.token_recurrence_max
+        if n == 0:
+            return ()
+        ordinary = n + 1 if (n + 1) % 16 else n + 2
+        return (ordinary, -(-(n + 1) // 16) * 16)
 
     def runs_on(self, x: torch.Tensor) -> bool:
         return x.is_cuda
@@ -118,7 +133,7 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
                 q, k, v, g, beta, initial_state, cu_seqlens, track_states=track_states
             )
         longest = max((e - s for s, e in pairwise(cu_seqlens)), default=0)
-        if 1 < longest <= self.token_recurrence_max:  # the experiment (module docstring)
+        if 1 < longest <= self.token_recurrence_max:  # a short prefill (module docstring)
             from hinge.layers.recurrent_kernels.delta_rule_triton import gated_delta_rule
 
             return DeltaRuleResult(*gated_delta_rule(q, k, v, g, beta, initial_state,
