@@ -64,10 +64,11 @@ def test_decode_rows_are_the_bits_of_the_token_recurrence_kernel_from_the_gather
     assert torch.equal(got, out) and torch.equal(pool[write], final)
 
 
-@pytest.mark.parametrize("tile", [(2, 1), (4, 2), (8, 4)])
+@pytest.mark.parametrize("tile", [(2, 1), (4, 2), (8, 4), (32, 1)])
 def test_another_tiling_decodes_the_same_states_to_rounding(interpreter, tile):
-    """``tile`` (the sweep's knob; value columns 6 = ragged for 4 and 8): the float64 recurrence's
-    outputs and new states, as the default tiling gives them."""
+    """``tile`` (default mode's ``DEFAULT_MODE_TILE`` = (32, 1) and the sweep's others; value
+    columns 6 = ragged for 4, 8 and 32): the float64 recurrence's outputs and new states, as the
+    deterministic tiling gives them."""
     xs, pool = _decode_inputs(3, seed=4)
     before = pool.clone()
     read, write, prefix = torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]), torch.tensor([3, 0, 1])

@@ -49,6 +49,9 @@ def _has_fla() -> bool:
 
 
 def test_decode_in_pool_gives_the_token_recurrence_kernels_bits_from_the_gathered_states():
+    """Deterministic mode: the token-recurrence kernel's bits; default mode (the fla kernels,
+    ``DEFAULT_MODE_TILE``): its own tiling, so the same values to float32 rounding of the states
+    and bf16 rounding of the outputs."""
     xs, pool, read = decode_inputs(64, **QWEN3_5)
     det = get_recurrent_kernels("cuda", deterministic=True)
     want = det.gated_delta_rule(*xs, pool[read], list(range(65)))
@@ -59,7 +62,12 @@ def test_decode_in_pool_gives_the_token_recurrence_kernels_bits_from_the_gathere
         p = pool.clone()
         out = in_pool(xs, p, read, write, prefix, mode)
         assert out is not None, f"{mode} kernels have an in-place decode path on CUDA"
-        assert torch.equal(out, want.out) and torch.equal(p[write], want.final_state)
+        if mode == "deterministic":
+            assert torch.equal(out, want.out) and torch.equal(p[write], want.final_state)
+        else:
+            out_err = (out.float() - want.out.float()).abs().max() / want.out.float().abs().max()
+            state_err = (p[write] - want.final_state).abs().max() / want.final_state.abs().max()
+            assert out_err < 1e-2 and state_err < 1e-5, (float(out_err), float(state_err))
         assert torch.equal(p[read], pool[read]), "the read slots are left as they were"
 
 

@@ -176,3 +176,15 @@ def test_short_prefills_take_the_token_recurrence_up_to_the_switch_and_the_warm_
         assert all(n > cap for n in asked) and {n % 16 == 0 for n in asked} == ({True, False} if asked else set())
     with pytest.raises(ValueError, match="HINGE_TOKEN_RECURRENCE_MAX"):
         route([3], "many")
+
+
+def test_default_mode_decodes_in_the_pool_with_its_own_tiling(monkeypatch):
+    """The fla kernels' in-place decode takes ``DEFAULT_MODE_TILE`` (faster on the H200; other
+    bits than the deterministic tiling, which deterministic mode keeps)."""
+    from hinge.layers.recurrent_kernels import decode_in_pool
+
+    seen = []
+    monkeypatch.setattr(fla_kernels, "_import_fla", lambda: (fake_chunk, fake_recurrent))
+    monkeypatch.setattr(decode_in_pool, "decode_in_pool", lambda *a, tile=None: seen.append(tile))
+    CpuFla().decode_in_pool(*([None] * 9))
+    assert seen == [decode_in_pool.DEFAULT_MODE_TILE] and decode_in_pool.DEFAULT_MODE_TILE == (32, 1)

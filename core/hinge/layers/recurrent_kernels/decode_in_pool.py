@@ -9,10 +9,14 @@ of request ``i``'s state straight from ``pool[read_slots[i]]`` (zeros when ``pre
 a fresh request, or a padded graph row) and stores the new slice straight into
 ``pool[write_slots[i]]``: 2 passes, the minimum.
 
-The tiling and the token loop are the deterministic kernel's (``delta_rule_triton``: one program
-per (request, value head, ``BV`` value columns) in ``program_tile``'s order, ``walk_tokens``
-inlined, one warp), so the outputs and states are batch invariant and the same bits as that
-kernel's decode rows.
+The token loop is the deterministic kernel's (``delta_rule_triton``: one program per (request,
+value head, ``BV`` value columns) in ``program_tile``'s order, ``walk_tokens`` inlined). With that
+kernel's tiling (``BV`` columns, one warp: the default, deterministic mode's) the outputs and
+states are batch invariant and the same bits as its decode rows. Default mode takes
+``DEFAULT_MODE_TILE`` instead (32 columns a program, one warp): on the H200 22.0 / 74.8 us a layer
+at batch 16 / 64 against 28.6 / 103.4 (73 / 86% of the copy bandwidth against 56 / 62%,
+``tools/gpu/recurrent_decode.py --sweep``, 2026-12-02); other bits (the Dk reductions' trees
+follow the layout), one tiling at every batch size (one compiled variant), batch invariant still.
 
 Safe in place: a program reads and writes only its own (slot, head, columns) tile, and no two live
 requests of a step share a slot (each reads its own slot or its own checkpoint and writes its own
@@ -65,6 +69,10 @@ def _decode_in_pool_kernel(
              mask=mask_s)
 
 
+#: default mode's tiling (value columns a program, warps): module docstring
+DEFAULT_MODE_TILE = (32, 1)
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -74,8 +82,9 @@ def decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens,
     """The contract of ``RecurrentKernels.decode_in_pool``.
 
     ``tile`` (value columns a program, warps): another tiling than the deterministic kernel's
-    (``BV``, 1 warp), for ``tools/gpu/recurrent_decode.py --sweep``; its bits may differ from that
-    kernel's (the Dk reductions' trees follow the layout), so the engine never passes it.
+    (``BV``, 1 warp); its bits may differ from that kernel's (the Dk reductions' trees follow the
+    layout): default mode passes ``DEFAULT_MODE_TILE``, ``tools/gpu/recurrent_decode.py --sweep``
+    others; deterministic mode none.
 
     :param q: (B, Hk, Dk). :param k: (B, Hk, Dk). :param v: (B, Hv, Dv): one token per request.
     :param g: (B, Hv) log decay. :param beta: (B, Hv).

@@ -3,7 +3,7 @@
 Prefill runs ``chunk_gated_delta_rule`` over the packed batch (``cu_seqlens``, one initial state
 per request; bf16/fp16 only, float32 prefill falls back to the reference), its chunk indices
 made on the host once per step (``_chunk_indices``: no device sync in the layers); decode
-(every request one token) runs hinge's ``decode_in_pool`` kernel, which reads and writes the state pool in place
+(every request one token) runs hinge's ``decode_in_pool`` kernel (default mode's tiling), which reads and writes the state pool in place
 (fla's ``fused_recurrent_gated_delta_rule`` takes a contiguous batch of states and returns a new
 one: the layer would gather and scatter every state around it, three times the bytes; it remains
 the decode path of ``gated_delta_rule`` called with gathered states). The prefill's short
@@ -123,9 +123,10 @@ class FlaRecurrentKernels(TorchRecurrentKernels):
     def decode_in_pool(self, q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens):
         if not self.runs_on(q):
             return None
-        from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
+        from hinge.layers.recurrent_kernels.decode_in_pool import DEFAULT_MODE_TILE, decode_in_pool
 
-        return decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens)
+        return decode_in_pool(q, k, v, g, beta, pool, read_slots, write_slots, prefix_lens,
+                              tile=DEFAULT_MODE_TILE)
 
     def gated_delta_rule(self, q, k, v, g, beta, initial_state, cu_seqlens, *, track_states=False):
         if track_states or not self.runs_on(q):
