@@ -20,7 +20,7 @@ import torch
 from fa4_attention import copy_gbps, cuda_ms, graphed  # NOTE: the sibling script
 
 from hinge.layers.recurrent_kernels.conv_in_pool import BLOCK_C, conv_in_pool
-from hinge.layers.recurrent_kernels.decode_in_pool import decode_in_pool
+from hinge.layers.recurrent_kernels.decode_in_pool import DEFAULT_MODE_TILE, decode_in_pool
 
 HK, HV, DK, DV = 16, 32, 128, 128
 CONV_C, CONV_K = 2 * HK * DK + HV * DV, 4  #: the DeltaNet's conv channels and taps
@@ -84,13 +84,15 @@ def main() -> None:
     copy = copy_gbps()
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s\n")
     print("| batch | tiling (BV, warps) | us/layer | GB/s | of copy |\n| --- | --- | --- | --- | --- |")
-    runs = [(b, None) for b in args.batch]
-    if args.sweep:  # other tilings than the deterministic kernel's (8, 1): bits may differ
+    # deterministic mode's tiling (None: (8, 1)) and default mode's at every batch size
+    runs = [(b, tile) for tile in (None, DEFAULT_MODE_TILE) for b in args.batch]
+    if args.sweep:  # other tilings: bits may differ
         runs += [(b, (bv, w)) for b in (16, 64) for bv in (8, 16, 32, 64) for w in (1, 2, 4)
-                 if (bv, w) != (8, 1)]
+                 if (bv, w) not in ((8, 1), DEFAULT_MODE_TILE)]
+    names = {None: "(8, 1) deterministic", DEFAULT_MODE_TILE: f"{DEFAULT_MODE_TILE} default mode"}
     for b, tile in runs:
         r = row(b, copy, tile)
-        print(f"| {b} | {tile or '(8, 1) default'} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
+        print(f"| {b} | {names.get(tile, tile)} | {r['us_per_layer']:.1f} | {r['gbps']:.0f} | "
               f"{r['of_copy']:.0%} |")
     print(f"\nthe in-pool conv ({CONV_C} channels, {CONV_K} taps, bf16 windows; any tiling: the "
           "same bits)\n| batch | tiling (channels, warps) | us/layer | GB/s | of copy |\n"
