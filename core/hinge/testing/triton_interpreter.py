@@ -11,7 +11,10 @@ hinge's kernels, for the duration of a test (``monkeypatch``):
   the call (left in place they break kernels compiled later in the session);
 - numpy >= 2.4 refuses ``int()`` of the interpreter's 1-element scalars, which breaks
   ``range(0, n)`` over a runtime ``n`` (triton-lang/triton#9171);
-- bfloat16 blocks are stored as their uint16 bits, and ``tl.dot`` would multiply the integers.
+- bfloat16 blocks are stored as their uint16 bits, and ``tl.dot`` would multiply the integers;
+- ``tl.dot`` is numpy's float32 ``matmul``, whose row sums depend on the block's shape and the
+  host's BLAS kernels: float dots are summed in float64 instead
+  (``hinge.builtin.triton_kernels.exact_float_dot``), so a row's bits do not depend on its place.
 
 For plugin authors too: ``load_interpreted(path_of_your_kernel_module)`` inside a test that calls
 ``patch_interpreter(monkeypatch)``.
@@ -50,7 +53,11 @@ def patch_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
         patch_tensor(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
+    from hinge.builtin.triton_kernels import exact_float_dot
+
     create_dot = interp.InterpreterBuilder.create_dot
+    if not getattr(create_dot, "hinge_exact_dot", False):
+        create_dot = exact_float_dot(create_dot)
 
     def create_dot_bf16(self, a, b, d, input_precision, max_num_imprecise_acc):
         a, b = (interp.TensorHandle((x.data.astype(np.uint32) << 16).view(np.float32), tl.float32)

@@ -13,7 +13,7 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
@@ -60,6 +60,38 @@ def _numpy_index_shim() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def exact_float_dot(create_dot: Callable) -> Callable:
+    """Triton's interpreter ``tl.dot`` (``InterpreterBuilder.create_dot``) with float operands
+    summed in float64 (every product of float32 or float16 inputs exact) and rounded once to the
+    accumulator's dtype; other operands go to ``create_dot``. The interpreter's own dot is numpy's
+    float32 ``matmul``, whose BLAS kernels sum a row in an order that depends on the block's
+    shape and the host CPU (OpenBLAS' AVX-512 kernels gave a row other bits at another place in
+    its block, 2026-12-02): a kernel's row invariance, which holds for fixed tiles on the GPU,
+    would pass or fail by machine under the interpreter."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    floats = (np.float32, np.float16)
+
+    def create(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.data.dtype in floats and b.data.dtype in floats:
+            exact = np.matmul(a.data.astype(np.float64), b.data.astype(np.float64))
+            return interpreter.TensorHandle(exact.astype(d.data.dtype) + d.data, d.dtype.scalar)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    create.hinge_exact_dot = True
+    return create
+
+
+def _exact_dot_shim() -> None:
+    """``exact_float_dot`` on the interpreter while it runs this module's kernels."""
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if not getattr(builder.create_dot, "hinge_exact_dot", False):
+        builder.create_dot = exact_float_dot(builder.create_dot)
+
+
 def kernels(interpret: bool) -> ModuleType:
     """The paged-attention kernel module, compiled (``interpret=False``) or interpreted."""
     if not interpret:
@@ -69,6 +101,7 @@ def kernels(interpret: bool) -> ModuleType:
         return sys.modules[_MODULE]
     with _lock:
         _numpy_index_shim()  # each time: a test's monkeypatch of the interpreter may have undone it
+        _exact_dot_shim()
         if _INTERPRETED in sys.modules:
             return sys.modules[_INTERPRETED]
         spec = importlib.util.find_spec(_MODULE)
