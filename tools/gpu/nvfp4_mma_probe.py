@@ -7,8 +7,9 @@ bytes-moved roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s). Timing as ``nvfp4_gemm.py``'s: a CUDA
 graph of ``ROTATE`` calls over as many weight copies (from HBM, not L2), the median of
-``--iters`` replays. The MMA kernel's time is its launch plus the float32 sum over its K splits
-(torch) and the per-tensor scale, so it is comparable with the Triton GEMV's whole call. Every
+``--iters`` replays. The MMA kernel's time with one split is its launch alone (its epilogue
+applies the per-tensor scale and writes bf16), with more the launch plus the float32 sum over
+the splits and the bf16 cast (torch), so it is comparable with the Triton GEMV's whole call. Every
 variant is timed: the register-load kernel ("sync") and the cp.async ring kernel at each of
 ``--stages``, each at every ``--splits``; printed per shape and M: the largest error of any
 variant against the reference, the Triton GEMV's time, the best sync and best async variant
@@ -54,7 +55,7 @@ def main() -> None:
     kernels |= {f"async {st}": nvfp4_mma.MmaGemv(c, warps=args.warps, kernel=nvfp4_mma.KERNELS[1])
                 for st, c in cubins.items()}
     print(f"{torch.cuda.get_device_name()}; MMA GEMV vs hinge_nvfp4's Triton GEMV, us (median)")
-    print("| shape | M | max rel err (any variant) | Triton us (%) | sync MMA us (splits, %) | "
+    print("| shape | M | max rel err of the bf16 output (any variant) | Triton us (%) | sync MMA us (splits, %) | "
           "async MMA us (stages, splits, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k) in SHAPES.items():
@@ -74,12 +75,17 @@ def main() -> None:
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 4) * 4  # whole steps
                     count = -(-groups // per_split)
-                    part = torch.empty(count, m, n, device="cuda")
+                    if count == 1:  # one split: the kernel's epilogue writes the bf16 output
+                        part = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                    else:
+                        part = torch.empty(count, m, n, device="cuda")
 
                     def run(i=0, part=part, per_split=per_split, x=x, words=words, sbits=sbits,
-                            gemv=gemv):
+                            gemv=gemv, fused=count == 1, ones=ones):
+                        if fused:
+                            return gemv(words[i], sbits[i], x, part, per_split, row_scale=ones).float()
                         gemv(words[i], sbits[i], x, part, per_split)
-                        return part.sum(0) if part.shape[0] > 1 else part[0]
+                        return part.sum(0).to(torch.bfloat16).float()
 
                     got = run()
                     torch.cuda.synchronize()

@@ -153,15 +153,27 @@ class MmaGemv:
             raise RuntimeError(f"{what} failed with CUDA driver error {code}")
 
     def __call__(self, words: torch.Tensor, scales: torch.Tensor, x: torch.Tensor,
-                 part: torch.Tensor, groups_per_split: int) -> torch.Tensor:
-        """``part`` (splits, M, N) float32 filled by one launch; returns it."""
+                 part: torch.Tensor, groups_per_split: int, *, row_scale: torch.Tensor | None = None,
+                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        """One launch. ``part`` (splits, M, N) float32: the splits' sums; or, with ``row_scale``
+        ((N,) float32) and one split, ``part`` (M, N) bf16 = sum * row_scale (+ ``bias`` (N,)
+        bf16), the whole GEMV. Returns ``part``."""
         n, k, m = scales.shape[0], x.shape[1], x.shape[0]
-        splits = part.shape[0]
         if groups_per_split % 4:
             raise ValueError(f"groups_per_split must be a multiple of 4 (a step), got {groups_per_split}")
-        args = [ctypes.c_void_p(words.data_ptr()), ctypes.c_void_p(scales.data_ptr()),
-                ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(part.data_ptr()),
-                ctypes.c_int(n), ctypes.c_int(k), ctypes.c_int(m), ctypes.c_int(groups_per_split)]
+        fused = row_scale is not None
+        if fused and (part.dtype != torch.bfloat16 or part.shape != (m, n)
+                      or -(-(k // 16) // groups_per_split) != 1):
+            raise ValueError(f"the fused epilogue writes one split into a ({m}, {n}) bf16 output; got "
+                             f"{tuple(part.shape)} {part.dtype}, {groups_per_split} groups a split of {k // 16}")
+        splits = 1 if fused else part.shape[0]
+
+        def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+            return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
+
+        args = [ptr(words), ptr(scales), ptr(x), ptr(None if fused else part), ctypes.c_int(n),
+                ctypes.c_int(k), ctypes.c_int(m), ctypes.c_int(groups_per_split), ptr(row_scale),
+                ptr(bias), ptr(part if fused else None)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         tiles = n // 16

@@ -13,12 +13,13 @@
 // exponent bits 8..7, mantissa bit 6) whose value is e2m1 * 2^-126, made exact by one bf16x2
 // multiply by 2^126; the group's MMA starts from zero and its float32 result is scaled by the
 // group's e4m3 scale (float from its bits times 2^120) into the lane's four accumulators. The
-// caller sums the splits and applies the per-tensor scale.
+// caller sums the splits and applies the per-tensor scale, or one split applies it (``Epilogue``).
 //
 // Layouts: codes (N / 16, K / 64, 32, 4) uint32 (four groups a lane per 16-byte load, the warp's
 // 512 bytes contiguous); scales (N, K / 16) e4m3 bits as ModelOpt writes them (four groups a row
-// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32. K % 64 == 0 and
-// groups_per_split % 4 == 0.
+// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32, or with one split and
+// ``out`` given, out (M, N) bf16 = sum * row_scale[n] (+ bias[n]) written directly (``Epilogue``).
+// K % 64 == 0 and groups_per_split % 4 == 0.
 //
 // Two kernels, one arithmetic (``mma_step``): ``nvfp4_mma_gemv`` loads a step's codes and scales
 // into registers and uses them at once (a warp has one 16-byte load in flight: 36% of the H200's
@@ -27,6 +28,7 @@
 // no block barrier), so a warp keeps that many steps' loads in flight. (Unrolling the register
 // loop did not do it: ptxas sank each load next to its first use.)
 
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #ifndef STAGES
@@ -85,26 +87,48 @@ __device__ __forceinline__ void mma_step(const uint4 w4, const uint32_t sc_lo, c
     }
 }
 
-__device__ __forceinline__ void store_part(float* part, const int m, const int n, const int tile,
-                                           const int g, const int t, const float acc0,
-                                           const float acc1, const float acc2, const float acc3) {
+struct Epilogue {
+    // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
+    // else one split: out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr)
+    float* part;
+    const float* row_scale;
+    const uint16_t* bias;
+    uint16_t* out;
+};
+
+__device__ __forceinline__ void store_one(const Epilogue& e, const size_t at, const int row,
+                                          const float acc) {
+    if (e.out == nullptr) {
+        e.part[at] = acc;
+        return;
+    }
+    float y = acc * e.row_scale[row];
+    if (e.bias != nullptr) y += __bfloat162float(__ushort_as_bfloat16(e.bias[row]));
+    e.out[at] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+}
+
+__device__ __forceinline__ void store_part(const Epilogue& e, const int m, const int n,
+                                           const int tile, const int g, const int t,
+                                           const float acc0, const float acc1, const float acc2,
+                                           const float acc3) {
     // D's (row g, column 2t / 2t + 1) and (row g + 8, ...): W rows, x rows
-    float* out = part + (size_t)blockIdx.y * m * n;
+    const size_t base = (size_t)blockIdx.y * m * n;
     const int row = tile * 16 + g, col = 2 * t;
     if (col < m) {
-        out[(size_t)col * n + row] = acc0;
-        out[(size_t)col * n + row + 8] = acc2;
+        store_one(e, base + (size_t)col * n + row, row, acc0);
+        store_one(e, base + (size_t)col * n + row + 8, row + 8, acc2);
     }
     if (col + 1 < m) {
-        out[(size_t)(col + 1) * n + row] = acc1;
-        out[(size_t)(col + 1) * n + row + 8] = acc3;
+        store_one(e, base + (size_t)(col + 1) * n + row, row, acc1);
+        store_one(e, base + (size_t)(col + 1) * n + row + 8, row + 8, acc3);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(128)
 nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
                const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
-               int groups_per_split) {
+               int groups_per_split, const float* __restrict__ row_scale,
+               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out) {
     const int lane = threadIdx.x & 31;
     const int tile = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tile >= (n >> 4)) return;
@@ -124,7 +148,7 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scal
         const uint32_t sc_hi = __ldg(reinterpret_cast<const uint32_t*>(s_hi + j));
         mma_step(w4, sc_lo, sc_hi, x_row, live, j, t, acc0, acc1, acc2, acc3);
     }
-    store_part(part, m, n, tile, g, t, acc0, acc1, acc2, acc3);
+    store_part(Epilogue{part, row_scale, bias, out}, m, n, tile, g, t, acc0, acc1, acc2, acc3);
 }
 
 __device__ __forceinline__ void copy_async(void* dst, const void* src, const int bytes) {
@@ -146,7 +170,8 @@ __device__ __forceinline__ void wait_copies() {
 extern "C" __global__ void __launch_bounds__(128)
 nvfp4_mma_gemv_async(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
                      const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
-                     int groups_per_split) {
+                     int groups_per_split, const float* __restrict__ row_scale,
+                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ out) {
     // per warp a ring of STAGES steps: 32 lanes x 16 bytes of codes, 16 rows x 4 bytes of scales
     __shared__ uint4 ring_codes[4][STAGES][32];
     __shared__ uint32_t ring_scales[4][STAGES][16];
@@ -188,5 +213,5 @@ nvfp4_mma_gemv_async(const uint4* __restrict__ codes, const uint8_t* __restrict_
         commit_copies();
         mma_step(w4, sc_lo, sc_hi, x_row, live, j0 + 4 * i, t, acc0, acc1, acc2, acc3);
     }
-    store_part(part, m, n, tile, g, t, acc0, acc1, acc2, acc3);
+    store_part(Epilogue{part, row_scale, bias, out}, m, n, tile, g, t, acc0, acc1, acc2, acc3);
 }
