@@ -4,6 +4,7 @@ then decode of the Qwen3-8B configuration at batch 1 with nvfp4 against bf16 hin
     python tools/gpu/nvfp4_gemm.py [--iters 200] [--skip-e2e] [--sweep]
     python tools/gpu/nvfp4_gemm.py --skip-table --sweep --sweep-m 1 --sweep-layout groups \
         --e2e-layout groups      # the group-layout kernel alone, then end to end with it
+        --e2e-kernel mma         # end to end with the tensor-core decode GEMVs
 
 GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 4096x12288, o
 4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
@@ -233,8 +234,9 @@ def decode_e2e(tokens: int = 128) -> None:
         if ARGS.e2e_layout != "default" or FASTEST:
             use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
         for quantizer, path in paths.items():
+            options = {"kernel": ARGS.e2e_kernel} if quantizer == "nvfp4" and ARGS.e2e_kernel != "auto" else {}
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
-                     load_format="dummy", mem_fraction_static=0.5) as llm:
+                     quantizer_options=options, load_format="dummy", mem_fraction_static=0.5) as llm:
                 params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
                                         detokenize=False)
                 llm.generate([[1, 2, 3, 4]], params)
@@ -261,6 +263,9 @@ if __name__ == "__main__":
     parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")
     parser.add_argument("--e2e-layout", choices=("default", "words", "groups"), default="default",
                         help="end to end: every M = 1 GEMV in this layout")
+    parser.add_argument("--e2e-kernel", choices=("auto", "mma"), default="auto",
+                        help="end to end: the nvfp4 quantizer's kernel option (mma: decode GEMVs on "
+                        "the tensor cores, hinge_nvfp4.mma_gemv)")
     parser.add_argument("--e2e-best", action="store_true",
                         help="end to end: each swept shape with its fastest swept tiling")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")

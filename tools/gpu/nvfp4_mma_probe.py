@@ -1,4 +1,4 @@
-"""The tensor-core NVFP4 GEMV experiment (``tools/kernels/nvfp4_mma_gemv.cu``) on a GPU: its
+"""The tensor-core NVFP4 GEMV (``hinge_nvfp4/mma_gemv.cu``) on a GPU: its
 outputs against the dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the
 bytes-moved roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import nvfp4_mma  # noqa: E402
 from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling script
+
+from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
 
 
 def ceil_div(a: int, b: int) -> int:

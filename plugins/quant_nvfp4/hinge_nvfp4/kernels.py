@@ -7,6 +7,8 @@
     flashinfer  Blackwell (compute capability >= 10.0) with w4a4: native FP4 GEMM ``mm_fp4`` over
                 swizzled scales (``blackwell``); never on sm_90, where flashinfer's FP4 GEMM and
                 quantize are not built. UNTESTED: no Blackwell GPU was available.
+    mma         (experimental, only when asked) triton, but decode GEMVs of at most 8 bf16 rows
+                on the tensor cores (``mma_gemv``: CUDA, nvcc at start-up), default mode only
 
 Every path takes static shapes and does no host sync in ``linear`` / ``moe`` (CUDA-graph safe).
 """
@@ -43,6 +45,14 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
         raise ValueError(f"nvfp4 kernel {name!r} runs on CUDA only; use kernel=torch (or auto) on {device}")
     if name == "triton":
         return TritonKernel(deterministic)
+    if name == "mma":
+        if deterministic:
+            raise ValueError("nvfp4 kernel 'mma' is for default mode (its GEMVs of <= 8 rows and "
+                             "the Triton kernels of more round differently: not batch invariant); "
+                             "deterministic mode runs kernel=triton (or auto)")
+        if options.activations != "w4a16":
+            raise ValueError("nvfp4 kernel 'mma' computes W4A16; use kernel=triton for w4a4 emulation")
+        return MmaKernel()
     if not blackwell_fp4_available():
         raise ValueError("nvfp4 kernel 'flashinfer' needs a Blackwell GPU (compute capability >= "
                          "10.0) and flashinfer installed; Hopper runs kernel=triton")
@@ -121,3 +131,50 @@ class TritonKernel(TorchKernel):
         return nvfp4_experts(x, moe_weights(layer, names, "w13_", w4a4), moe_weights(layer, names, "w2_", w4a4),
                              topk_ids, topk_weights, activation=layer.spec.activation,
                              deterministic=self.deterministic)
+
+
+class MmaKernel(TritonKernel):
+    """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
+    bf16 rows (contiguous) against a weight whose N % 16 == 0 and K % 64 == 0 runs
+    ``mma_gemv``'s cp.async kernel in one split, its epilogue applying the row scale and bias and
+    writing bf16; anything else takes the Triton path. The cubin is built (or read from its disk
+    cache) on construction; ``gemv`` replaces the launcher (tests)."""
+
+    name = "mma"
+
+    def __init__(self, gemv: Any = None) -> None:
+        super().__init__(deterministic=False)
+        self._gemv = gemv if gemv is not None else _mma_launcher()
+
+    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
+        from hinge_nvfp4 import mma_gemv
+
+        super().prepare_linear(layer, packed, scales)
+        n, k = packed.shape[0], packed.shape[1] * 2
+        layer.nvfp4_mma_words = mma_gemv.repack_codes(packed) if n % 16 == 0 and k % 64 == 0 else None
+
+    def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
+               act_scale: torch.Tensor | None) -> torch.Tensor:
+        from hinge_nvfp4 import mma_gemv
+
+        words = getattr(layer, "nvfp4_mma_words", None)
+        if (words is None or act_scale is not None or x.dim() != 2 or x.dtype != torch.bfloat16
+                or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
+                or (bias is not None and bias.dtype != torch.bfloat16)):
+            return super().linear(layer, x, bias, act_scale)
+        n, k = layer.nvfp4_packed.shape[0], x.shape[1]
+        out = torch.empty(x.shape[0], n, dtype=torch.bfloat16, device=x.device)
+        return self._gemv(words, layer.nvfp4_scales.view(torch.uint8), x, out, k // 16,
+                          row_scale=layer.row_scale, bias=bias)
+
+
+def _mma_launcher() -> Any:
+    """The cp.async kernel for this GPU's architecture, built or read from the disk cache."""
+    from hinge_nvfp4 import mma_gemv
+
+    major, minor = torch.cuda.get_device_capability()
+    if major < 8:
+        raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
+                         f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=mma_gemv.DEFAULT_STAGES)
+    return mma_gemv.MmaGemv(cubin, kernel=mma_gemv.KERNELS[1])

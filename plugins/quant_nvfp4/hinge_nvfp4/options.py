@@ -15,7 +15,11 @@ class NVFP4Options(BaseModel):
         "dtype, as Hopper kernels compute; w4a4: activations quantized to NVFP4 with the "
         "checkpoint's static input_scale and dynamic per-16 fp8 scales, as Blackwell's FP4 GEMM "
         "computes (emulated on CPU and Hopper; needs input_scale in the checkpoint)")
-    kernel: Literal["auto", "torch", "triton", "flashinfer"] = Field(
+    kernel: Literal["auto", "torch", "triton", "flashinfer", "mma"] = Field(
         "auto", description="auto: torch reference on CPU; on CUDA the Triton W4A16 GEMM, or "
         "flashinfer's FP4 GEMM (mm_fp4) on Blackwell (compute capability >= 10.0) with w4a4; "
-        "torch: dequantize + matmul anywhere; triton / flashinfer: force that kernel")
+        "torch: dequantize + matmul anywhere; triton / flashinfer: force that kernel; mma "
+        "(experimental, CUDA, w4a16, default mode): decode GEMVs of at most 8 bf16 rows on the "
+        "tensor cores (hinge_nvfp4.mma_gemv: a CUDA kernel nvcc compiles at start-up, cached on "
+        "disk; its fragment-layout copy of each weight's codes adds half a byte a weight), "
+        "everything else as triton")

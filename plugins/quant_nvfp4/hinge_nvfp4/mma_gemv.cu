@@ -1,6 +1,6 @@
-// NVFP4 W4A16 GEMV on the tensor cores: an experiment (docs/nvfp4.md, "The tensor-core GEMV on
-// paper"), compiled by tools/kernels/nvfp4_mma.py and run by tools/gpu/nvfp4_mma_probe.py; not
-// used by hinge_nvfp4.
+// NVFP4 W4A16 GEMV on the tensor cores (docs/nvfp4.md, "The tensor-core GEMV on paper"), compiled
+// and launched by hinge_nvfp4/mma_gemv.py: kernel = "mma" (experimental) runs the async kernel for
+// decode GEMVs; tools/gpu/nvfp4_mma_probe.py times both.
 //
 //   part[s, m, n] = sum over the scale groups j of split s of
 //                   scale[n, j] * sum_{c < 16} e2m1(code[n, 16 j + c]) * x[m, 16 j + c]
@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #ifndef STAGES
-#define STAGES 4  // the async kernel's ring of steps a warp (nvfp4_mma.build_cubin sets it)
+#define STAGES 4  // the async kernel's ring of steps a warp (mma_gemv.build_cubin sets it)
 #endif
 
 template <int PAIR>

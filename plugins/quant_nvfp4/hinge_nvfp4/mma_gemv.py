@@ -1,8 +1,8 @@
-"""The tensor-core NVFP4 GEMV experiment (``nvfp4_mma_gemv.cu``): its weight repack, an emulation
-of its fragment arithmetic, its nvcc build, and a driver-API launcher. Not used by hinge_nvfp4:
-``tools/gpu/nvfp4_mma_probe.py`` runs it on a GPU against the reference and the Triton GEMV.
-
-    from nvfp4_mma import repack_codes, emulate, build_cubin, MmaGemv
+"""NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 8 rows of x): the weight repack
+into MMA fragment words, an emulation of the kernels' fragment arithmetic (tests), their nvcc build
+(cached on disk), and a CUDA driver-API launcher. ``kernel = "mma"`` (``hinge_nvfp4.kernels.
+MmaKernel``, experimental) runs the cp.async kernel for decode GEMVs; ``tools/gpu/nvfp4_mma_probe.py``
+times both kernels against the Triton GEMV.
 
 The repack puts lane (g, t)'s A fragment of tile i (rows 16 i ..) and scale group j as one
 32-bit word: nibble ``pair + 4 * half`` holds element ``half`` of fragment register ``pair``
@@ -16,6 +16,8 @@ MMA does, which checks the repack, the decode and the fragment map on the CPU.
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -23,8 +25,9 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("nvfp4_mma_gemv.cu")
+SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 8  #: rows of x: the MMA's B columns
+DEFAULT_STAGES = 8  #: the cp.async ring's depth ``MmaKernel`` builds (one split needs deep rings)
 
 
 def nibbles(packed: torch.Tensor) -> torch.Tensor:
@@ -33,11 +36,16 @@ def nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
 
 
-def repack_codes(packed: torch.Tensor) -> torch.Tensor:
-    """(N, K/2) uint8 codes -> (N/16, K/64, 32, 4) int32 fragment words (module docstring)."""
+def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048) -> torch.Tensor:
+    """(N, K/2) uint8 codes -> (N/16, K/64, 32, 4) int32 fragment words (module docstring), made
+    ``rows_at_once`` rows at a time (the int64 nibbles of a whole 24576 x 4096 weight would take
+    0.8 GB)."""
     n, k = packed.shape[0], packed.shape[1] * 2
     if n % 16 or k % 64:
         raise ValueError(f"the MMA GEMV takes N % 16 == 0 and K % 64 == 0, got {n} x {k}")
+    step = max(16, rows_at_once // 16 * 16)
+    if n > step:
+        return torch.cat([repack_codes(packed[i:i + step], step) for i in range(0, n, step)])
     c = nibbles(packed).view(n // 16, 2, 8, k // 16, 2, 4, 2)  # i, rowsel, g, j, colhalf, t, half
     c = c.permute(0, 3, 2, 5, 6, 4, 1)  # i, j, g, t, half, colhalf, rowsel: nibble = 4h + 2c + r
     c = c.reshape(n // 16, k // 16, 32, 8)
@@ -99,13 +107,14 @@ KERNELS = ("nvfp4_mma_gemv", "nvfp4_mma_gemv_async")  #: register loads; cp.asyn
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
-    """``nvfp4_mma_gemv.cu`` (both kernels) compiled by nvcc for ``arch``, the async kernel's
-    ring ``stages`` steps deep; needs nvcc on PATH."""
+    """``mma_gemv.cu`` (both kernels) compiled by nvcc for ``arch``, the async kernel's ring
+    ``stages`` steps deep; needs nvcc on PATH."""
     if stages < 2:
         raise ValueError(f"the cp.async ring needs at least 2 stages, got {stages}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        raise FileNotFoundError("nvcc is not on PATH: the MMA GEMV experiment compiles with it")
+        raise FileNotFoundError("nvcc is not on PATH: hinge_nvfp4's MMA GEMV kernels compile with "
+                                "it (install the CUDA toolkit, or use kernel=triton)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}", "-o",
@@ -114,13 +123,33 @@ def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
         return out.read_bytes()
 
 
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/hinge/nvfp4_mma`` (``~/.cache/...``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hinge" / "nvfp4_mma"
+
+
+def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None) -> bytes:
+    """``build_cubin``, kept on disk under a key of the source, the arch and the stages (nvcc
+    takes a few seconds; a start-up should not pay it twice)."""
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}".encode()).hexdigest()[:24]
+    path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
+    if path.exists():
+        return path.read_bytes()
+    cubin = build_cubin(arch, stages)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_bytes(cubin)
+    partial.replace(path)  # atomic: a concurrent start-up reads a whole file or builds its own
+    return cubin
+
+
 class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it)."""
 
     def __init__(self, cubin: bytes, warps: int = 4, kernel: str = KERNELS[0]) -> None:
         if kernel not in KERNELS:
-            raise ValueError(f"no kernel {kernel!r} in nvfp4_mma_gemv.cu; it has {', '.join(KERNELS)}")
+            raise ValueError(f"no kernel {kernel!r} in mma_gemv.cu; it has {', '.join(KERNELS)}")
         if kernel == KERNELS[1] and warps > 4:
             raise ValueError(f"{kernel} has shared rings for 4 warps a block, got {warps}")
         self.cuda = ctypes.CDLL("libcuda.so.1")

@@ -1,22 +1,19 @@
-"""The tensor-core NVFP4 GEMV experiment (``tools/kernels/nvfp4_mma.py``) on the CPU: its weight
-repack and fragment decode, emulated as the kernel computes, give the reference GEMV (float64,
-from the format's definition); and, where nvcc is installed, both kernels compile for sm_90 with
-no spills and tensor-core MMAs in their loops. Running it is ``tools/gpu/nvfp4_mma_probe.py``."""
+"""The tensor-core NVFP4 GEMV (``hinge_nvfp4.mma_gemv``) on the CPU: its weight repack and
+fragment decode, emulated as the kernel computes, give the reference GEMV (float64, from the
+format's definition); and, where nvcc is installed, both kernels compile for sm_90 with no spills
+and tensor-core MMAs in their loops, and the build is cached. On a GPU: test_mma_gemv_gpu.py."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "kernels"))
-
-import nvfp4_mma  # noqa: E402
+from hinge_nvfp4 import mma_gemv as nvfp4_mma
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
 
