@@ -2,7 +2,7 @@
 outputs against the dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the
 bytes-moved roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
-    python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8 16] [--stages 3 4 6 8]
+    python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 8 12 16]
                                          [--warps 4] [--hbm-tbs 4.8]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s). Timing as ``nvfp4_gemm.py``'s: a CUDA
@@ -38,8 +38,8 @@ def ceil_div(a: int, b: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 6, 8],
+    parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 8, 12, 16],
                         help="ring depths of the cp.async kernel (steps of four groups a warp)")
     parser.add_argument("--warps", type=int, default=4, help="warps (16-row tiles) a block")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])

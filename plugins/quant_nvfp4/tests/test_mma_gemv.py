@@ -62,7 +62,7 @@ def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
-@pytest.mark.parametrize("stages", [2, 4, 8])
+@pytest.mark.parametrize("stages", [2, 4, 8, 16])
 def test_both_kernels_compile_for_hopper_without_spills_and_with_mmas_in_their_loops(tmp_path, stages):
     """Both kernels: at most 64 registers, no stack, four MMAs a step; the async one copies its
     codes and scales with cp.async (LDGSTS) and waits on them (DEPBAR), a ring of ``stages``
