@@ -7,9 +7,10 @@ bytes-moved roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s). Timing as ``nvfp4_gemm.py``'s: a CUDA
 graph of ``ROTATE`` calls over as many weight copies (from HBM, not L2), the median of
-``--iters`` replays. The MMA kernel's time with one split is its launch alone (its epilogue
-applies the per-tensor scale and writes bf16), with more the launch plus the float32 sum over
-the splits and the bf16 cast (torch), so it is comparable with the Triton GEMV's whole call. Every
+``--iters`` replays. The async kernel's time is its launch alone (it adds its K splits itself,
+the last warp of a tile to finish, and its epilogue applies the per-tensor scale and writes
+bf16); the sync kernel's adds torch's sum over the splits and the bf16 cast: each comparable
+with the Triton GEMV's whole call. Every
 variant is timed: the register-load kernel ("sync") and the cp.async ring kernel at each of
 ``--stages``, each at every ``--splits``; printed per shape and M: the largest error of any
 variant against the reference, the Triton GEMV's time, the best sync and best async variant
@@ -75,15 +76,16 @@ def main() -> None:
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 4) * 4  # whole steps
                     count = -(-groups // per_split)
-                    if count == 1:  # one split: the kernel's epilogue writes the bf16 output
-                        part = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                    else:
-                        part = torch.empty(count, m, n, device="cuda")
+                    fused = variant != "sync"  # the async kernel adds its splits itself
+                    part = torch.empty(count, m, n, device="cuda") if count > 1 or not fused else None
+                    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                    gemv.reserve_counters(n // 16, torch.device("cuda"))
 
-                    def run(i=0, part=part, per_split=per_split, x=x, words=words, sbits=sbits,
-                            gemv=gemv, fused=count == 1, ones=ones):
+                    def run(i=0, part=part, out=out, per_split=per_split, x=x, words=words,
+                            sbits=sbits, gemv=gemv, fused=fused, ones=ones):
                         if fused:
-                            return gemv(words[i], sbits[i], x, part, per_split, row_scale=ones).float()
+                            return gemv(words[i], sbits[i], x, part, per_split, row_scale=ones,
+                                        out=out).float()
                         gemv(words[i], sbits[i], x, part, per_split)
                         return part.sum(0).to(torch.bfloat16).float()
 

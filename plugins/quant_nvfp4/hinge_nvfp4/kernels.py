@@ -136,22 +136,30 @@ class TritonKernel(TorchKernel):
 class MmaKernel(TritonKernel):
     """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
     bf16 rows (contiguous) against a weight whose N % 16 == 0 and K % 64 == 0 runs
-    ``mma_gemv``'s cp.async kernel in one split, its epilogue applying the row scale and bias and
-    writing bf16; anything else takes the Triton path. The cubin is built (or read from its disk
-    cache) on construction; ``gemv`` replaces the launcher (tests)."""
+    ``mma_gemv``'s cp.async kernel, K split by ``mma_gemv.split_plan`` and the splits added in
+    the kernel, whose epilogue applies the row scale and bias and writes bf16; anything else takes
+    the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
+    and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests)."""
 
     name = "mma"
 
-    def __init__(self, gemv: Any = None) -> None:
+    def __init__(self, gemv: Any = None, num_sms: int | None = None) -> None:
         super().__init__(deterministic=False)
         self._gemv = gemv if gemv is not None else _mma_launcher()
+        self._num_sms = num_sms or torch.cuda.get_device_properties(
+            torch.cuda.current_device()).multi_processor_count
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
         from hinge_nvfp4 import mma_gemv
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
-        layer.nvfp4_mma_words = mma_gemv.repack_codes(packed) if n % 16 == 0 and k % 64 == 0 else None
+        layer.nvfp4_mma_words = None
+        if n % 16 == 0 and k % 64 == 0:
+            layer.nvfp4_mma_words = mma_gemv.repack_codes(packed)
+            layer.nvfp4_mma_split = mma_gemv.split_plan(n, k, self._num_sms)
+            if layer.nvfp4_mma_split[0] > 1:
+                self._gemv.reserve_counters(n // 16, packed.device)
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -162,10 +170,12 @@ class MmaKernel(TritonKernel):
                 or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
                 or (bias is not None and bias.dtype != torch.bfloat16)):
             return super().linear(layer, x, bias, act_scale)
-        n, k = layer.nvfp4_packed.shape[0], x.shape[1]
-        out = torch.empty(x.shape[0], n, dtype=torch.bfloat16, device=x.device)
-        return self._gemv(words, layer.nvfp4_scales.view(torch.uint8), x, out, k // 16,
-                          row_scale=layer.row_scale, bias=bias)
+        (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
+        splits, per_split = layer.nvfp4_mma_split
+        out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+        part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else None
+        return self._gemv(words, layer.nvfp4_scales.view(torch.uint8), x, part, per_split,
+                          row_scale=layer.row_scale, bias=bias, out=out)
 
 
 def _mma_launcher() -> Any:

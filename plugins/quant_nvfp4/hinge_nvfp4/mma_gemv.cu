@@ -13,12 +13,12 @@
 // exponent bits 8..7, mantissa bit 6) whose value is e2m1 * 2^-126, made exact by one bf16x2
 // multiply by 2^126; the group's MMA starts from zero and its float32 result is scaled by the
 // group's e4m3 scale (float from its bits times 2^120) into the lane's four accumulators. The
-// caller sums the splits and applies the per-tensor scale, or one split applies it (``Epilogue``).
+// caller sums the splits and applies the per-tensor scale, or the kernel does (``Epilogue``).
 //
 // Layouts: codes (N / 16, K / 64, 32, 4) uint32 (four groups a lane per 16-byte load, the warp's
 // 512 bytes contiguous); scales (N, K / 16) e4m3 bits as ModelOpt writes them (four groups a row
-// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32, or with one split and
-// ``out`` given, out (M, N) bf16 = sum * row_scale[n] (+ bias[n]) written directly (``Epilogue``).
+// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32 sums, or with ``out`` given
+// out (M, N) bf16 = sum * row_scale[n] (+ bias[n]), the splits added in the kernel (``Epilogue``).
 // K % 64 == 0 and groups_per_split % 4 == 0.
 //
 // Two kernels, one arithmetic (``mma_step``): ``nvfp4_mma_gemv`` loads a step's codes and scales
@@ -89,38 +89,54 @@ __device__ __forceinline__ void mma_step(const uint4 w4, const uint32_t sc_lo, c
 
 struct Epilogue {
     // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
-    // else one split: out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr)
+    // else out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr), written by the
+    // one split, or with several by the last warp of a tile to finish: each split's warp stores
+    // its sums into part and counts itself in counters[tile]; the last one adds the splits in
+    // order 0, 1, ... (the same bits whichever finishes last) and sets the count back to 0
     float* part;
     const float* row_scale;
     const uint16_t* bias;
     uint16_t* out;
+    int* counters;
 };
 
-__device__ __forceinline__ void store_one(const Epilogue& e, const size_t at, const int row,
-                                          const float acc) {
-    if (e.out == nullptr) {
-        e.part[at] = acc;
-        return;
+__device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
+                                       const int lane, float (&acc)[4]) {
+    // lane (g, t) holds D's (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows, x rows
+    const int g = lane >> 2, t = lane & 3;
+    const bool direct = e.out != nullptr && gridDim.y == 1;
+    int rows[4], cols[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        rows[i] = tile * 16 + g + 8 * (i >> 1);
+        cols[i] = 2 * t + (i & 1);
     }
-    float y = acc * e.row_scale[row];
-    if (e.bias != nullptr) y += __bfloat162float(__ushort_as_bfloat16(e.bias[row]));
-    e.out[at] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
-}
-
-__device__ __forceinline__ void store_part(const Epilogue& e, const int m, const int n,
-                                           const int tile, const int g, const int t,
-                                           const float acc0, const float acc1, const float acc2,
-                                           const float acc3) {
-    // D's (row g, column 2t / 2t + 1) and (row g + 8, ...): W rows, x rows
-    const size_t base = (size_t)blockIdx.y * m * n;
-    const int row = tile * 16 + g, col = 2 * t;
-    if (col < m) {
-        store_one(e, base + (size_t)col * n + row, row, acc0);
-        store_one(e, base + (size_t)col * n + row + 8, row + 8, acc2);
+    if (!direct) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (cols[i] < m) e.part[((size_t)blockIdx.y * m + cols[i]) * n + rows[i]] = acc[i];
+        if (e.out == nullptr) return;
+        __threadfence();  // this lane's sums are visible before the warp counts itself
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) last = atomicAdd(&e.counters[tile], 1) == (int)gridDim.y - 1;
+        if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc[i] = 0.f;
+            if (cols[i] < m)
+                for (int s = 0; s < (int)gridDim.y; ++s)  // L2 reads: other SMs wrote them
+                    acc[i] += __ldcg(&e.part[((size_t)s * m + cols[i]) * n + rows[i]]);
+        }
+        if (lane == 0) e.counters[tile] = 0;  // ready for the next launch
     }
-    if (col + 1 < m) {
-        store_one(e, base + (size_t)(col + 1) * n + row, row, acc1);
-        store_one(e, base + (size_t)(col + 1) * n + row + 8, row + 8, acc3);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (cols[i] >= m) continue;
+        float y = acc[i] * e.row_scale[rows[i]];
+        if (e.bias != nullptr) y += __bfloat162float(__ushort_as_bfloat16(e.bias[rows[i]]));
+        e.out[(size_t)cols[i] * n + rows[i]] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
     }
 }
 
@@ -128,7 +144,8 @@ extern "C" __global__ void __launch_bounds__(128)
 nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
                const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
                int groups_per_split, const float* __restrict__ row_scale,
-               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out) {
+               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
+               int* __restrict__ counters) {
     const int lane = threadIdx.x & 31;
     const int tile = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tile >= (n >> 4)) return;
@@ -148,7 +165,8 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scal
         const uint32_t sc_hi = __ldg(reinterpret_cast<const uint32_t*>(s_hi + j));
         mma_step(w4, sc_lo, sc_hi, x_row, live, j, t, acc0, acc1, acc2, acc3);
     }
-    store_part(Epilogue{part, row_scale, bias, out}, m, n, tile, g, t, acc0, acc1, acc2, acc3);
+    float acc[4] = {acc0, acc1, acc2, acc3};
+    finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
 }
 
 __device__ __forceinline__ void copy_async(void* dst, const void* src, const int bytes) {
@@ -171,7 +189,8 @@ extern "C" __global__ void __launch_bounds__(128)
 nvfp4_mma_gemv_async(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
                      const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
                      int groups_per_split, const float* __restrict__ row_scale,
-                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ out) {
+                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
+                     int* __restrict__ counters) {
     // per warp a ring of STAGES steps: 32 lanes x 16 bytes of codes, 16 rows x 4 bytes of scales
     __shared__ uint4 ring_codes[4][STAGES][32];
     __shared__ uint32_t ring_scales[4][STAGES][16];
@@ -213,5 +232,6 @@ nvfp4_mma_gemv_async(const uint4* __restrict__ codes, const uint8_t* __restrict_
         commit_copies();
         mma_step(w4, sc_lo, sc_hi, x_row, live, j0 + 4 * i, t, acc0, acc1, acc2, acc3);
     }
-    store_part(Epilogue{part, row_scale, bias, out}, m, n, tile, g, t, acc0, acc1, acc2, acc3);
+    float acc[4] = {acc0, acc1, acc2, acc3};
+    finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
 }

@@ -154,6 +154,7 @@ class MmaGemv:
             raise ValueError(f"{kernel} has shared rings for 4 warps a block, got {warps}")
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self.warps = warps
+        self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
         self.module = ctypes.c_void_p()
         self.function = ctypes.c_void_p()
@@ -181,28 +182,44 @@ class MmaGemv:
         if code != 0:
             raise RuntimeError(f"{what} failed with CUDA driver error {code}")
 
+    def reserve_counters(self, tiles: int, device: torch.device) -> None:
+        """Room for ``tiles`` 16-row tiles' split counters (zeros; each launch leaves them zero):
+        call it outside a CUDA graph capture, for the largest weight a split launch will see."""
+        have = self._counters
+        if have is None or have.numel() < tiles or have.device != torch.device(device):
+            self._counters = torch.zeros(max(tiles, have.numel() if have is not None else 0),
+                                         dtype=torch.int32, device=device)
+
     def __call__(self, words: torch.Tensor, scales: torch.Tensor, x: torch.Tensor,
-                 part: torch.Tensor, groups_per_split: int, *, row_scale: torch.Tensor | None = None,
-                 bias: torch.Tensor | None = None) -> torch.Tensor:
-        """One launch. ``part`` (splits, M, N) float32: the splits' sums; or, with ``row_scale``
-        ((N,) float32) and one split, ``part`` (M, N) bf16 = sum * row_scale (+ ``bias`` (N,)
-        bf16), the whole GEMV. Returns ``part``."""
+                 part: torch.Tensor | None, groups_per_split: int, *,
+                 row_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+        """One launch over ``ceil(K / 16 / groups_per_split)`` splits of K. Without ``out``:
+        ``part`` (splits, M, N) float32 gets each split's sums; returns it. With ``out`` (M, N)
+        bf16 and ``row_scale`` (N,) float32: out = sum * row_scale (+ ``bias`` (N,) bf16), the
+        splits added in the kernel through ``part`` (a (splits, M, N) float32 workspace; None
+        for one split) and the reserved counters; returns ``out``."""
         n, k, m = scales.shape[0], x.shape[1], x.shape[0]
         if groups_per_split % 4:
             raise ValueError(f"groups_per_split must be a multiple of 4 (a step), got {groups_per_split}")
-        fused = row_scale is not None
-        if fused and (part.dtype != torch.bfloat16 or part.shape != (m, n)
-                      or -(-(k // 16) // groups_per_split) != 1):
-            raise ValueError(f"the fused epilogue writes one split into a ({m}, {n}) bf16 output; got "
-                             f"{tuple(part.shape)} {part.dtype}, {groups_per_split} groups a split of {k // 16}")
-        splits = 1 if fused else part.shape[0]
+        splits = -(-(k // 16) // groups_per_split)
+        if out is not None:
+            if row_scale is None or out.dtype != torch.bfloat16 or out.shape != (m, n):
+                raise ValueError(f"the fused epilogue takes row_scale and a ({m}, {n}) bf16 out; got "
+                                 f"{None if row_scale is None else 'row_scale'}, {tuple(out.shape)} {out.dtype}")
+            if splits > 1 and (self._counters is None or self._counters.numel() < n // 16):
+                raise ValueError(f"{splits} splits need counters for {n // 16} tiles: call "
+                                 "reserve_counters first (outside a graph capture)")
+        if (out is None or splits > 1) and (part is None or part.dtype != torch.float32
+                                            or part.shape != (splits, m, n)):
+            raise ValueError(f"part must be a ({splits}, {m}, {n}) float32 tensor for {splits} splits")
 
         def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
             return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
 
-        args = [ptr(words), ptr(scales), ptr(x), ptr(None if fused else part), ctypes.c_int(n),
-                ctypes.c_int(k), ctypes.c_int(m), ctypes.c_int(groups_per_split), ptr(row_scale),
-                ptr(bias), ptr(part if fused else None)]
+        args = [ptr(words), ptr(scales), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
+                ctypes.c_int(m), ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
+                ptr(out), ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         tiles = n // 16
@@ -210,4 +227,20 @@ class MmaGemv:
         self._check(self.cuda.cuLaunchKernel(
             self.function, -(-tiles // self.warps), splits, 1, 32 * self.warps, 1, 1, 0, stream,
             pointers, None), "cuLaunchKernel")
-        return part
+        return part if out is None else out
+
+
+def split_plan(n: int, k: int, num_sms: int, warps_per_sm: int = 8,
+               max_splits: int = 8) -> tuple[int, int]:
+    """(splits, groups_per_split) for an N x K weight: K split in two until the launch has
+    ``warps_per_sm`` warps (16-row tiles x splits) a multiprocessor, at most ``max_splits``
+    splits and at least 8 steps of four groups in each (Qwen3-8B on 132 SMs: gate_up 24576 rows
+    in 1 split, qkv 6144 in 4, o and down 4096 in 8)."""
+    tiles, groups = n // 16, k // 16
+    splits = 1
+    while (tiles * splits < warps_per_sm * num_sms and splits < max_splits
+           and groups // (2 * splits) >= 32):
+        splits *= 2
+    per_split = -(-groups // splits)
+    per_split = -(-per_split // 4) * 4
+    return -(-groups // per_split), per_split

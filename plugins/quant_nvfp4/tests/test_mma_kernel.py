@@ -14,17 +14,31 @@ from hinge_nvfp4 import mma_gemv, reference
 from hinge_nvfp4.kernels import MmaKernel, TritonKernel, select_kernel
 from hinge_nvfp4.options import NVFP4Options
 
+QWEN3_8B = [(6144, 4096), (24576, 4096), (4096, 12288), (4096, 4096)]
+
 
 class EmulatedLauncher:
-    """``MmaGemv``'s fused call, computed by the kernel's emulation; records its arguments."""
+    """``MmaGemv``'s fused call, computed by the kernel's emulation split by split (each split's
+    sums, added in split order, as the kernel's last warp does); records its arguments."""
 
     def __init__(self):
-        self.calls = []
+        self.calls, self.reserved = [], []
 
-    def __call__(self, words, scales, x, out, groups_per_split, *, row_scale, bias):
-        self.calls.append((words, scales, x.shape, groups_per_split))
-        assert scales.dtype == torch.uint8 and out.dtype == torch.bfloat16 and groups_per_split == x.shape[1] // 16
-        y = mma_gemv.emulate(words, scales, x) * row_scale.double()
+    def reserve_counters(self, tiles, device):
+        self.reserved.append(tiles)
+
+    def __call__(self, words, scales, x, part, groups_per_split, *, row_scale, bias, out):
+        groups = x.shape[1] // 16
+        splits = -(-groups // groups_per_split)
+        self.calls.append((tuple(x.shape), splits, groups_per_split))
+        assert scales.dtype == torch.uint8 and out.dtype == torch.bfloat16 and groups_per_split % 4 == 0
+        assert (part is None) == (splits == 1) and (part is None or part.shape == (splits, *out.shape))
+        total = torch.zeros(out.shape, dtype=torch.float64)
+        for s in range(splits):
+            j0, j1 = s * groups_per_split, min((s + 1) * groups_per_split, groups)
+            total += mma_gemv.emulate(words[:, j0 // 4:j1 // 4], scales[:, j0:j1].contiguous(),
+                                      x[:, 16 * j0:16 * j1])
+        y = total * row_scale.double()
         if bias is not None:
             y = y + bias.double()
         out.copy_(y.to(torch.bfloat16))
@@ -38,18 +52,30 @@ def layer_of(n, k, seed=0):
     return layer, x, packed, scales, bias
 
 
-def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words():
+@pytest.mark.parametrize("num_sms, splits", [(132, 4), (1, 1)])
+def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(num_sms, splits):
+    # 128 x 2048: 8 tiles; on 132 SMs split_plan splits K in 4 (counters reserved), on 1 it does not
     launcher = EmulatedLauncher()
-    kernel = MmaKernel(gemv=launcher)
-    layer, x, packed, scales, bias = layer_of(48, 128)
+    kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
+    layer, x, packed, scales, bias = layer_of(128, 2048)
     kernel.prepare_linear(layer, packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, mma_gemv.repack_codes(packed))
+    assert layer.nvfp4_mma_split[0] == splits and launcher.reserved == ([8] if splits > 1 else [])
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
-        assert got.shape == (rows, 48) and got.dtype == torch.bfloat16
+        assert got.shape == (rows, 128) and got.dtype == torch.bfloat16
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
-    assert len(launcher.calls) == 3
+    assert [c[1] for c in launcher.calls] == [splits] * 3
+
+
+def test_the_split_plan_fills_the_gpu_with_whole_steps():
+    plans = {(n, k): mma_gemv.split_plan(n, k, 132) for n, k in QWEN3_8B}
+    assert plans == {(6144, 4096): (4, 64), (24576, 4096): (1, 256), (4096, 12288): (8, 96),
+                     (4096, 4096): (8, 32)}
+    for (_, k), (splits, per_split) in plans.items():
+        assert per_split % 4 == 0 and -(-(k // 16) // per_split) == splits
+    assert mma_gemv.split_plan(48, 128, 132) == (1, 8)  # too few steps to split
 
 
 def test_everything_else_takes_the_triton_path(monkeypatch):
@@ -57,7 +83,7 @@ def test_everything_else_takes_the_triton_path(monkeypatch):
     monkeypatch.setattr(TritonKernel, "linear", lambda self, layer, x, bias, act: triton_calls.append(
         (tuple(x.shape), x.dtype, act is not None)) or "triton")
     launcher = EmulatedLauncher()
-    kernel = MmaKernel(gemv=launcher)
+    kernel = MmaKernel(gemv=launcher, num_sms=132)
     layer, x, packed, scales, bias = layer_of(48, 128)
     kernel.prepare_linear(layer, packed, scales)
     nine = torch.cat([x, x[:1]])
@@ -94,9 +120,6 @@ def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
     assert builds == [("sm_90", 8), ("sm_90", 4)]
     assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 2 and not list(tmp_path.glob("*.tmp"))
-
-
-QWEN3_8B = [(6144, 4096), (24576, 4096), (4096, 12288), (4096, 4096)]
 
 
 @pytest.mark.gpu
