@@ -64,9 +64,10 @@ def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
 @pytest.mark.parametrize("stages", [2, 4, 8, 16])
 def test_both_kernels_compile_for_hopper_without_spills_and_with_mmas_in_their_loops(tmp_path, stages):
-    """Both kernels: at most 64 registers, no stack, four MMAs a step; the async one copies its
-    codes and scales with cp.async (LDGSTS) and waits on them (DEPBAR), a ring of ``stages``
-    steps of 576 bytes for each of its 4 warps in shared memory."""
+    """Both kernels: at most 64 registers, no stack, four MMAs a step, the split reduction's
+    fence and atomic count; the async one copies its codes and scales with cp.async (LDGSTS) and
+    waits on them (DEPBAR), a ring of ``stages`` steps of 576 bytes for each of its 4 warps in
+    shared memory."""
     cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
                                                  / "backends" / "nvidia" / "bin" / "cuobjdump")
     cubin = tmp_path / "k.cubin"
@@ -85,3 +86,5 @@ def test_both_kernels_compile_for_hopper_without_spills_and_with_mmas_in_their_l
         assert functions[name].count("HMMA.16816.F32.BF16") == 4, name  # a step's four groups
     ring = functions["nvfp4_mma_gemv_async"]
     assert "LDGSTS" in ring and "DEPBAR" in ring and "LDG.E.128" not in ring
+    for name in nvfp4_mma.KERNELS:  # the split reduction: a fence, one count a warp
+        assert "MEMBAR" in functions[name] and re.search(r"\bATOM|\bRED\.", functions[name]), name
