@@ -87,6 +87,13 @@ __device__ __forceinline__ void mma_step(const uint4 w4, const uint32_t sc_lo, c
     }
 }
 
+// both kernels' parameters (mma_gemv.MmaGemv passes them in this order)
+#define GEMV_PARAMS                                                                              \
+    const uint4 *__restrict__ codes, const uint8_t *__restrict__ scales,                         \
+        const uint16_t *__restrict__ x, float *__restrict__ part, int n, int k, int m,           \
+        int groups_per_split, const float *__restrict__ row_scale,                               \
+        const uint16_t *__restrict__ bias, uint16_t *__restrict__ out, int *__restrict__ counters
+
 struct Epilogue {
     // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
     // else out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr), written by the
@@ -141,11 +148,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
-               const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
-               int groups_per_split, const float* __restrict__ row_scale,
-               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
-               int* __restrict__ counters) {
+nvfp4_mma_gemv(GEMV_PARAMS) {
     const int lane = threadIdx.x & 31;
     const int tile = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (tile >= (n >> 4)) return;
@@ -186,11 +189,7 @@ __device__ __forceinline__ void wait_copies() {
 }
 
 extern "C" __global__ void __launch_bounds__(128)
-nvfp4_mma_gemv_async(const uint4* __restrict__ codes, const uint8_t* __restrict__ scales,
-                     const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
-                     int groups_per_split, const float* __restrict__ row_scale,
-                     const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
-                     int* __restrict__ counters) {
+nvfp4_mma_gemv_async(GEMV_PARAMS) {
     // per warp a ring of STAGES steps: 32 lanes x 16 bytes of codes, 16 rows x 4 bytes of scales
     __shared__ uint4 ring_codes[4][STAGES][32];
     __shared__ uint32_t ring_scales[4][STAGES][16];
