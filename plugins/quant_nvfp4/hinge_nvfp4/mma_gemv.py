@@ -117,9 +117,11 @@ def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
                                 "it (install the CUDA toolkit, or use kernel=triton)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
-        subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}", "-o",
-                        str(out), str(SOURCE)],
-                       check=True, capture_output=True, text=True)
+        done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}", "-o",
+                               str(out), str(SOURCE)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nvcc could not build {SOURCE.name} for {arch} (STAGES={stages}), exit "
+                               f"{done.returncode}:\n{done.stderr[-2000:]}\nuse kernel=triton meanwhile")
         return out.read_bytes()
 
 

@@ -146,3 +146,15 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, eager), (n, k)
+
+
+def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeypatch, tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'error: no such arch sm_01' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(RuntimeError, match=r"(?s)exit 3:.*no such arch sm_01.*kernel=triton"):
+        mma_gemv.build_cubin("sm_01")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(FileNotFoundError, match="nvcc is not on PATH.*kernel=triton"):
+        mma_gemv.build_cubin("sm_90")
