@@ -58,10 +58,13 @@ def short(name: str) -> str:
     return name.split("<")[0].split("(")[0].replace("void ", "").split("::")[-1][:40]
 
 
-FORMS = {  # --forms: split_call, split_tile_m, split_tile_n, split_pack_gqa
-    "batched": ("batched", 128, 128, True), "varlen": ("varlen", 128, 128, True),
-    "tile64": ("batched", 64, 128, True), "tile64-nopack": ("batched", 64, 128, False),
-    "tile64x64": ("batched", 64, 64, True), "tile64x64-nopack": ("batched", 64, 64, False),
+FORMS = {  # --forms: split_call, split_tile_m, split_tile_n, split_pack_gqa, intra_wg_overlap, rs
+    "batched": ("batched", 128, 128, True, True, True), "varlen": ("varlen", 128, 128, True, True, True),
+    "tile64": ("batched", 64, 128, True, True, True), "tile64-nopack": ("batched", 64, 128, False, True, True),
+    "tile64x64": ("batched", 64, 64, True, True, True),
+    "tile64x64-nopack": ("batched", 64, 64, False, True, True),
+    "tile64-noolap": ("batched", 64, 128, True, False, True),
+    "tile64-nors": ("batched", 64, 128, True, True, False),
 }
 
 
@@ -92,9 +95,10 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
     variants = [("raw kernel, no split", raw)]
     build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
     for size in split_sizes:
-        for form, tile_m, tile_n, pack in forms:
+        for form, tile_m, tile_n, pack, overlap, rs in forms:
             options = FA4Options(split_kv="always", split_size=size, split_call=form,
-                                 split_tile_m=tile_m, split_tile_n=tile_n, split_pack_gqa=pack)
+                                 split_tile_m=tile_m, split_tile_n=tile_n, split_pack_gqa=pack,
+                                 split_intra_wg_overlap=overlap, split_mma_pv_is_rs=rs)
             attn = FA4AttentionBackend(options, build)
             attn.warmup(layers[:1], kv)
             attn.init_graph_buffers(batch_size, batch_size, pages_per)
@@ -106,7 +110,8 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
                 a.forward(q, k, k, layers[i], kv, static)
 
             variants.append((f"fa4 split {size}, {form}, tile {tile_m}x{tile_n}"
-                             + ("" if pack else ", no pack_gqa"), one))
+                             + ("" if pack else ", no pack_gqa") + ("" if overlap else ", no overlap")
+                             + ("" if rs else ", P via smem"), one))
     out = []
     for name, layer_fn in variants:
         try:

@@ -16,8 +16,8 @@
 #                                                 # tests, then every other GPU test (engine lane alone)
 #   bash tools/gpu/open_issue_checks.sh bench3   # after tests12: MMA GEMV cp.async probe, its GPU
 #                                                 # test, end to end with kernel=mma (~9 min)
-#   bash tools/gpu/open_issue_checks.sh bench4   # recurrent tilings, the hybrid's roofline with the
-#                                                 # new defaults (~6 min)
+#   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
+#                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
 #                                                 # short list of M = 1 GEMV tilings (gate|up, qkv),
 #                                                 # fa4 attention, fa4 prefill through hinge bench,
@@ -107,9 +107,12 @@ bench3)
     tail -4 "$OUT/nvfp4_e2e_mma.log"
     ;;
 bench4)
+    b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
+        --forms tile64 tile64-noolap tile64-nors
     b recurrent 60 python3 tools/gpu/recurrent_decode.py
     b hybrid 270 python3 tools/gpu/roofline.py --arch qwen3_5 --size 9b --modes default --skip-hf
-    cat "$OUT/rc.txt"; tail -10 "$OUT/recurrent.log"; tail -4 "$OUT/hybrid.log"
+    cat "$OUT/rc.txt"; grep -E "^\| 1 " "$OUT/fa4_split.log"; tail -10 "$OUT/recurrent.log"
+    tail -4 "$OUT/hybrid.log"
     ;;
 bench|bench2)
     if [ "$1" = bench ]; then

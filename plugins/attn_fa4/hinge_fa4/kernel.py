@@ -50,7 +50,10 @@ class FA4Kernel:
         from flash_attn.cute import flash_attn_varlen_func
 
         self._varlen: Any = flash_attn_varlen_func
-        self._fwd: Any = private_forward(options.split_tile_m, options.split_tile_n)
+        self.split_overlap = options.split_intra_wg_overlap
+        self.split_rs = options.split_mma_pv_is_rs
+        self._fwd: Any = private_forward(options.split_tile_m, options.split_tile_n,
+                                         tuned=not (self.split_overlap and self.split_rs))
         self.split_call = options.split_call
         self.split_tile_m = options.split_tile_m if self._fwd is not None else 128
         self.split_tile_n = options.split_tile_n if self._fwd is not None else 128
@@ -84,13 +87,14 @@ class FA4Kernel:
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
                 softcap=softcap or 0.0, return_lse=True, pack_gqa=self.split_pack_gqa)
             return out, lse.t()
-        if self._fwd is not None:  # a tile other than flash-attn's own (64 rows: one warpgroup)
+        if self._fwd is not None:  # a tile or schedule other than flash-attn's own
             out, lse, *_ = self._fwd(
                 q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
                 softcap=softcap or 0.0, return_lse=True,
                 tile_mn=(self.split_tile_m, self.split_tile_n),
-                num_threads=128 * (1 + self.split_tile_m // 64), pack_gqa=self.split_pack_gqa)
+                num_threads=128 * (1 + self.split_tile_m // 64), pack_gqa=self.split_pack_gqa,
+                intra_wg_overlap=self.split_overlap, mma_pv_is_rs=self.split_rs)
         else:
             out, lse = self._varlen(
                 q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
@@ -99,12 +103,12 @@ class FA4Kernel:
         return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
 
 
-def private_forward(tile_m: int, tile_n: int = 128) -> Any:
-    """flash-attn's private ``_flash_attn_fwd`` for a ``tile_m`` x ``tile_n`` split call, or
-    None: for 128 x 128 (its own tile: the public function serves), or when the installed
-    flash-attn-4 has no such function taking ``tile_mn`` (a warning says so; the public call
-    then runs)."""
-    if (tile_m, tile_n) == (128, 128):
+def private_forward(tile_m: int, tile_n: int = 128, *, tuned: bool = False) -> Any:
+    """flash-attn's private ``_flash_attn_fwd`` for a ``tile_m`` x ``tile_n`` split call (or,
+    ``tuned``, one with another warpgroup schedule), or None: for 128 x 128 untuned (its own
+    choice: the public function serves), or when the installed flash-attn-4 has no such function
+    taking ``tile_mn`` (a warning says so; the public call then runs)."""
+    if (tile_m, tile_n) == (128, 128) and not tuned:
         return None
     import inspect
 
@@ -115,11 +119,17 @@ def private_forward(tile_m: int, tile_n: int = 128) -> Any:
                        "split calls use 128-row tiles", tile_m, tile_n, exc)
         return None
     params = inspect.signature(_flash_attn_fwd).parameters
-    if not {"tile_mn", "num_threads"} <= params.keys():
-        logger.warning("fa4: this flash-attn-4's _flash_attn_fwd takes no tile_mn/num_threads; "
-                       "split calls use 128-row tiles (split tiles %dx%d ignored)", tile_m, tile_n)
+    missing = PRIVATE_PARAMETERS - params.keys()
+    if missing:
+        logger.warning("fa4: this flash-attn-4's _flash_attn_fwd takes no %s; split calls use "
+                       "128-row tiles and flash-attn's schedule (split tiles %dx%d ignored)",
+                       "/".join(sorted(missing)), tile_m, tile_n)
         return None
     return _flash_attn_fwd
+
+
+#: what ``FA4Kernel.split_decode`` passes the private function beyond the public one's arguments
+PRIVATE_PARAMETERS = frozenset({"tile_mn", "num_threads", "pack_gqa", "intra_wg_overlap", "mma_pv_is_rs"})
 
 
 def make_kernel(options: FA4Options, device: torch.device) -> Any:

@@ -46,6 +46,13 @@ class FA4Options(BaseModel):
         "(flash-attn's default for GQA: one program per (part, KV head), each reading its keys "
         "once); False = one program per (part, query head), a KV head's keys read by its "
         "query heads' programs at once (more programs at batch 1; the repeats mostly hit L2)")
+    split_intra_wg_overlap: bool = Field(
+        True, description="split calls: overlap a tile's softmax with the next block's QK^T MMA "
+        "inside a warpgroup (flash-attn's sm_90 choice); False = one after the other (a decode "
+        "tile has few rows and few key blocks: tools/gpu/fa4_split_decode.py --forms measures it)")
+    split_mma_pv_is_rs: bool = Field(
+        True, description="split calls: P V's MMA reads P from registers (flash-attn's sm_90 "
+        "choice); False = through shared memory")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(

@@ -123,10 +123,13 @@ def test_lse_and_requests_without_keys_match_the_restatement():
 # -- the split call and its merge ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("split_call, tile_m, tile_n, pack_gqa", [
-    ("batched", 128, 128, True), ("varlen", 128, 128, True), ("batched", 64, 128, True),
-    ("batched", 64, 128, False), ("batched", 64, 64, True), ("varlen", 128, 128, False)])
-def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, tile_m, tile_n, pack_gqa):
+@pytest.mark.parametrize("split_call, tile_m, tile_n, pack_gqa, overlap, rs", [
+    ("batched", 128, 128, True, True, True), ("varlen", 128, 128, True, True, True),
+    ("batched", 64, 128, True, True, True), ("batched", 64, 128, False, True, True),
+    ("batched", 64, 64, True, True, True), ("varlen", 128, 128, False, True, True),
+    ("batched", 64, 128, True, False, True), ("batched", 64, 128, True, True, False)])
+def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, tile_m, tile_n,
+                                                                    pack_gqa, overlap, rs):
     """One query per virtual request, non-causal, lse as (V, H): parts of 300, 128, 1 and 0
     keys (an empty slot: zeros and lse -inf) through page rows that start mid-request."""
     lay = layer(128)
@@ -142,7 +145,8 @@ def test_the_split_call_matches_its_restatement_in_both_query_forms(split_call, 
                 page_table=torch.stack([row[0:3], row[2:5], row[5:8], row[0:3]]).contiguous(),
                 softmax_scale=lay.scale)
     real = FA4Kernel(FA4Options(split_call=split_call, split_tile_m=tile_m, split_tile_n=tile_n,
-                                split_pack_gqa=pack_gqa), torch.device("cuda"))
+                                split_pack_gqa=pack_gqa, split_intra_wg_overlap=overlap,
+                                split_mma_pv_is_rs=rs), torch.device("cuda"))
     out, lse = real.split_decode(q, kp, vp, **args)
     ref_out, ref_lse = ReferenceKernel().split_decode(q, kp, vp, **args)
     assert out.shape == (4, 32, 128) and lse.shape == (4, 32)

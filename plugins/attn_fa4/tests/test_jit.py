@@ -55,19 +55,21 @@ def _fake_interface(monkeypatch, fwd):
 def test_a_64_row_split_call_uses_flash_attns_private_forward_when_it_takes_a_tile(monkeypatch):
     from hinge_fa4.kernel import private_forward
 
-    def _flash_attn_fwd(q, k, v, tile_mn=None, num_threads=384):
+    def _flash_attn_fwd(q, k, v, tile_mn=None, num_threads=384, pack_gqa=None,
+                        intra_wg_overlap=None, mma_pv_is_rs=None):
         return q
 
     _fake_interface(monkeypatch, _flash_attn_fwd)
     assert private_forward(64) is _flash_attn_fwd
     assert private_forward(128) is None  # flash-attn's own tile: the public call
+    assert private_forward(128, tuned=True) is _flash_attn_fwd  # its tile, another schedule
 
 
 @pytest.mark.parametrize("what", ["missing", "no tile_mn"])
 def test_a_64_row_split_call_falls_back_to_128_rows_with_a_warning(monkeypatch, caplog, what):
     from hinge_fa4.kernel import private_forward
 
-    def _flash_attn_fwd(q, k, v, num_threads=384):  # an API without tile_mn
+    def _flash_attn_fwd(q, k, v, num_threads=384, pack_gqa=None):  # an API without tile_mn
         return q
 
     _fake_interface(monkeypatch, None if what == "missing" else _flash_attn_fwd)
