@@ -66,12 +66,14 @@ class FA4Kernel:
                cu_seqlens_q: torch.Tensor, seqused_k: torch.Tensor, page_table: torch.Tensor,
                max_seqlen_q: int, softmax_scale: float, causal: bool,
                window_left: int | None = None, softcap: float | None = None,
-               return_lse: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+               return_lse: bool = False, pack_gqa: bool | None = None,
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``pack_gqa``: flash-attn's choice (None) unless a split call sets it."""
         out, lse = self._varlen(
             q, k_pages, v_pages, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
             seqused_k=seqused_k, page_table=page_table, softmax_scale=softmax_scale,
             causal=causal, window_size=(window_left, 0 if window_left is not None else None),
-            softcap=softcap or 0.0, return_lse=return_lse)
+            softcap=softcap or 0.0, return_lse=return_lse, pack_gqa=pack_gqa)
         return out, lse
 
     def split_decode(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, *,
@@ -82,10 +84,10 @@ class FA4Kernel:
         v, heads, dim = q.shape
         if self.split_call == "varlen":
             cu = torch.arange(v + 1, dtype=torch.int32, device=q.device)
-            out, lse = self._varlen(
-                q, k_pages, v_pages, cu_seqlens_q=cu, max_seqlen_q=1, seqused_k=seqused_k,
-                page_table=page_table, softmax_scale=softmax_scale, causal=False,
-                softcap=softcap or 0.0, return_lse=True, pack_gqa=self.split_pack_gqa)
+            out, lse = self.varlen(q, k_pages, v_pages, cu_seqlens_q=cu, seqused_k=seqused_k,
+                                   page_table=page_table, max_seqlen_q=1,
+                                   softmax_scale=softmax_scale, causal=False, softcap=softcap,
+                                   return_lse=True, pack_gqa=self.split_pack_gqa)
             return out, lse.t()
         if self._fwd is not None:  # a tile or schedule other than flash-attn's own
             out, lse, *_ = self._fwd(
