@@ -64,6 +64,25 @@ def test_decode_rows_are_the_bits_of_the_token_recurrence_kernel_from_the_gather
     assert torch.equal(got, out) and torch.equal(pool[write], final)
 
 
+def test_every_kernel_inlining_the_token_loop_specializes_on_the_same_input_alignment():
+    """The interpreter does not model it: on the H200 (2026-12-02) decode_in_pool's kernel,
+    specialized on 16-byte aligned inputs where the token-recurrence kernel is not, laid its
+    loads out otherwise and gave deterministic decode rows other bits than prefill rows."""
+    from triton.runtime.jit import JITFunction
+
+    from hinge.layers.recurrent_kernels import decode_in_pool, delta_rule_triton
+
+    kernels = {value.__name__: value for module in (decode_in_pool, delta_rule_triton)
+               for value in vars(module).values()
+               if isinstance(value, JITFunction) and value.__name__ != "walk_tokens"
+               and "walk_tokens(" in value.src}
+    assert sorted(kernels) == ["_decode_in_pool_kernel", "_delta_rule_kernel"]
+    for name, kernel in kernels.items():
+        unaligned = [kernel.arg_names[i] if isinstance(i, int) else i
+                     for i in kernel.do_not_specialize_on_alignment]
+        assert tuple(unaligned) == delta_rule_triton.UNALIGNED_TOKEN_INPUTS, name
+
+
 @pytest.mark.parametrize("tile", [(2, 1), (4, 2), (8, 4), (32, 1)])
 def test_another_tiling_decodes_the_same_states_to_rounding(interpreter, tile):
     """``tile`` (default mode's ``DEFAULT_MODE_TILE`` = (32, 1) and the sweep's others; value

@@ -34,6 +34,7 @@ from hinge.layers.recurrent_kernels.delta_rule_triton import (
     BV,
     EPS,
     MAX_UNIFORM_ROWS,
+    UNALIGNED_TOKEN_INPUTS,
     _arange,
     num_programs,
     program_tile,
@@ -42,7 +43,9 @@ from hinge.layers.recurrent_kernels.delta_rule_triton import (
 )
 
 
-@triton.jit
+# NOTE: the token loop's alignment list (H200, 2026-12-02: with the inputs' alignment specialized
+# on here and not in the token-recurrence kernel, deterministic decode rows lost its bits)
+@triton.jit(do_not_specialize_on_alignment=UNALIGNED_TOKEN_INPUTS)
 def _decode_in_pool_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, cu_ptr, read_ptr, write_ptr, prefix_ptr, out_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,

@@ -126,9 +126,15 @@ def walk_tokens(S, q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, out_ptr, states_ptr, bo
     return S
 
 
-# NOTE: the inputs' alignment is not specialized on: a checkpoint-split step (``run_split``) hands
-# row slices that start anywhere, which would compile a variant after the start-up warm-up
-@triton.jit(do_not_specialize_on_alignment=("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr"))
+#: the token inputs whose alignment the token loop's kernels do not specialize on: a checkpoint-split
+#: step (``run_split``) hands row slices that start anywhere, which would compile a variant after the
+#: start-up warm-up. Every kernel that inlines ``walk_tokens`` takes this same list: the alignment
+#: Triton assumes shapes its load layouts and so the reductions' order (decode rows and prefill
+#: rows of one position must give the same bits)
+UNALIGNED_TOKEN_INPUTS = ("q_ptr", "k_ptr", "v_ptr", "g_ptr", "beta_ptr")
+
+
+@triton.jit(do_not_specialize_on_alignment=UNALIGNED_TOKEN_INPUTS)
 def _delta_rule_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, cu_ptr, out_ptr, final_ptr, states_ptr,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_gt, stride_bt,
