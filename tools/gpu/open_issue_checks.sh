@@ -14,8 +14,8 @@
 #   bash tools/gpu/open_issue_checks.sh verify   # a short session's check (~5 min, 2026-12-02: past 290 s
 #                                                 # in four lanes, so now five): the warm-up and sync
 #                                                 # tests, then every other GPU test (engine lane alone)
-#   bash tools/gpu/open_issue_checks.sh bench3   # after tests12: MMA GEMV cp.async probe, its GPU
-#                                                 # test, end to end with kernel=mma (~9 min)
+#   bash tools/gpu/open_issue_checks.sh bench5   # the in-pool decode bits and kernel=mma tests, the
+#                                                 # MMA GEMV probe, end to end with kernel=mma (~9 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -93,18 +93,15 @@ followup)
     grep -E "^\| 1 " "$OUT/fa4_split.log"; tail -4 "$OUT/hybrid_fla.log"
     tail -4 "$OUT/hybrid_token_recurrence.log"; tail -10 "$OUT/recurrent.log"
     ;;
-bench3)
-    # written after the eighth session's device time: the MMA GEMV's cp.async kernel (alone,
-    # its GPU test, end to end as quantizer_options kernel=mma at batch 1 against bf16); bench4:
-    # default mode's recurrent decode tiling (32, 1) at every batch, the hybrid with both new
-    # defaults (short prefills on the token recurrence, the decode tiling); the first hybrid run
-    # compiles flashinfer's head-dim-256 prefill (~2 min on a fresh JIT cache)
-    b nvfp4_mma 180 python3 tools/gpu/nvfp4_mma_probe.py
-    b mma_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py
+bench5)
+    # ninth session: the in-pool decode bits fix (2c57828), the MMA GEMV rewritten (supersteps of
+    # eight MMAs, scales folded into the A fragments): its GPU test, the probe, end to end
+    b tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/hybrid/test_decode_in_pool_gpu.py plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 200 python3 tools/gpu/nvfp4_mma_probe.py
     b nvfp4_e2e_mma 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
-    cat "$OUT/rc.txt"; tail -18 "$OUT/nvfp4_mma.log"; tail -3 "$OUT/mma_tests.log"
-    tail -4 "$OUT/nvfp4_e2e_mma.log"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/tests.log"; tail -18 "$OUT/nvfp4_mma.log"
+    tail -6 "$OUT/nvfp4_e2e_mma.log"
     ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
@@ -139,7 +136,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench3|bench4" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5" >&2
     exit 2
     ;;
 esac

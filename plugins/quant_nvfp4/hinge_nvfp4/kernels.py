@@ -135,8 +135,9 @@ class TritonKernel(TorchKernel):
 
 class MmaKernel(TritonKernel):
     """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
-    bf16 rows (contiguous) against a weight whose N % 16 == 0 and K % 64 == 0 runs
-    ``mma_gemv``'s cp.async kernel, K split by ``mma_gemv.split_plan`` and the splits added in
+    bf16 rows (contiguous, 16-byte aligned) against a weight whose N % 16 == 0 and K % 128 == 0
+    runs ``mma_gemv``'s kernel on the weight's ``mma_gemv.repack`` (a second copy of its codes
+    and scales), K split by ``mma_gemv.split_plan`` and the splits added in
     the kernel, whose epilogue applies the row scale and bias and writes bf16; anything else takes
     the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
     and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests)."""
@@ -154,9 +155,9 @@ class MmaKernel(TritonKernel):
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
-        layer.nvfp4_mma_words = None
-        if n % 16 == 0 and k % 64 == 0:
-            layer.nvfp4_mma_words = mma_gemv.repack_codes(packed)
+        layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
+        if n % 16 == 0 and k % mma_gemv.SUPERSTEP == 0:
+            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = mma_gemv.repack(packed, scales)
             layer.nvfp4_mma_split = mma_gemv.split_plan(n, k, self._num_sms)
             if layer.nvfp4_mma_split[0] > 1:
                 self._gemv.reserve_counters(n // 16, packed.device)
@@ -168,18 +169,19 @@ class MmaKernel(TritonKernel):
         words = getattr(layer, "nvfp4_mma_words", None)
         if (words is None or act_scale is not None or x.dim() != 2 or x.dtype != torch.bfloat16
                 or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
+                or x.data_ptr() % 16
                 or (bias is not None and bias.dtype != torch.bfloat16)):
             return super().linear(layer, x, bias, act_scale)
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
         splits, per_split = layer.nvfp4_mma_split
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
         part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else None
-        return self._gemv(words, layer.nvfp4_scales.view(torch.uint8), x, part, per_split,
+        return self._gemv(words, layer.nvfp4_mma_scales, x, part, per_split,
                           row_scale=layer.row_scale, bias=bias, out=out)
 
 
 def _mma_launcher() -> Any:
-    """The cp.async kernel for this GPU's architecture, built or read from the disk cache."""
+    """The kernel for this GPU's architecture, built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
@@ -187,4 +189,4 @@ def _mma_launcher() -> Any:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=mma_gemv.DEFAULT_STAGES)
-    return mma_gemv.MmaGemv(cubin, kernel=mma_gemv.KERNELS[1])
+    return mma_gemv.MmaGemv(cubin)

@@ -1,98 +1,95 @@
-// NVFP4 W4A16 GEMV on the tensor cores (docs/nvfp4.md, "The tensor-core GEMV on paper"), compiled
-// and launched by hinge_nvfp4/mma_gemv.py: kernel = "mma" (experimental) runs the async kernel for
-// decode GEMVs; tools/gpu/nvfp4_mma_probe.py times both.
+// NVFP4 W4A16 GEMV on the tensor cores (docs/nvfp4.md, "The tensor-core GEMV"), compiled and
+// launched by hinge_nvfp4/mma_gemv.py (kernel = "mma", experimental); tools/gpu/nvfp4_mma_probe.py
+// times it.
 //
-//   part[s, m, n] = sum over the scale groups j of split s of
-//                   scale[n, j] * sum_{c < 16} e2m1(code[n, 16 j + c]) * x[m, 16 j + c]
+//   part[s, m, n] = sum over k of split s of e2m1(code[n, k]) * scale[n, k / 16] * x[m, k]
 //
-// for M <= 8 rows of x (the B operand's columns) and N a multiple of 16 (one warp per 16-row
-// tile). One mma.sync.m16n8k16 (bf16 in, float32 out) per (tile, group): lane (g, t) = (lane / 4,
-// lane % 4) holds its whole A fragment as one 32-bit word of 8 codes, repacked at load time so that
-// nibbles k and k + 4 are the low and high halves of fragment register k (rows g / g + 8, columns
-// 2t, 2t + 1 / 2t + 8, 2t + 9). Register k is the codes' bits placed as a bf16 pattern (sign at 15,
-// exponent bits 8..7, mantissa bit 6) whose value is e2m1 * 2^-126, made exact by one bf16x2
-// multiply by 2^126; the group's MMA starts from zero and its float32 result is scaled by the
-// group's e4m3 scale (float from its bits times 2^120) into the lane's four accumulators. The
-// caller sums the splits and applies the per-tensor scale, or the kernel does (``Epilogue``).
+// for M <= 8 rows of x (the MMA's B columns) and N a multiple of 16 (one warp per 16-row tile).
+// A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
+// over its k index in any order, so the repack (mma_gemv.repack_codes) chooses which columns of
+// W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds columns 32t .. 32t + 31 of the
+// superstep in all eight MMAs (MMA u: 32t + 4u .. 32t + 4u + 3), so that
+//   - its x operand is 64 contiguous bytes of row g (four 16-byte loads a superstep), and
+//   - all its A elements of MMAs 0..3 lie in one scale group (2t), of MMAs 4..7 in the next,
+//     so that the scales multiply the A fragments (one bf16x2 multiply a register, exact) and the
+//     MMAs accumulate the whole K with no float32 rescaling: four scales a lane a superstep.
+// A fragment register (two codes of one row) is a bf16 pattern of e2m1 * 2^-126 (sign at bit 15,
+// exponent bits 8..7, mantissa bit 6), cut from the lane's 32-bit word by ``fragments``; its
+// multiplier is scale * 2^118 as bf16 (``multiplier``: the repack stores each e4m3 scale as an
+// 8-bit exponent-and-mantissa code, mma_gemv.encode_scales), so each A element is
+// e2m1 * scale * 2^-8, exactly (<= 6 significant bits, >= 2^-18); the sums are times 2^8 at the end.
 //
-// Layouts: codes (N / 16, K / 64, 32, 4) uint32 (four groups a lane per 16-byte load, the warp's
-// 512 bytes contiguous); scales (N, K / 16) e4m3 bits as ModelOpt writes them (four groups a row
-// per 4-byte load); x (M, K) bf16 rows; part (splits, M, N) float32 sums, or with ``out`` given
-// out (M, N) bf16 = sum * row_scale[n] (+ bias[n]), the splits added in the kernel (``Epilogue``).
-// K % 64 == 0 and groups_per_split % 4 == 0.
+// Layouts (mma_gemv.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
+// lane l at [.., h, l, c]: each of a superstep's two 16-byte copies 512 contiguous bytes a warp);
+// scales (N / 16, K / 128, 32) uint32 (lane (g, t): rows g, g + 8 of group 2t, then of 2t + 1);
+// x (M, K) bf16 rows, 16-byte aligned; part (splits, M, N) float32 sums, or with ``out`` given out
+// (M, N) bf16 = sum * row_scale[n] (+ bias[n]), the splits added in the kernel (``Epilogue``).
+// K % 128 == 0 and groups_per_split % 8 == 0.
 //
-// Two kernels, one arithmetic (``mma_step``): ``nvfp4_mma_gemv`` loads a step's codes and scales
-// into registers and uses them at once (a warp has one 16-byte load in flight: 36% of the H200's
-// roofline at best, 2026-12-02); ``nvfp4_mma_gemv_async`` copies them into shared memory with
-// cp.async ``STAGES - 1`` steps ahead of the step it computes (each warp its own ring of stages,
-// no block barrier), so a warp keeps that many steps' loads in flight. (Unrolling the register
-// loop did not do it: ptxas sank each load next to its first use.)
+// Each warp copies its codes and scales into its own ring of STAGES supersteps in shared memory
+// with cp.async, STAGES - 1 supersteps ahead of the one it computes (no block barrier), and loads
+// the next superstep's x into registers while computing this one.
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
 #ifndef STAGES
-#define STAGES 4  // the async kernel's ring of steps a warp (mma_gemv.build_cubin sets it)
+#define STAGES 4  // supersteps in a warp's ring (mma_gemv.build_cubin sets it)
 #endif
+#define WARPS 4  // 16-row tiles a block (mma_gemv.MmaGemv launches this many)
 
-template <int PAIR>
-__device__ __forceinline__ uint32_t fragment(uint32_t w) {
-    // nibble PAIR -> bits 15 (sign), 8..6 (e1 e0 m) of the low half; nibble PAIR + 4 -> the high
-    const uint32_t mag = (PAIR * 4 <= 6) ? (w << (6 - 4 * PAIR)) : (w >> (4 * PAIR - 6));
-    const uint32_t sign = w << (12 - 4 * PAIR);
-    return (mag & 0x01C001C0u) | (sign & 0x80008000u);
+__device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
+    // the repack's bit places (mma_gemv.FRAGMENT_BITS): three registers a shift and a mask each,
+    // the fourth from three shifts (no four shifted copies of the pattern tile 32 bits)
+    const uint32_t pattern = 0x81C081C0u;  // bits 15, 8..6 of each half
+    a[0] = w & pattern;
+    a[1] = (w << 3) & pattern;
+    a[2] = (w << 6) & pattern;
+    a[3] = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
 }
 
-__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+__device__ __forceinline__ uint32_t multiplier(const uint32_t codes4, const int byte) {
+    // scale code ``byte`` of the word -> bf16x2 (scale * 2^118) twice: the code's 8 bits at bits
+    // 11..4 of each half under exponent bits 111 (mma_gemv.encode_scales)
+    const uint32_t both = __byte_perm(codes4, 0u, 0x4040u + 0x0101u * byte);
+    return (both << 4) | 0x70007000u;
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(const uint32_t a, const uint32_t b) {
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
 
-__device__ __forceinline__ float e4m3(uint32_t bits) {
-    // non-negative e4m3 -> float: its exponent and mantissa bits at float's, times 2^120 (exact,
-    // subnormal scales included)
-    return __uint_as_float((bits & 0x7Fu) << 20) * 0x1p120f;
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t b0,
+                                    const uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void mma_step(const uint4 w4, const uint32_t sc_lo, const uint32_t sc_hi,
-                                         const uint32_t* x_row, const bool live, const int j,
-                                         const int t, float& acc0, float& acc1, float& acc2,
-                                         float& acc3) {
-    // groups j .. j + 3 of the lane's tile: one MMA each, scaled into the accumulators in order
-    const uint32_t two126 = 0x7E807E80u;  // bf16x2 (2^126, 2^126)
-    const uint32_t words[4] = {w4.x, w4.y, w4.z, w4.w};
+__device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint32_t scales,
+                                          const uint4 (&xv)[4], float (&even)[4], float (&odd)[4]) {
+    // eight MMAs, even and odd ones into two accumulators (two dependency chains, not one)
+    const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t xs[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w,
+                             xv[2].x, xv[2].y, xv[2].z, xv[2].w, xv[3].x, xv[3].y, xv[3].z, xv[3].w};
+    const uint32_t row_g[2] = {multiplier(scales, 0), multiplier(scales, 2)};
+    const uint32_t row_g8[2] = {multiplier(scales, 1), multiplier(scales, 3)};
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        const uint32_t w = words[u];
-        const uint32_t a0 = mul_bf16x2(fragment<0>(w), two126);
-        const uint32_t a1 = mul_bf16x2(fragment<1>(w), two126);
-        const uint32_t a2 = mul_bf16x2(fragment<2>(w), two126);
-        const uint32_t a3 = mul_bf16x2(fragment<3>(w), two126);
-        const int col = (j + u) * 8 + t;  // x's bf16 pairs: element 16 (j + u) + 2t
-        const uint32_t b0 = live ? __ldg(x_row + col) : 0u;
-        const uint32_t b1 = live ? __ldg(x_row + col + 4) : 0u;
-        float d0, d1, d2, d3;
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"
-            : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-        const float lo = e4m3((sc_lo >> (8 * u)) & 0xFFu);
-        const float hi = e4m3((sc_hi >> (8 * u)) & 0xFFu);
-        acc0 = fmaf(d0, lo, acc0);
-        acc1 = fmaf(d1, lo, acc1);
-        acc2 = fmaf(d2, hi, acc2);
-        acc3 = fmaf(d3, hi, acc3);
+    for (int u = 0; u < 8; ++u) {
+        uint32_t a[4];
+        fragments(words[u], a);
+        const int group = u >> 2;  // MMAs 0..3: the lane's first group, 4..7: its second
+        a[0] = mul_bf16x2(a[0], row_g[group]);
+        a[1] = mul_bf16x2(a[1], row_g8[group]);
+        a[2] = mul_bf16x2(a[2], row_g[group]);
+        a[3] = mul_bf16x2(a[3], row_g8[group]);
+        mma((u & 1) ? odd : even, a, xs[2 * u], xs[2 * u + 1]);
     }
 }
-
-// both kernels' parameters (mma_gemv.MmaGemv passes them in this order)
-#define GEMV_PARAMS                                                                              \
-    const uint4 *__restrict__ codes, const uint8_t *__restrict__ scales,                         \
-        const uint16_t *__restrict__ x, float *__restrict__ part, int n, int k, int m,           \
-        int groups_per_split, const float *__restrict__ row_scale,                               \
-        const uint16_t *__restrict__ bias, uint16_t *__restrict__ out, int *__restrict__ counters
 
 struct Epilogue {
     // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
@@ -147,31 +144,6 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     }
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-nvfp4_mma_gemv(GEMV_PARAMS) {
-    const int lane = threadIdx.x & 31;
-    const int tile = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (tile >= (n >> 4)) return;
-    const int groups = k >> 4;
-    const int g = lane >> 2, t = lane & 3;
-    const int j0 = blockIdx.y * groups_per_split;
-    const int j1 = min(j0 + groups_per_split, groups);
-    const uint4* w_ptr = codes + (size_t)tile * (groups >> 2) * 32 + lane;
-    const uint8_t* s_lo = scales + (size_t)(tile * 16 + g) * groups;
-    const uint8_t* s_hi = s_lo + (size_t)8 * groups;
-    const bool live = g < m;  // B's column g is x's row g
-    const uint32_t* x_row = reinterpret_cast<const uint32_t*>(x + (size_t)(live ? g : 0) * k);
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-    for (int j = j0; j < j1; j += 4) {
-        const uint4 w4 = __ldg(w_ptr + (size_t)(j >> 2) * 32);
-        const uint32_t sc_lo = __ldg(reinterpret_cast<const uint32_t*>(s_lo + j));
-        const uint32_t sc_hi = __ldg(reinterpret_cast<const uint32_t*>(s_hi + j));
-        mma_step(w4, sc_lo, sc_hi, x_row, live, j, t, acc0, acc1, acc2, acc3);
-    }
-    float acc[4] = {acc0, acc1, acc2, acc3};
-    finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
-}
-
 __device__ __forceinline__ void copy_async(void* dst, const void* src, const int bytes) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     if (bytes == 16) {
@@ -188,49 +160,73 @@ __device__ __forceinline__ void wait_copies() {
     asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(128)
-nvfp4_mma_gemv_async(GEMV_PARAMS) {
-    // per warp a ring of STAGES steps: 32 lanes x 16 bytes of codes, 16 rows x 4 bytes of scales
-    __shared__ uint4 ring_codes[4][STAGES][32];
-    __shared__ uint32_t ring_scales[4][STAGES][16];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (tile >= (n >> 4)) return;  // the whole warp: no barrier below spans warps
-    const int groups = k >> 4;
-    const int g = lane >> 2, t = lane & 3;
-    const int j0 = blockIdx.y * groups_per_split;
-    const int steps = (min(j0 + groups_per_split, groups) - j0) >> 2;
-    const uint4* w_ptr = codes + (size_t)tile * (groups >> 2) * 32 + (j0 >> 2) * 32 + lane;
-    // lanes 0..15 copy row (tile * 16 + lane)'s four scales of a step
-    const uint8_t* s_row = scales + (size_t)(tile * 16 + (lane & 15)) * groups + j0;
-    const bool live = g < m;
-    const uint32_t* x_row = reinterpret_cast<const uint32_t*>(x + (size_t)(live ? g : 0) * k);
-    uint4(*my_codes)[32] = ring_codes[warp];
-    uint32_t(*my_scales)[16] = ring_scales[warp];
+__device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: steps 0 .. STAGES - 2 in flight
+    for (int i = 0; i < 4; ++i) xv[i] = __ldg(row + i);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
+               const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
+               int groups_per_split, const float* __restrict__ row_scale,
+               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
+               int* __restrict__ counters) {
+    __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
+    __shared__ uint32_t ring_scales[WARPS][STAGES][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tile = blockIdx.x * WARPS + warp;
+    if (tile >= (n >> 4)) return;  // the whole warp: no barrier below spans warps
+    const int supers = k >> 7, g = lane >> 2, t = lane & 3;
+    const int first = blockIdx.y * (groups_per_split >> 3);
+    const int steps = min(groups_per_split >> 3, supers - first);
+    const uint4* c_src = codes + ((size_t)tile * supers + first) * 64 + lane;
+    const uint32_t* s_src = scales + ((size_t)tile * supers + first) * 32 + lane;
+    // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
+    // independent), so that every lane loads unconditionally
+    const uint4* x_src = reinterpret_cast<const uint4*>(x + (size_t)min(g, m - 1) * k) +
+                         (size_t)first * 16 + 4 * t;
+    uint4(*my_codes)[2][32] = ring_codes[warp];
+    uint32_t(*my_scales)[32] = ring_scales[warp];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
         if (s < steps) {
-            copy_async(&my_codes[s][lane], w_ptr + (size_t)s * 32, 16);
-            if (lane < 16) copy_async(&my_scales[s][lane], s_row + 4 * s, 4);
+            copy_async(&my_codes[s][0][lane], c_src + (size_t)s * 64, 16);
+            copy_async(&my_codes[s][1][lane], c_src + (size_t)s * 64 + 32, 16);
+            copy_async(&my_scales[s][lane], s_src + (size_t)s * 32, 4);
         }
-        commit_copies();  // an empty group past the last step keeps the wait count uniform
+        commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
-    float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-    for (int i = 0; i < steps; ++i) {
-        wait_copies<STAGES - 2>();  // this lane's copies of step i have landed
-        __syncwarp();               // and every lane's
-        const int slot = i % STAGES;
-        const uint4 w4 = my_codes[slot][lane];
-        const uint32_t sc_lo = my_scales[slot][g], sc_hi = my_scales[slot][g + 8];
-        // the slot refilled now held step i - 1, which every lane read before the barrier above
-        const int next = i + STAGES - 1;
-        if (next < steps) {
-            copy_async(&my_codes[next % STAGES][lane], w_ptr + (size_t)next * 32, 16);
-            if (lane < 16) copy_async(&my_scales[next % STAGES][lane], s_row + 4 * next, 4);
+    uint4 xv[4], xn[4];
+    load_x(xv, x_src);  // steps >= 1: the launch has no empty split
+    float even[4] = {0.f, 0.f, 0.f, 0.f}, odd[4] = {0.f, 0.f, 0.f, 0.f};
+    // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
+    for (int base = 0; base < steps; base += STAGES) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            const int i = base + s;
+            if (i >= steps) break;
+            wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
+            __syncwarp();               // and every lane's
+            const uint4 c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane];
+            const uint32_t sc = my_scales[s][lane];
+            // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
+            // read before the barrier above
+            const int next = i + STAGES - 1;
+            if (next < steps) {
+                const int to = (s + STAGES - 1) % STAGES;
+                copy_async(&my_codes[to][0][lane], c_src + (size_t)next * 64, 16);
+                copy_async(&my_codes[to][1][lane], c_src + (size_t)next * 64 + 32, 16);
+                copy_async(&my_scales[to][lane], s_src + (size_t)next * 32, 4);
+            }
+            commit_copies();
+            load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
+            superstep(c0, c1, sc, xv, even, odd);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) xv[j] = xn[j];
         }
-        commit_copies();
-        mma_step(w4, sc_lo, sc_hi, x_row, live, j0 + 4 * i, t, acc0, acc1, acc2, acc3);
     }
-    float acc[4] = {acc0, acc1, acc2, acc3};
+    float acc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = (even[i] + odd[i]) * 256.f;  // A was e2m1 * scale * 2^-8
     finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
 }

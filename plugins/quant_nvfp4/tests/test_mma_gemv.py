@@ -1,6 +1,6 @@
 """The tensor-core NVFP4 GEMV (``hinge_nvfp4.mma_gemv``) on the CPU: its weight repack and
 fragment decode, emulated as the kernel computes, give the reference GEMV (float64, from the
-format's definition); and, where nvcc is installed, both kernels compile for sm_90 with no spills
+format's definition); and, where nvcc is installed, the kernel compiles for sm_90 with no spills
 and tensor-core MMAs in their loops, and the build is cached. On a GPU: test_mma_gemv_gpu.py."""
 
 from __future__ import annotations
@@ -35,56 +35,90 @@ def reference(packed, scales, x):
 
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m):
-    packed, scales = weights(48, 128, seed=m)
-    x = torch.randn(m, 128, generator=torch.Generator().manual_seed(9)).bfloat16()
-    words = nvfp4_mma.repack_codes(packed)
-    assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
-    torch.testing.assert_close(nvfp4_mma.emulate(words, scales, x), reference(packed, scales, x),
+    packed, scales = weights(48, 256, seed=m)
+    x = torch.randn(m, 256, generator=torch.Generator().manual_seed(9)).bfloat16()
+    words, codes = nvfp4_mma.repack(packed, scales)
+    assert words.shape == (3, 2, 2, 32, 4) and words.dtype == torch.int32
+    assert codes.shape == (3, 2, 32) and codes.dtype == torch.int32
+    torch.testing.assert_close(nvfp4_mma.emulate(words, codes, x), reference(packed, scales, x),
                                rtol=1e-12, atol=1e-12)
 
 
 def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
-    # one tile, one group: codes laid out so that element (r, c) = (r + c) % 16
-    r, c = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")
+    # one tile, one superstep, unit scales: element (r, c) = (r + c) % 16
+    r, c = torch.meshgrid(torch.arange(16), torch.arange(128), indexing="ij")
     codes = (r + c) % 16
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-    packed = torch.cat([packed, torch.zeros(16, 24, dtype=torch.uint8)], dim=1)  # K = 64
-    a = nvfp4_mma.fragments(nvfp4_mma.repack_codes(packed))[0, 0]
+    ones = torch.full((16, 8), 0x38, dtype=torch.uint8)  # e4m3 1.0
+    words, scale_codes = nvfp4_mma.repack(packed, ones)
+    a = nvfp4_mma.dense_weight(words, scale_codes) * 256
     want = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     assert torch.equal(a.abs(), want.abs())
     assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
 
 
+def test_the_fragment_bits_are_every_bit_of_a_word_once():
+    places = sorted(p for halves in nvfp4_mma.FRAGMENT_BITS for bits in halves for p in bits)
+    assert places == list(range(32))
+
+
+def test_every_e4m3_magnitude_becomes_an_exact_multiplier_of_two_to_the_118():
+    bits = torch.arange(0x7F, dtype=torch.uint8)  # every magnitude but NaN, subnormals included
+    value = bits.view(torch.float8_e4m3fn).double()
+    mult = nvfp4_mma._multiplier_values(nvfp4_mma.encode_scales(bits))
+    nonzero = value > 0
+    assert torch.equal(mult[nonzero], value[nonzero] * 2.0**118)
+    assert torch.equal(nvfp4_mma.encode_scales(bits | 0x80), nvfp4_mma.encode_scales(bits))
+
+
+def test_zero_and_negative_scales_give_the_reference_and_a_nan_scale_is_refused_by_place():
+    packed, scales = weights(16, 128, seed=5)
+    scales[3, 2] = 0x00  # zero: the block's weights are 0 whatever its codes
+    scales[7, 5] = 0x38 | 0x80  # -1.0
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(2)).bfloat16()
+    words, codes = nvfp4_mma.repack(packed, scales)
+    torch.testing.assert_close(nvfp4_mma.emulate(words, codes, x), reference(packed, scales, x),
+                               rtol=1e-12, atol=1e-12)
+    scales[9, 4] = 0x7F
+    with pytest.raises(ValueError, match="row 9, group 4 is NaN"):
+        nvfp4_mma.repack(packed, scales)
+
+
 def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
-    with pytest.raises(ValueError, match="N % 16 == 0 and K % 64 == 0"):
+    with pytest.raises(ValueError, match="N % 16 == 0 and K % 128 == 0, got 24 x 64"):
         nvfp4_mma.repack_codes(torch.zeros(24, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="got 16 x 64"):
+        nvfp4_mma.repack_scales(torch.zeros(16, 4, dtype=torch.uint8))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
-@pytest.mark.parametrize("stages", [2, 4, 8, 16])
-def test_both_kernels_compile_for_hopper_without_spills_and_with_mmas_in_their_loops(tmp_path, stages):
-    """Both kernels: at most 64 registers, no stack, four MMAs a step, the split reduction's
-    fence and atomic count; the async one copies its codes and scales with cp.async (LDGSTS) and
-    waits on them (DEPBAR), a ring of ``stages`` steps of 576 bytes for each of its 4 warps in
-    shared memory."""
+@pytest.mark.parametrize("stages", [2, 4, 8, 10])
+def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep(tmp_path, stages):
+    """At most 128 registers, no stack; eight MMAs a superstep (the loop unrolled ``stages``
+    times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
+    ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory; the split
+    reduction's fence and atomic count."""
     cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
                                                  / "backends" / "nvidia" / "bin" / "cuobjdump")
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
-    assert set(resources) == set(nvfp4_mma.KERNELS)
-    for name, line in resources.items():
-        registers = int(re.search(r"REG:(\d+)", line).group(1))
-        assert 0 < registers <= 64 and "STACK:0" in line and "LOCAL:0" in line, f"{name}: {line}"
-    ring_bytes = 4 * stages * (32 * 16 + 16 * 4)  # + the 1 KiB sm_90 reserves a block
-    assert f"SHARED:{ring_bytes + 1024}" in resources["nvfp4_mma_gemv_async"]
+    assert set(resources) == {nvfp4_mma.KERNEL}
+    line = resources[nvfp4_mma.KERNEL]
+    registers = int(re.search(r"REG:(\d+)", line).group(1))
+    assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
+    ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
+    assert f"SHARED:{ring_bytes + 1024}" in line
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    functions = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
-    for name in nvfp4_mma.KERNELS:
-        assert functions[name].count("HMMA.16816.F32.BF16") == 4, name  # a step's four groups
-    ring = functions["nvfp4_mma_gemv_async"]
-    assert "LDGSTS" in ring and "DEPBAR" in ring and "LDG.E.128" not in ring
-    for name in nvfp4_mma.KERNELS:  # the split reduction: a fence, one count a warp
-        assert "MEMBAR" in functions[name] and re.search(r"\bATOM|\bRED\.", functions[name]), name
+    assert sass.count("HMMA.16816.F32.BF16") == 8 * stages
+    assert "LDGSTS" in sass and "DEPBAR" in sass
+    assert "MEMBAR" in sass and re.search(r"\bATOM|\bRED\.", sass)
+
+
+def test_a_ring_deeper_than_shared_memory_holds_is_refused():
+    with pytest.raises(ValueError, match="2 to 10 stages"):
+        nvfp4_mma.build_cubin("sm_90", stages=12)
+
+

@@ -27,16 +27,16 @@ class EmulatedLauncher:
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
 
-    def __call__(self, words, scales, x, part, groups_per_split, *, row_scale, bias, out):
+    def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out):
         groups = x.shape[1] // 16
         splits = -(-groups // groups_per_split)
         self.calls.append((tuple(x.shape), splits, groups_per_split))
-        assert scales.dtype == torch.uint8 and out.dtype == torch.bfloat16 and groups_per_split % 4 == 0
+        assert scale_codes.dtype == torch.int32 and out.dtype == torch.bfloat16 and groups_per_split % 8 == 0
         assert (part is None) == (splits == 1) and (part is None or part.shape == (splits, *out.shape))
         total = torch.zeros(out.shape, dtype=torch.float64)
         for s in range(splits):
             j0, j1 = s * groups_per_split, min((s + 1) * groups_per_split, groups)
-            total += mma_gemv.emulate(words[:, j0 // 4:j1 // 4], scales[:, j0:j1].contiguous(),
+            total += mma_gemv.emulate(words[:, j0 // 8:j1 // 8], scale_codes[:, j0 // 8:j1 // 8],
                                       x[:, 16 * j0:16 * j1])
         y = total * row_scale.double()
         if bias is not None:
@@ -59,7 +59,8 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
     layer, x, packed, scales, bias = layer_of(128, 2048)
     kernel.prepare_linear(layer, packed, scales)
-    assert torch.equal(layer.nvfp4_mma_words, mma_gemv.repack_codes(packed))
+    words, codes = mma_gemv.repack(packed, scales)
+    assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
     assert layer.nvfp4_mma_split[0] == splits and launcher.reserved == ([8] if splits > 1 else [])
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
@@ -74,8 +75,8 @@ def test_the_split_plan_fills_the_gpu_with_whole_steps():
     assert plans == {(6144, 4096): (4, 64), (24576, 4096): (1, 256), (4096, 12288): (8, 96),
                      (4096, 4096): (8, 32)}
     for (_, k), (splits, per_split) in plans.items():
-        assert per_split % 4 == 0 and -(-(k // 16) // per_split) == splits
-    assert mma_gemv.split_plan(48, 128, 132) == (1, 8)  # too few steps to split
+        assert per_split % 8 == 0 and -(-(k // 16) // per_split) == splits
+    assert mma_gemv.split_plan(48, 256, 132) == (1, 16)  # too few supersteps to split
 
 
 def test_everything_else_takes_the_triton_path(monkeypatch):
@@ -86,16 +87,18 @@ def test_everything_else_takes_the_triton_path(monkeypatch):
     kernel = MmaKernel(gemv=launcher, num_sms=132)
     layer, x, packed, scales, bias = layer_of(48, 128)
     kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_words is not None
     nine = torch.cat([x, x[:1]])
     assert kernel.linear(layer, nine, None, None) == "triton"  # more than 8 rows
     assert kernel.linear(layer, x.float(), None, None) == "triton"  # not bf16
     assert kernel.linear(layer, x[:2], None, torch.tensor(1.0)) == "triton"  # w4a4 activations
     assert kernel.linear(layer, x.t().contiguous().t(), None, None) == "triton"  # strided rows
-    odd, x2, packed2, scales2, _ = layer_of(24, 96)  # N % 16 and K % 64 both off
+    assert kernel.linear(layer, x.view(-1)[1:129].view(1, 128), None, None) == "triton"  # unaligned
+    odd, x2, packed2, scales2, _ = layer_of(24, 96)  # N % 16 and K % 128 both off
     kernel.prepare_linear(odd, packed2, scales2)
     assert odd.nvfp4_mma_words is None
     assert kernel.linear(odd, x2[:1].contiguous(), None, None) == "triton"
-    assert len(triton_calls) == 5 and not launcher.calls
+    assert len(triton_calls) == 6 and not launcher.calls
 
 
 def test_the_option_is_refused_where_it_cannot_run_naming_the_alternative():
