@@ -3,16 +3,18 @@ dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the by
 roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
-                                         [--hbm-tbs 4.8]
+                                         [--layouts tile super] [--shapes gate_up ...] [--hbm-tbs 4.8]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
 ``nvfp4_gemm.py``'s: a CUDA graph of ``ROTATE`` calls over as many weight copies (from HBM, not
 L2), the median of ``--iters`` replays. The kernel's time is its launch alone (it adds its K
 splits itself, the last warp of a tile to finish, and its epilogue applies the per-tensor scale
 and writes bf16), comparable with the Triton GEMV's whole call. Every ring depth of ``--stages``
-is timed at every ``--splits``; printed per shape and M: the largest error of any variant against
-the reference, the Triton GEMV's time, the best variant and the one ``kernel: mma`` runs
-(``mma_gemv.DEFAULT_STAGES``, ``split_plan``), in microseconds and % of the roofline.
+is timed at every ``--splits`` in each memory order of ``--layouts`` (``tile``: a tile's
+supersteps together; ``super``: ``mma_gemv.superstep_major``); printed per shape and M: the
+largest error of any variant against the reference, the Triton GEMV's time, the best variant and
+the one ``kernel: mma`` runs (its layout, ``mma_gemv.ring_stages``, ``split_plan``), in
+microseconds and % of the roofline.
 """
 
 from __future__ import annotations
@@ -40,25 +42,34 @@ def main() -> None:
     parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 6, 8, 10],
                         help="ring depths (supersteps of eight groups a warp)")
+    parser.add_argument("--layouts", nargs="+", choices=("tile", "super"), default=["tile", "super"])
+    parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.triton_gemv import nvfp4_gemv
 
-    stages = sorted(set(args.stages) | {nvfp4_mma.DEFAULT_STAGES})
+    stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
     kernels = {st: nvfp4_mma.MmaGemv(nvfp4_mma.build_cubin("sm_90", stages=st)) for st in stages}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; MMA GEMV vs hinge_nvfp4's Triton GEMV, us (median)")
-    print("| shape | M | max rel err (any variant) | Triton us (%) | best MMA us (stages, splits, %) | "
-          f"kernel: mma us (stages {nvfp4_mma.DEFAULT_STAGES}, split_plan's splits, %) |")
+    ours_layout = MmaKernel.LAYOUT
+    layouts = sorted(set(args.layouts) | {ours_layout})
+    print("| shape | M | max rel err (any variant) | Triton us (%) | best MMA us (layout, stages, splits, %) | "
+          f"kernel: mma us ({ours_layout}, ring_stages, split_plan's splits, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k) in SHAPES.items():
+        if args.shapes and label not in args.shapes:
+            continue
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]
-        packs = [nvfp4_mma.repack(q[0], q[1].view(torch.uint8)) for q in quant]
+        tile_major = [nvfp4_mma.repack(q[0], q[1].view(torch.uint8)) for q in quant]
+        packs_of = {"tile": tile_major, "super": [tuple(nvfp4_mma.superstep_major(t) for t in p)
+                                                  for p in tile_major]}
         ones = torch.ones(n, device="cuda")
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
         plan = nvfp4_mma.split_plan(n, k, sms)
@@ -66,8 +77,9 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
-            times, worst = {}, 0.0  # (stages, splits) -> us; the largest error of any variant
-            for st, gemv in kernels.items():
+            times, worst = {}, 0.0  # (layout, stages, splits) -> us; the largest error of any
+            for layout, st in ((lay, st) for lay in layouts for st in kernels):
+                gemv, packs = kernels[st], packs_of[layout]
                 for splits in sorted(set(args.splits) | {plan[0]}):
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 8) * 8  # whole supersteps
@@ -84,14 +96,14 @@ def main() -> None:
                     got = run()
                     torch.cuda.synchronize()
                     worst = max(worst, ((got - want).abs().max() / want.abs().max()).item())
-                    times[(st, count)] = graph_time(run, args.iters)
+                    times[(layout, st, count)] = graph_time(run, args.iters)
             triton_us = graph_time(lambda i=0, x=x, q=quant, rs=ones: nvfp4_gemv(
                 x, q[i][0], q[i][1], rs, None), args.iters)
-            (bst, bsp), best = min(times.items(), key=lambda kv: kv[1])
-            ours = times[(nvfp4_mma.DEFAULT_STAGES, plan[0])]
+            (blay, bst, bsp), best = min(times.items(), key=lambda kv: kv[1])
+            ours = times[(ours_layout, nvfp4_mma.ring_stages(plan[1]), plan[0])]
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
-                  f"{best:.1f} ({bst}, {bsp}, {100 * roof / best:.0f}%) | "
-                  f"{ours:.1f} ({plan[0]}, {100 * roof / ours:.0f}%) |")
+                  f"{best:.1f} ({blay}, {bst}, {bsp}, {100 * roof / best:.0f}%) | "
+                  f"{ours:.1f} ({nvfp4_mma.ring_stages(plan[1])}, {plan[0]}, {100 * roof / ours:.0f}%) |")
 
 
 if __name__ == "__main__":

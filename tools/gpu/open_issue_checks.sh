@@ -16,6 +16,8 @@
 #                                                 # tests, then every other GPU test (engine lane alone)
 #   bash tools/gpu/open_issue_checks.sh bench5   # the in-pool decode bits and kernel=mma tests, the
 #                                                 # MMA GEMV probe, end to end with kernel=mma (~9 min)
+#   bash tools/gpu/open_issue_checks.sh bench6   # kernel=mma's test, the probe in both memory
+#                                                 # orders, ncu of gate_up, end to end both (~7 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -103,6 +105,22 @@ bench5)
     cat "$OUT/rc.txt"; tail -3 "$OUT/tests.log"; tail -18 "$OUT/nvfp4_mma.log"
     tail -6 "$OUT/nvfp4_e2e_mma.log"
     ;;
+bench6)
+    # ninth session, second machine: kernel=mma's GPU test; the probe in both memory orders;
+    # Nsight Compute on gate_up (M = 1); end to end with kernel=mma in both orders
+    b tests 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 100 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    b ncu_mma 80 "$ncu" --clock-control none --kernel-name nvfp4_mma_gemv --launch-skip 3 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+        python3 tools/gpu/ncu_gemv.py mma gate_up
+    b nvfp4_e2e_tile 130 env HINGE_NVFP4_MMA_LAYOUT=tile python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b nvfp4_e2e_super 130 env HINGE_NVFP4_MMA_LAYOUT=super python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    cat "$OUT/rc.txt"; tail -2 "$OUT/tests.log"; tail -17 "$OUT/nvfp4_mma.log"
+    grep -E "Duration|Throughput|Issued|Eligible|No Eligible|Active Warps|Stall|Achieved Occ" "$OUT/ncu_mma.log" | head -30
+    tail -2 "$OUT/nvfp4_e2e_tile.log"; tail -2 "$OUT/nvfp4_e2e_super.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -136,7 +154,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6" >&2
     exit 2
     ;;
 esac

@@ -15,6 +15,7 @@ Every path takes static shapes and does no host sync in ``linear`` / ``moe`` (CU
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -140,13 +141,23 @@ class MmaKernel(TritonKernel):
     and scales), K split by ``mma_gemv.split_plan`` and the splits added in
     the kernel, whose epilogue applies the row scale and bias and writes bf16; anything else takes
     the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
-    and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests)."""
+    and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests). ``layout``
+    (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
+    ``tile`` (a tile's supersteps together) or ``super`` (``mma_gemv.superstep_major``)."""
 
     name = "mma"
+    LAYOUT = "tile"
 
-    def __init__(self, gemv: Any = None, num_sms: int | None = None) -> None:
+    def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None) -> None:
         super().__init__(deterministic=False)
-        self._gemv = gemv if gemv is not None else _mma_launcher()
+        self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
+        if self.layout not in ("tile", "super"):
+            raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile "
+                             "and super (HINGE_NVFP4_MMA_LAYOUT)")
+        from hinge_nvfp4 import mma_gemv
+
+        #: a launcher a ring depth (``mma_gemv.ring_stages`` picks one a weight)
+        self._gemvs = {st: gemv if gemv is not None else _mma_launcher(st) for st in mma_gemv.RING_STAGES}
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 
@@ -157,10 +168,14 @@ class MmaKernel(TritonKernel):
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
         if n % 16 == 0 and k % mma_gemv.SUPERSTEP == 0:
-            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = mma_gemv.repack(packed, scales)
+            words, codes = mma_gemv.repack(packed, scales)
+            if self.layout == "super":
+                words, codes = mma_gemv.superstep_major(words), mma_gemv.superstep_major(codes)
+            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_split = mma_gemv.split_plan(n, k, self._num_sms)
+            layer.nvfp4_mma_stages = mma_gemv.ring_stages(layer.nvfp4_mma_split[1])
             if layer.nvfp4_mma_split[0] > 1:
-                self._gemv.reserve_counters(n // 16, packed.device)
+                self._gemvs[layer.nvfp4_mma_stages].reserve_counters(n // 16, packed.device)
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -176,17 +191,18 @@ class MmaKernel(TritonKernel):
         splits, per_split = layer.nvfp4_mma_split
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
         part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else None
-        return self._gemv(words, layer.nvfp4_mma_scales, x, part, per_split,
+        return self._gemvs[layer.nvfp4_mma_stages](words, layer.nvfp4_mma_scales, x, part, per_split,
                           row_scale=layer.row_scale, bias=bias, out=out)
 
 
-def _mma_launcher() -> Any:
-    """The kernel for this GPU's architecture, built or read from the disk cache."""
+def _mma_launcher(stages: int) -> Any:
+    """The kernel for this GPU's architecture and a ring ``stages`` deep, built or read from the
+    disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
     if major < 8:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
-    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=mma_gemv.DEFAULT_STAGES)
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages)
     return mma_gemv.MmaGemv(cubin)

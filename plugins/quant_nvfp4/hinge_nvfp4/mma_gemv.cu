@@ -22,6 +22,9 @@
 // Layouts (mma_gemv.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
 // lane l at [.., h, l, c]: each of a superstep's two 16-byte copies 512 contiguous bytes a warp);
 // scales (N / 16, K / 128, 32) uint32 (lane (g, t): rows g, g + 8 of group 2t, then of 2t + 1);
+// each (tile, superstep) block contiguous, the blocks at tile_stride / super_stride blocks apart
+// (tile-major: supers, 1; superstep-major, which keeps the warps of a moment on nearby memory:
+// 1, tiles);
 // x (M, K) bf16 rows, 16-byte aligned; part (splits, M, N) float32 sums, or with ``out`` given out
 // (M, N) bf16 = sum * row_scale[n] (+ bias[n]), the splits added in the kernel (``Epilogue``).
 // K % 128 == 0 and groups_per_split % 8 == 0.
@@ -168,6 +171,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 extern "C" __global__ void __launch_bounds__(32 * WARPS)
 nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
                const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
+               int tile_stride, int super_stride,
                int groups_per_split, const float* __restrict__ row_scale,
                const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
                int* __restrict__ counters) {
@@ -179,8 +183,13 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
     const int supers = k >> 7, g = lane >> 2, t = lane & 3;
     const int first = blockIdx.y * (groups_per_split >> 3);
     const int steps = min(groups_per_split >> 3, supers - first);
-    const uint4* c_src = codes + ((size_t)tile * supers + first) * 64 + lane;
-    const uint32_t* s_src = scales + ((size_t)tile * supers + first) * 32 + lane;
+    // (tile, superstep) blocks of 64 uint4 codes and 32 uint32 scale words, at the strides the
+    // launcher passes (in blocks): tile-major or superstep-major memory (mma_gemv.MmaGemv)
+    // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
+    const int block = tile * tile_stride + first * super_stride;
+    const uint4* c_src = codes + block * 64 + lane;
+    const uint32_t* s_src = scales + block * 32 + lane;
+    const int c_step = super_stride * 64, s_step = super_stride * 32;
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
     // independent), so that every lane loads unconditionally
     const uint4* x_src = reinterpret_cast<const uint4*>(x + (size_t)min(g, m - 1) * k) +
@@ -190,9 +199,9 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
         if (s < steps) {
-            copy_async(&my_codes[s][0][lane], c_src + (size_t)s * 64, 16);
-            copy_async(&my_codes[s][1][lane], c_src + (size_t)s * 64 + 32, 16);
-            copy_async(&my_scales[s][lane], s_src + (size_t)s * 32, 4);
+            copy_async(&my_codes[s][0][lane], c_src + s * c_step, 16);
+            copy_async(&my_codes[s][1][lane], c_src + s * c_step + 32, 16);
+            copy_async(&my_scales[s][lane], s_src + s * s_step, 4);
         }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
@@ -214,9 +223,9 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
             const int next = i + STAGES - 1;
             if (next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
-                copy_async(&my_codes[to][0][lane], c_src + (size_t)next * 64, 16);
-                copy_async(&my_codes[to][1][lane], c_src + (size_t)next * 64 + 32, 16);
-                copy_async(&my_scales[to][lane], s_src + (size_t)next * 32, 4);
+                copy_async(&my_codes[to][0][lane], c_src + next * c_step, 16);
+                copy_async(&my_codes[to][1][lane], c_src + next * c_step + 32, 16);
+                copy_async(&my_scales[to][lane], s_src + next * s_step, 4);
             }
             commit_copies();
             load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last

@@ -34,7 +34,7 @@ SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 8  #: rows of x: the MMA's B columns
 WARPS = 4  #: 16-row tiles a block (``WARPS`` in mma_gemv.cu)
 SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
-DEFAULT_STAGES = 8  #: the cp.async ring's depth in supersteps ``MmaKernel`` builds
+RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 
 #: bit places of fragment register r's element ``half`` in a word: (mantissa, exponent bit 0,
@@ -291,8 +291,9 @@ class MmaGemv:
         def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
             return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
 
+        tile_stride, super_stride = block_strides(words, scale_codes)
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(m), ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
+                ctypes.c_int(m), ctypes.c_int(tile_stride), ctypes.c_int(super_stride), ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
                 ptr(out), ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
@@ -302,6 +303,36 @@ class MmaGemv:
             self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, 0, stream,
             pointers, None), "cuLaunchKernel")
         return part if out is None else out
+
+
+def superstep_major(t: torch.Tensor) -> torch.Tensor:
+    """The same (tiles, supersteps, ...) view of ``repack``'s words or scale codes, its memory
+    superstep-major: the warps working on one superstep at a moment read one stretch of memory
+    rather than one stretch a tile."""
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def block_strides(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[int, int]:
+    """(tile stride, superstep stride) in (tile, superstep) blocks of the words (256 int32) and
+    scale codes (32 int32), which must share them, each block contiguous."""
+    (tw, sw), (tc, sc) = words.stride()[:2], scale_codes.stride()[:2]
+    inner_w = words.shape[2:] == (2, 32, 4) and words[0, 0].is_contiguous()
+    inner_c = scale_codes.shape[2:] == (32,) and scale_codes.stride(2) == 1
+    if not (inner_w and inner_c and tw % 256 == 0 and sw % 256 == 0 and tw // 256 == tc // 32
+            and sw // 256 == sc // 32 and words.shape[:2] == scale_codes.shape[:2]):
+        raise ValueError(f"the words {tuple(words.shape)} (strides {words.stride()}) and scale codes "
+                         f"{tuple(scale_codes.shape)} (strides {scale_codes.stride()}) are not "
+                         "repack's blocks at one pair of strides (use repack, optionally "
+                         "superstep_major on both)")
+    return tw // 256, sw // 256
+
+
+def ring_stages(groups_per_split: int) -> int:
+    """The ring depth for splits of ``groups_per_split`` groups: 8 supersteps for splits of 16 or
+    more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: gate_up's one split of 32 supersteps
+    was fastest at 8, the 4- to 12-superstep splits of qkv, o and down at 4: a deep ring only
+    lengthens a short split's start)."""
+    return 8 if groups_per_split // 8 >= 16 else 4
 
 
 def split_plan(n: int, k: int, num_sms: int, warps_per_sm: int = 8,

@@ -57,6 +57,17 @@ def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
     assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
 
 
+def test_a_superstep_major_copy_is_the_same_blocks_at_other_strides():
+    packed, scales = weights(48, 384, seed=4)
+    words, codes = nvfp4_mma.repack(packed, scales)  # 3 tiles, 3 supersteps
+    assert nvfp4_mma.block_strides(words, codes) == (3, 1)
+    sw, sc = nvfp4_mma.superstep_major(words), nvfp4_mma.superstep_major(codes)
+    assert torch.equal(sw, words) and torch.equal(sc, codes)
+    assert nvfp4_mma.block_strides(sw, sc) == (1, 3)
+    with pytest.raises(ValueError, match="not repack's blocks at one pair of strides"):
+        nvfp4_mma.block_strides(sw, codes)
+
+
 def test_the_fragment_bits_are_every_bit_of_a_word_once():
     places = sorted(p for halves in nvfp4_mma.FRAGMENT_BITS for bits in halves for p in bits)
     assert places == list(range(32))

@@ -62,12 +62,27 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     words, codes = mma_gemv.repack(packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
     assert layer.nvfp4_mma_split[0] == splits and launcher.reserved == ([8] if splits > 1 else [])
+    assert layer.nvfp4_mma_stages == mma_gemv.ring_stages(layer.nvfp4_mma_split[1])
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
         assert got.shape == (rows, 128) and got.dtype == torch.bfloat16
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [c[1] for c in launcher.calls] == [splits] * 3
+
+
+def test_the_superstep_major_layout_computes_the_same_and_a_wrong_layout_is_refused(monkeypatch):
+    launcher = EmulatedLauncher()
+    kernel = MmaKernel(gemv=launcher, num_sms=132, layout="super")
+    layer, x, packed, scales, bias = layer_of(128, 2048)
+    kernel.prepare_linear(layer, packed, scales)
+    assert mma_gemv.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (1, 8)
+    got = kernel.linear(layer, x[:2].contiguous(), bias, None)
+    want = reference.linear(x[:2], packed, scales, layer.row_scale, bias)
+    assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    monkeypatch.setenv("HINGE_NVFP4_MMA_LAYOUT", "rows")
+    with pytest.raises(ValueError, match="layout 'rows'.*tile and super"):
+        MmaKernel(gemv=launcher, num_sms=132)
 
 
 def test_the_split_plan_fills_the_gpu_with_whole_steps():
@@ -77,6 +92,8 @@ def test_the_split_plan_fills_the_gpu_with_whole_steps():
     for (_, k), (splits, per_split) in plans.items():
         assert per_split % 8 == 0 and -(-(k // 16) // per_split) == splits
     assert mma_gemv.split_plan(48, 256, 132) == (1, 16)  # too few supersteps to split
+    # the probe's fastest ring depths (module docstring): 8 for gate_up's one long split
+    assert [mma_gemv.ring_stages(plans[shape][1]) for shape in QWEN3_8B] == [4, 8, 4, 4]
 
 
 def test_everything_else_takes_the_triton_path(monkeypatch):
