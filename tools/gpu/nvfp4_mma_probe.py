@@ -3,7 +3,8 @@ dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the by
 roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
-                                         [--layouts tile super] [--shapes gate_up ...] [--hbm-tbs 4.8]
+                                         [--layouts tile super] [--forms plain ahead]
+                                         [--shapes gate_up ...] [--best-json FILE] [--hbm-tbs 4.8]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
 ``nvfp4_gemm.py``'s: a CUDA graph of ``ROTATE`` calls over as many weight copies (from HBM, not
@@ -11,15 +12,19 @@ L2), the median of ``--iters`` replays. The kernel's time is its launch alone (i
 splits itself, the last warp of a tile to finish, and its epilogue applies the per-tensor scale
 and writes bf16), comparable with the Triton GEMV's whole call. Every ring depth of ``--stages``
 is timed at every ``--splits`` in each memory order of ``--layouts`` (``tile``: a tile's
-supersteps together; ``super``: ``mma_gemv.superstep_major``); printed per shape and M: the
+supersteps together; ``super``: ``mma_gemv.superstep_major``) and kernel form of ``--forms``
+(``mma_gemv.KERNELS``); printed per shape and M: the
 largest error of any variant against the reference, the Triton GEMV's time, the best variant and
 the one ``kernel: mma`` runs (its layout, ``mma_gemv.ring_stages``, ``split_plan``), in
-microseconds and % of the roofline.
+microseconds and % of the roofline. ``--best-json`` writes the (layout, form) whose ``kernel:
+mma`` configuration (``ring_stages``, ``split_plan``) has the least total time over the shapes
+at M = 1, for an end-to-end run to take (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -43,7 +48,9 @@ def main() -> None:
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 6, 8, 10],
                         help="ring depths (supersteps of eight groups a warp)")
     parser.add_argument("--layouts", nargs="+", choices=("tile", "super"), default=["tile", "super"])
+    parser.add_argument("--forms", nargs="+", choices=tuple(nvfp4_mma.KERNELS), default=["plain", "ahead"])
     parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
+    parser.add_argument("--best-json", default=None)
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     args = parser.parse_args()
@@ -54,13 +61,16 @@ def main() -> None:
     from hinge_nvfp4.triton_gemv import nvfp4_gemv
 
     stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
-    kernels = {st: nvfp4_mma.MmaGemv(nvfp4_mma.build_cubin("sm_90", stages=st)) for st in stages}
+    forms = sorted(set(args.forms) | {MmaKernel.FORM})
+    cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in stages}
+    kernels = {(form, st): nvfp4_mma.MmaGemv(cubins[st], form) for form in forms for st in stages}
+    ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; MMA GEMV vs hinge_nvfp4's Triton GEMV, us (median)")
     ours_layout = MmaKernel.LAYOUT
     layouts = sorted(set(args.layouts) | {ours_layout})
-    print("| shape | M | max rel err (any variant) | Triton us (%) | best MMA us (layout, stages, splits, %) | "
-          f"kernel: mma us ({ours_layout}, ring_stages, split_plan's splits, %) |")
+    print("| shape | M | max rel err (any variant) | Triton us (%) | best MMA us (layout, form, stages, splits, %) | "
+          f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, ring_stages, split_plan's splits, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k) in SHAPES.items():
         if args.shapes and label not in args.shapes:
@@ -78,8 +88,8 @@ def main() -> None:
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
             times, worst = {}, 0.0  # (layout, stages, splits) -> us; the largest error of any
-            for layout, st in ((lay, st) for lay in layouts for st in kernels):
-                gemv, packs = kernels[st], packs_of[layout]
+            for layout, (form, st) in ((lay, key) for lay in layouts for key in kernels):
+                gemv, packs = kernels[(form, st)], packs_of[layout]
                 for splits in sorted(set(args.splits) | {plan[0]}):
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 8) * 8  # whole supersteps
@@ -98,14 +108,26 @@ def main() -> None:
                     got = run().float()
                     torch.cuda.synchronize()
                     worst = max(worst, ((got - want).abs().max() / want.abs().max()).item())
-                    times[(layout, st, count)] = graph_time(run, args.iters)
+                    times[(layout, form, st, count)] = graph_time(run, args.iters)
             triton_us = graph_time(lambda i=0, x=x, q=quant, rs=ones: nvfp4_gemv(
                 x, q[i][0], q[i][1], rs, None), args.iters)
-            (blay, bst, bsp), best = min(times.items(), key=lambda kv: kv[1])
-            ours = times[(ours_layout, nvfp4_mma.ring_stages(plan[1]), plan[0])]
+            (blay, bform, bst, bsp), best = min(times.items(), key=lambda kv: kv[1])
+            stages_ours = nvfp4_mma.ring_stages(plan[1])
+            ours = times[(ours_layout, MmaKernel.FORM, stages_ours, plan[0])]
+            if m == 1:
+                for lay in layouts:
+                    for form in forms:
+                        ours_total[(lay, form)] = (ours_total.get((lay, form), 0.0)
+                                                   + times[(lay, form, stages_ours, plan[0])])
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
-                  f"{best:.1f} ({blay}, {bst}, {bsp}, {100 * roof / best:.0f}%) | "
-                  f"{ours:.1f} ({nvfp4_mma.ring_stages(plan[1])}, {plan[0]}, {100 * roof / ours:.0f}%) |")
+                  f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, {100 * roof / best:.0f}%) | "
+                  f"{ours:.1f} ({stages_ours}, {plan[0]}, {100 * roof / ours:.0f}%) |")
+    if ours_total:
+        print("\nkernel: mma's configurations at M = 1, us summed over the shapes: " + ", ".join(
+            f"{lay}/{form} {us:.1f}" for (lay, form), us in sorted(ours_total.items())))
+    if args.best_json and ours_total:
+        (lay, form), _ = min(ours_total.items(), key=lambda kv: kv[1])
+        Path(args.best_json).write_text(json.dumps({"layout": lay, "form": form}))
 
 
 if __name__ == "__main__":

@@ -143,21 +143,29 @@ class MmaKernel(TritonKernel):
     the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
     and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests). ``layout``
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
-    ``tile`` (a tile's supersteps together) or ``super`` (``mma_gemv.superstep_major``)."""
+    ``tile`` (a tile's supersteps together) or ``super`` (``mma_gemv.superstep_major``); ``form``
+    (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
 
     name = "mma"
     LAYOUT = "tile"
+    FORM = "plain"
 
-    def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None) -> None:
+    def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
+                 form: str | None = None) -> None:
+        from hinge_nvfp4 import mma_gemv
+
         super().__init__(deterministic=False)
         self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
         if self.layout not in ("tile", "super"):
             raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile "
                              "and super (HINGE_NVFP4_MMA_LAYOUT)")
-        from hinge_nvfp4 import mma_gemv
-
+        self.form = form or os.environ.get("HINGE_NVFP4_MMA_FORM") or self.FORM
+        if self.form not in mma_gemv.KERNELS:
+            raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
+                             f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
         #: a launcher a ring depth (``mma_gemv.ring_stages`` picks one a weight)
-        self._gemvs = {st: gemv if gemv is not None else _mma_launcher(st) for st in mma_gemv.RING_STAGES}
+        self._gemvs = {st: gemv if gemv is not None else _mma_launcher(st, self.form)
+                       for st in mma_gemv.RING_STAGES}
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 
@@ -195,7 +203,7 @@ class MmaKernel(TritonKernel):
                           row_scale=layer.row_scale, bias=bias, out=out)
 
 
-def _mma_launcher(stages: int) -> Any:
+def _mma_launcher(stages: int, form: str) -> Any:
     """The kernel for this GPU's architecture and a ring ``stages`` deep, built or read from the
     disk cache."""
     from hinge_nvfp4 import mma_gemv
@@ -205,4 +213,4 @@ def _mma_launcher(stages: int) -> Any:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages)
-    return mma_gemv.MmaGemv(cubin)
+    return mma_gemv.MmaGemv(cubin, form)

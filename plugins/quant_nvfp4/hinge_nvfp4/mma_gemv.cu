@@ -168,13 +168,18 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
     for (int i = 0; i < 4; ++i) xv[i] = __ldg(row + i);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * WARPS)
-nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
-               const uint16_t* __restrict__ x, float* __restrict__ part, int n, int k, int m,
-               int tile_stride, int super_stride,
-               int groups_per_split, const float* __restrict__ row_scale,
-               const uint16_t* __restrict__ bias, uint16_t* __restrict__ out,
-               int* __restrict__ counters) {
+#define GEMV_PARAMS                                                                              \
+    const uint4 *__restrict__ codes, const uint32_t *__restrict__ scales,                        \
+        const uint16_t *__restrict__ x, float *__restrict__ part, int n, int k, int m,           \
+        int tile_stride, int super_stride, int groups_per_split,                                 \
+        const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
+        uint16_t *__restrict__ out, int *__restrict__ counters
+
+template <bool AHEAD>
+__device__ __forceinline__ void gemv(GEMV_PARAMS) {
+    // AHEAD: read the next superstep's codes and scales out of the ring before computing this
+    // one (the shared-memory load's latency under the MMAs; the ring then holds one fewer in
+    // flight), else at the top of each superstep
     __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ uint32_t ring_scales[WARPS][STAGES][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -205,8 +210,14 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
         }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
-    uint4 xv[4], xn[4];
+    uint4 xv[4], xn[4], c0, c1;
+    uint32_t sc;
     load_x(xv, x_src);  // steps >= 1: the launch has no empty split
+    if (AHEAD) {
+        wait_copies<STAGES - 2>();  // superstep 0 has landed
+        __syncwarp();
+        c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
+    }
     float even[4] = {0.f, 0.f, 0.f, 0.f}, odd[4] = {0.f, 0.f, 0.f, 0.f};
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -214,12 +225,13 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
         for (int s = 0; s < STAGES; ++s) {
             const int i = base + s;
             if (i >= steps) break;
-            wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
-            __syncwarp();               // and every lane's
-            const uint4 c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane];
-            const uint32_t sc = my_scales[s][lane];
+            if (!AHEAD) {
+                wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
+                __syncwarp();               // and every lane's
+                c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
+            }
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
-            // read before the barrier above
+            // read before a barrier since (AHEAD: in superstep i - 2, before superstep i - 1's)
             const int next = i + STAGES - 1;
             if (next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
@@ -228,8 +240,17 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
                 copy_async(&my_scales[to][lane], s_src + next * s_step, 4);
             }
             commit_copies();
+            uint4 n0, n1;
+            uint32_t nsc = 0u;
+            if (AHEAD && i + 1 < steps) {
+                wait_copies<STAGES - 2>();  // superstep i + 1 has landed
+                __syncwarp();
+                const int from = (s + 1) % STAGES;
+                n0 = my_codes[from][0][lane], n1 = my_codes[from][1][lane], nsc = my_scales[from][lane];
+            }
             load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
             superstep(c0, c1, sc, xv, even, odd);
+            if (AHEAD) c0 = n0, c1 = n1, sc = nsc;
 #pragma unroll
             for (int j = 0; j < 4; ++j) xv[j] = xn[j];
         }
@@ -238,4 +259,15 @@ nvfp4_mma_gemv(const uint4* __restrict__ codes, const uint32_t* __restrict__ sca
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = (even[i] + odd[i]) * 256.f;  // A was e2m1 * scale * 2^-8
     finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
+}
+
+// the two forms (mma_gemv.KERNELS; the probe times both)
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv(GEMV_PARAMS) {
+    gemv<false>(codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split,
+                row_scale, bias, out, counters);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ahead(GEMV_PARAMS) {
+    gemv<true>(codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split,
+               row_scale, bias, out, counters);
 }

@@ -172,7 +172,8 @@ def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> 
     return (x.double() @ dense_weight(words, scale_codes).t()) * 256.0
 
 
-KERNEL = "nvfp4_mma_gemv"
+#: the kernel's two forms: reading a superstep out of the ring at its top, or one superstep ahead
+KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead"}
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
@@ -219,7 +220,9 @@ class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it)."""
 
-    def __init__(self, cubin: bytes) -> None:
+    def __init__(self, cubin: bytes, form: str = "plain") -> None:
+        if form not in KERNELS:
+            raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(KERNELS)}")
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -227,7 +230,7 @@ class MmaGemv:
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
-                                                  KERNEL.encode()), "cuModuleGetFunction")
+                                                  KERNELS[form].encode()), "cuModuleGetFunction")
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made

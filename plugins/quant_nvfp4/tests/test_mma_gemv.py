@@ -116,16 +116,18 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
-    assert set(resources) == {nvfp4_mma.KERNEL}
-    line = resources[nvfp4_mma.KERNEL]
-    registers = int(re.search(r"REG:(\d+)", line).group(1))
-    assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
+    assert set(resources) == set(nvfp4_mma.KERNELS.values())
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
-    assert f"SHARED:{ring_bytes + 1024}" in line
+    for line in resources.values():
+        registers = int(re.search(r"REG:(\d+)", line).group(1))
+        assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
+        assert f"SHARED:{ring_bytes + 1024}" in line
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    assert sass.count("HMMA.16816.F32.BF16") == 8 * stages
-    assert "LDGSTS" in sass and "DEPBAR" in sass
-    assert "MEMBAR" in sass and re.search(r"\bATOM|\bRED\.", sass)
+    for name in nvfp4_mma.KERNELS.values():
+        code = next(part for part in sass.split("Function : ")[1:] if part.split()[0] == name)
+        assert code.count("HMMA.16816.F32.BF16") == 8 * stages, name
+        assert "LDGSTS" in code and "DEPBAR" in code, name
+        assert "MEMBAR" in code and re.search(r"\bATOM|\bRED\.", code), name
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():

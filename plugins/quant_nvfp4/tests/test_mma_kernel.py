@@ -83,6 +83,8 @@ def test_the_superstep_major_layout_computes_the_same_and_a_wrong_layout_is_refu
     monkeypatch.setenv("HINGE_NVFP4_MMA_LAYOUT", "rows")
     with pytest.raises(ValueError, match="layout 'rows'.*tile and super"):
         MmaKernel(gemv=launcher, num_sms=132)
+    with pytest.raises(ValueError, match="form 'early'.*plain, ahead"):
+        MmaKernel(gemv=launcher, num_sms=132, layout="tile", form="early")
 
 
 def test_the_split_plan_fills_the_gpu_with_whole_steps():
