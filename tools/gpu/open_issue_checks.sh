@@ -106,12 +106,10 @@ bench5)
     tail -6 "$OUT/nvfp4_e2e_mma.log"
     ;;
 bench6)
-    # ninth session, second machine: kernel=mma's GPU test (both forms); the probe in both memory
+    # ninth session, second machine: kernel=mma's GPU test; the probe in both memory
     # orders and forms; Nsight Compute on gate_up and o (M = 1); end to end with kernel=mma as it
     # is, and in the order and form the probe found fastest
     b tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
-    b tests_ahead 90 env HINGE_NVFP4_MMA_FORM=ahead HINGE_NVFP4_MMA_LAYOUT=super python3 -m pytest -q -m gpu \
-        -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
     b nvfp4_mma 120 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --best-json "$OUT/mma_best.json"
     b nvfp4_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     best=$(python3 -c "import json; d = json.load(open('$OUT/mma_best.json')); print(d['layout'], d['form'])" 2>/dev/null)
@@ -121,13 +119,13 @@ bench6)
             --skip-table --e2e-kernel mma
     fi
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    for shape in gate_up o; do
+    for shape in ${NCU_SHAPES:-gate_up o}; do
         b "ncu_mma_$shape" 60 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
             --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
             --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
             --section Occupancy --section LaunchStats python3 tools/gpu/ncu_gemv.py mma "$shape"
     done
-    cat "$OUT/rc.txt"; tail -1 "$OUT/tests.log"; tail -1 "$OUT/tests_ahead.log"; tail -20 "$OUT/nvfp4_mma.log"
+    cat "$OUT/rc.txt"; tail -1 "$OUT/tests.log"; tail -20 "$OUT/nvfp4_mma.log"
     echo "best: $best"; tail -2 "$OUT/nvfp4_e2e.log"; tail -2 "$OUT/nvfp4_e2e_best.log" 2>/dev/null
     ;;
 bench4)
