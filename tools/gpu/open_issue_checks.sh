@@ -128,6 +128,21 @@ bench6)
     cat "$OUT/rc.txt"; tail -1 "$OUT/tests.log"; tail -20 "$OUT/nvfp4_mma.log"
     echo "best: $best"; tail -2 "$OUT/nvfp4_e2e.log"; tail -2 "$OUT/nvfp4_e2e_best.log" 2>/dev/null
     ;;
+bench7)
+    # ninth session, third machine (a few minutes of device time): the scale words copied 16
+    # bytes a lane by lanes 0..7 (L1 left to x), its GPU test, the probe on gate_up and down at
+    # M = 1, and the stall reasons of gate_up's kernel under Nsight Compute
+    b tests 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 60 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --layouts tile --forms plain \
+        --shapes gate_up down qkv o --ms 1
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    b ncu_stalls 60 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
+        --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+        python3 tools/gpu/ncu_gemv.py mma gate_up
+    cat "$OUT/rc.txt"; tail -1 "$OUT/tests.log"; tail -8 "$OUT/nvfp4_mma.log"
+    grep -E "Duration|DRAM Throughput|Issued Warp|issue_stalled" "$OUT/ncu_stalls.log" | sort -k3 -g -r | head -14
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -161,7 +176,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7" >&2
     exit 2
     ;;
 esac

@@ -147,13 +147,19 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     }
 }
 
-__device__ __forceinline__ void copy_async(void* dst, const void* src, const int bytes) {
+__device__ __forceinline__ void copy_async(void* dst, const void* src) {
+    // 16 bytes, through L2 only (.cg): the weights stream past L1, which keeps x
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    if (bytes == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void copy_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
+                                               const uint4* c_src, const uint4* s_src,
+                                               const int lane) {
+    // a superstep's two 512-byte halves of codes, and its 128 bytes of scale words by lanes 0..7
+    copy_async(&codes[0][lane], c_src);
+    copy_async(&codes[1][lane], c_src + 32);
+    if (lane < 8) copy_async(reinterpret_cast<uint4*>(scales) + lane, s_src);
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -193,8 +199,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
     const int block = tile * tile_stride + first * super_stride;
     const uint4* c_src = codes + block * 64 + lane;
-    const uint32_t* s_src = scales + block * 32 + lane;
-    const int c_step = super_stride * 64, s_step = super_stride * 32;
+    const uint4* s_src = reinterpret_cast<const uint4*>(scales + block * 32) + (lane & 7);
+    const int c_step = super_stride * 64, s_step = super_stride * 8;  // uint4s
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
     // independent), so that every lane loads unconditionally
     const uint4* x_src = reinterpret_cast<const uint4*>(x + (size_t)min(g, m - 1) * k) +
@@ -204,9 +210,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
         if (s < steps) {
-            copy_async(&my_codes[s][0][lane], c_src + s * c_step, 16);
-            copy_async(&my_codes[s][1][lane], c_src + s * c_step + 32, 16);
-            copy_async(&my_scales[s][lane], s_src + s * s_step, 4);
+            copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
         }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
@@ -235,9 +239,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             const int next = i + STAGES - 1;
             if (next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
-                copy_async(&my_codes[to][0][lane], c_src + next * c_step, 16);
-                copy_async(&my_codes[to][1][lane], c_src + next * c_step + 32, 16);
-                copy_async(&my_scales[to][lane], s_src + next * s_step, 4);
+                copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
+                               s_src + next * s_step, lane);
             }
             commit_copies();
             uint4 n0, n1;
