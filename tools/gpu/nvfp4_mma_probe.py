@@ -73,7 +73,7 @@ def main() -> None:
           f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, ring_stages, split_plan's splits, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k) in SHAPES.items():
-        if args.shapes and label not in args.shapes:
+        if args.shapes and label.split()[0] not in args.shapes:
             continue
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]

@@ -332,9 +332,9 @@ def block_strides(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[int, 
 
 def ring_stages(groups_per_split: int) -> int:
     """The ring depth for splits of ``groups_per_split`` groups: 8 supersteps for splits of 16 or
-    more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: gate_up's one split of 32 supersteps
-    was fastest at 8, the 4- to 12-superstep splits of qkv, o and down at 4: a deep ring only
-    lengthens a short split's start)."""
+    more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: the 4- to 12-superstep splits of qkv,
+    o and down were fastest at 4, a deep ring only lengthening a short split's start; gate_up's
+    one split of 32 supersteps at 8 in the first run, within 1% of 4 in the later ones)."""
     return 8 if groups_per_split // 8 >= 16 else 4
 
 
