@@ -143,6 +143,17 @@ bench7)
     cat "$OUT/rc.txt"; tail -1 "$OUT/tests.log"; tail -8 "$OUT/nvfp4_mma.log"
     grep -E "Duration|DRAM Throughput|Issued Warp|issue_stalled" "$OUT/ncu_stalls.log" | sort -k3 -g -r | head -14
     ;;
+bench8)
+    # written after the ninth session's device time, for the next: end to end at the final tree
+    # (the scale-copy change 691b72e was timed by the probe only), and which instructions of
+    # gate_up's kernel stall (source counters: SASS lines with their stall samples)
+    b nvfp4_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    b ncu_source 90 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
+        --launch-count 1 --section SourceCounters --section WarpStateStats --print-source sass \
+        python3 tools/gpu/ncu_gemv.py mma gate_up
+    cat "$OUT/rc.txt"; tail -2 "$OUT/nvfp4_e2e.log"; grep -c . "$OUT/ncu_source.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -176,7 +187,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8" >&2
     exit 2
     ;;
 esac
