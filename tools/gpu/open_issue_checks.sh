@@ -146,7 +146,8 @@ bench7)
 bench8)
     # written after the ninth session's device time, for the next: end to end at the final tree
     # (the scale-copy change 691b72e was timed by the probe only), and which instructions of
-    # gate_up's kernel stall (source counters: SASS lines with their stall samples)
+    # gate_up's kernel stall (source counters: SASS lines with their stall samples; the
+    # --print-source flag is unverified here: ncu --help on the device says)
     b nvfp4_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     b ncu_source 90 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
