@@ -5,6 +5,7 @@ roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
                                          [--layouts tile super] [--forms plain ahead]
                                          [--shapes gate_up ...] [--best-json FILE] [--hbm-tbs 4.8]
+    python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--shapes ...]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
 ``nvfp4_gemm.py``'s: a CUDA graph of ``ROTATE`` calls over as many weight copies (from HBM, not
@@ -19,6 +20,10 @@ the one ``kernel: mma`` runs (its layout, ``mma_gemv.ring_stages``, ``split_plan
 microseconds and % of the roofline. ``--best-json`` writes the (layout, form) whose ``kernel:
 mma`` configuration (``ring_stages``, ``split_plan``) has the least total time over the shapes
 at M = 1, for an end-to-end run to take (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``).
+``--diagnose`` instead times, at M = 1 in that configuration, the kernel against its two
+diagnostic forms (``mma_gemv.DIAGNOSTICS``): the memory side alone (``ring``: the weights and x
+streamed as the kernel streams them, the math a XOR fold) and the arithmetic alone (``math``:
+every superstep computed from one copied once), which says which side bounds it.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ def main() -> None:
     parser.add_argument("--forms", nargs="+", choices=tuple(nvfp4_mma.KERNELS), default=["plain", "ahead"])
     parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
     parser.add_argument("--best-json", default=None)
+    parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     args = parser.parse_args()
@@ -60,6 +66,8 @@ def main() -> None:
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.triton_gemv import nvfp4_gemv
 
+    if args.diagnose:
+        return diagnose(args)
     stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
     forms = sorted(set(args.forms) | {MmaKernel.FORM})
     cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in stages}
@@ -128,6 +136,48 @@ def main() -> None:
     if args.best_json and ours_total:
         (lay, form), _ = min(ours_total.items(), key=lambda kv: kv[1])
         Path(args.best_json).write_text(json.dumps({"layout": lay, "form": form}))
+
+
+def diagnose(args: argparse.Namespace) -> None:
+    from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.kernels import MmaKernel
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    forms = (MmaKernel.FORM, *nvfp4_mma.DIAGNOSTICS)
+    launchers = {(form, st): nvfp4_mma.MmaGemv(nvfp4_mma.build_cubin("sm_90", stages=st), form)
+                 for form in forms for st in nvfp4_mma.RING_STAGES}
+    print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.LAYOUT}, {MmaKernel.FORM}) and "
+          "its diagnostic forms at M = 1, us (median)")
+    print("| shape | kernel us (%) | memory side alone us (TB/s) | arithmetic alone us |")
+    print("| --- | --- | --- | --- |")
+    for label, (n, k) in SHAPES.items():
+        if args.shapes and label.split()[0] not in args.shapes:
+            continue
+        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+                 for _ in range(ROTATE)]
+        packs = [nvfp4_mma.repack(q[0], q[1].view(torch.uint8)) for q in quant]
+        if MmaKernel.LAYOUT == "super":
+            packs = [tuple(nvfp4_mma.superstep_major(t) for t in p) for p in packs]
+        splits, per_split = nvfp4_mma.split_plan(n, k, sms)
+        stages = nvfp4_mma.ring_stages(per_split)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        ones = torch.ones(n, device="cuda")
+        part = torch.empty(splits, 1, n, device="cuda") if splits > 1 else None
+        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        times = {}
+        for form in forms:
+            gemv = launchers[(form, stages)]
+            gemv.reserve_counters(n // 16, torch.device("cuda"))
+            def run(i=0, gemv=gemv, packs=packs, x=x, part=part, per_split=per_split, ones=ones,
+                    out=out):
+                return gemv(*packs[i], x, part, per_split, row_scale=ones, out=out)
+
+            times[form] = graph_time(run, args.iters)
+        nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
+        roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
+        full = times[MmaKernel.FORM]
+        print(f"| {label} | {full:.1f} ({100 * roof / full:.0f}%) | {times['ring']:.1f} "
+              f"({nbytes / times['ring'] / 1e6:.2f}) | {times['math']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -145,15 +145,18 @@ bench7)
     ;;
 bench8)
     # written after the ninth session's device time, for the next: end to end at the final tree
-    # (the scale-copy change 691b72e was timed by the probe only), and which instructions of
+    # (the scale-copy change 691b72e was timed by the probe only), the MMA GEMV against its
+    # memory side alone and its arithmetic alone (--diagnose), and which instructions of
     # gate_up's kernel stall (source counters: SASS lines with their stall samples; the
     # --print-source flag is unverified here: ncu --help on the device says)
     b nvfp4_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b mma_diagnose 60 python3 tools/gpu/nvfp4_mma_probe.py --diagnose
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     b ncu_source 90 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SourceCounters --section WarpStateStats --print-source sass \
         python3 tools/gpu/ncu_gemv.py mma gate_up
-    cat "$OUT/rc.txt"; tail -2 "$OUT/nvfp4_e2e.log"; grep -c . "$OUT/ncu_source.log"
+    cat "$OUT/rc.txt"; tail -2 "$OUT/nvfp4_e2e.log"; tail -6 "$OUT/mma_diagnose.log"
+    grep -c . "$OUT/ncu_source.log"
     ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \

@@ -181,11 +181,17 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters
 
-template <bool AHEAD>
+enum Form { PLAIN, AHEAD, RING, MATH };
+
+template <int FORM>
 __device__ __forceinline__ void gemv(GEMV_PARAMS) {
-    // AHEAD: read the next superstep's codes and scales out of the ring before computing this
-    // one (the shared-memory load's latency under the MMAs; the ring then holds one fewer in
-    // flight), else at the top of each superstep
+    // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
+    // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
+    // then holds one fewer in flight). Two diagnostics that give no GEMV (the probe's
+    // --diagnose): RING streams the weights and x as PLAIN does with a XOR fold for the math
+    // (the memory side alone), MATH computes every superstep from the ring's first, copied once
+    // (the arithmetic alone)
+    constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH;
     __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ uint32_t ring_scales[WARPS][STAGES][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -209,7 +215,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     uint32_t(*my_scales)[32] = ring_scales[warp];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
-        if (s < steps) {
+        if (s < steps && (streams || s == 0)) {
             copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
         }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
@@ -217,19 +223,22 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     uint4 xv[4], xn[4], c0, c1;
     uint32_t sc;
     load_x(xv, x_src);  // steps >= 1: the launch has no empty split
-    if (AHEAD) {
+    if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
         c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
     }
     float even[4] = {0.f, 0.f, 0.f, 0.f}, odd[4] = {0.f, 0.f, 0.f, 0.f};
+    uint32_t fold = 0u;  // RING's stand-in for the math
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             const int i = base + s;
             if (i >= steps) break;
-            if (!AHEAD) {
+            if (!streams) {
+                c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
+            } else if (!ahead) {
                 wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
                 __syncwarp();               // and every lane's
                 c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
@@ -237,7 +246,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
             // read before a barrier since (AHEAD: in superstep i - 2, before superstep i - 1's)
             const int next = i + STAGES - 1;
-            if (next < steps) {
+            if (streams && next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
                                s_src + next * s_step, lane);
@@ -245,15 +254,21 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             commit_copies();
             uint4 n0, n1;
             uint32_t nsc = 0u;
-            if (AHEAD && i + 1 < steps) {
+            if (ahead && i + 1 < steps) {
                 wait_copies<STAGES - 2>();  // superstep i + 1 has landed
                 __syncwarp();
                 const int from = (s + 1) % STAGES;
                 n0 = my_codes[from][0][lane], n1 = my_codes[from][1][lane], nsc = my_scales[from][lane];
             }
             load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
-            superstep(c0, c1, sc, xv, even, odd);
-            if (AHEAD) c0 = n0, c1 = n1, sc = nsc;
+            if constexpr (FORM == RING) {
+                fold ^= c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) fold ^= xv[j].x ^ xv[j].y ^ xv[j].z ^ xv[j].w;
+            } else {
+                superstep(c0, c1, sc, xv, even, odd);
+            }
+            if (ahead) c0 = n0, c1 = n1, sc = nsc;
 #pragma unroll
             for (int j = 0; j < 4; ++j) xv[j] = xn[j];
         }
@@ -261,16 +276,27 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     float acc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = (even[i] + odd[i]) * 256.f;  // A was e2m1 * scale * 2^-8
+    if constexpr (FORM == RING) acc[0] += (float)(fold & 1u);  // keeps the loads
     finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
 }
 
-// the two forms (mma_gemv.KERNELS; the probe times both)
+// the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS)
+#define GEMV_ARGS                                                                                \
+    codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split, row_scale, bias, \
+        out, counters
+
 extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv(GEMV_PARAMS) {
-    gemv<false>(codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split,
-                row_scale, bias, out, counters);
+    gemv<PLAIN>(GEMV_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ahead(GEMV_PARAMS) {
-    gemv<true>(codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split,
-               row_scale, bias, out, counters);
+    gemv<AHEAD>(GEMV_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ring(GEMV_PARAMS) {
+    gemv<RING>(GEMV_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_math(GEMV_PARAMS) {
+    gemv<MATH>(GEMV_ARGS);
 }

@@ -174,6 +174,9 @@ def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> 
 
 #: the kernel's two forms: reading a superstep out of the ring at its top, or one superstep ahead
 KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead"}
+#: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
+#: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
+DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
@@ -221,8 +224,9 @@ class MmaGemv:
     launched on torch's current stream (so a CUDA graph captures it)."""
 
     def __init__(self, cubin: bytes, form: str = "plain") -> None:
-        if form not in KERNELS:
-            raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(KERNELS)}")
+        names = KERNELS | DIAGNOSTICS
+        if form not in names:
+            raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -230,7 +234,7 @@ class MmaGemv:
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
-                                                  KERNELS[form].encode()), "cuModuleGetFunction")
+                                                  names[form].encode()), "cuModuleGetFunction")
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made

@@ -116,18 +116,20 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
-    assert set(resources) == set(nvfp4_mma.KERNELS.values())
+    assert set(resources) == set(nvfp4_mma.KERNELS.values()) | set(nvfp4_mma.DIAGNOSTICS.values())
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
     for line in resources.values():
         registers = int(re.search(r"REG:(\d+)", line).group(1))
         assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
         assert f"SHARED:{ring_bytes + 1024}" in line
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    for name in nvfp4_mma.KERNELS.values():
-        code = next(part for part in sass.split("Function : ")[1:] if part.split()[0] == name)
-        assert code.count("HMMA.16816.F32.BF16") == 8 * stages, name
-        assert "LDGSTS" in code and "DEPBAR" in code, name
-        assert "MEMBAR" in code and re.search(r"\bATOM|\bRED\.", code), name
+    codes = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
+    for form, name in (nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS).items():
+        mmas = 0 if form == "ring" else 8 * stages  # ring: the memory side alone
+        assert codes[name].count("HMMA.16816.F32.BF16") == mmas, name
+        copies = codes[name].count("LDGSTS")
+        assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
+        assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():
