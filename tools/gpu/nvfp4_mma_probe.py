@@ -13,7 +13,7 @@ L2), the median of ``--iters`` replays. The kernel's time is its launch alone (i
 splits itself, the last warp of a tile to finish, and its epilogue applies the per-tensor scale
 and writes bf16), comparable with the Triton GEMV's whole call. Every ring depth of ``--stages``
 is timed at every ``--splits`` in each memory order of ``--layouts`` (``tile``: a tile's
-supersteps together; ``super``: ``mma_gemv.superstep_major``) and kernel form of ``--forms``
+supersteps together; ``super``: ``mma_layout.superstep_major``) and kernel form of ``--forms``
 (``mma_gemv.KERNELS``); printed per shape and M: the
 largest error of any variant against the reference, the Triton GEMV's time, the best variant and
 the one ``kernel: mma`` runs (its layout, ``mma_gemv.ring_stages``, ``split_plan``), in
@@ -40,10 +40,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling script
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
+from hinge_nvfp4 import mma_layout  # noqa: E402
 
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def weights(shapes: list[str] | None):
+    """Per shape of ``SHAPES`` (those named in ``shapes``, or all): its label, (N, K), ``ROTATE``
+    quantized random weights and their repacks in both memory orders."""
+    from hinge_nvfp4 import format as fp4
+
+    for label, (n, k) in SHAPES.items():
+        if shapes and label.split()[0] not in shapes:
+            continue
+        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+                 for _ in range(ROTATE)]
+        tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8)) for q in quant]
+        yield label, (n, k), quant, {"tile": tile_major, "super": [
+            tuple(mma_layout.superstep_major(t) for t in p) for p in tile_major]}
 
 
 def main() -> None:
@@ -80,14 +96,7 @@ def main() -> None:
     print("| shape | M | max rel err (any variant) | Triton us (%) | best MMA us (layout, form, stages, splits, %) | "
           f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, ring_stages, split_plan's splits, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for label, (n, k) in SHAPES.items():
-        if args.shapes and label.split()[0] not in args.shapes:
-            continue
-        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
-                 for _ in range(ROTATE)]
-        tile_major = [nvfp4_mma.repack(q[0], q[1].view(torch.uint8)) for q in quant]
-        packs_of = {"tile": tile_major, "super": [tuple(nvfp4_mma.superstep_major(t) for t in p)
-                                                  for p in tile_major]}
+    for label, (n, k), quant, packs_of in weights(args.shapes):
         ones = torch.ones(n, device="cuda")
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
         plan = nvfp4_mma.split_plan(n, k, sms)
@@ -139,7 +148,6 @@ def main() -> None:
 
 
 def diagnose(args: argparse.Namespace) -> None:
-    from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.kernels import MmaKernel
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -150,14 +158,8 @@ def diagnose(args: argparse.Namespace) -> None:
           "its diagnostic forms at M = 1, us (median)")
     print("| shape | kernel us (%) | memory side alone us (TB/s) | arithmetic alone us |")
     print("| --- | --- | --- | --- |")
-    for label, (n, k) in SHAPES.items():
-        if args.shapes and label.split()[0] not in args.shapes:
-            continue
-        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
-                 for _ in range(ROTATE)]
-        packs = [nvfp4_mma.repack(q[0], q[1].view(torch.uint8)) for q in quant]
-        if MmaKernel.LAYOUT == "super":
-            packs = [tuple(nvfp4_mma.superstep_major(t) for t in p) for p in packs]
+    for label, (n, k), _, packs_of in weights(args.shapes):
+        packs = packs_of[MmaKernel.LAYOUT]
         splits, per_split = nvfp4_mma.split_plan(n, k, sms)
         stages = nvfp4_mma.ring_stages(per_split)
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)

@@ -137,13 +137,13 @@ class TritonKernel(TorchKernel):
 class MmaKernel(TritonKernel):
     """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
     bf16 rows (contiguous, 16-byte aligned) against a weight whose N % 16 == 0 and K % 128 == 0
-    runs ``mma_gemv``'s kernel on the weight's ``mma_gemv.repack`` (a second copy of its codes
+    runs ``mma_gemv``'s kernel on the weight's ``mma_layout.repack`` (a second copy of its codes
     and scales), K split by ``mma_gemv.split_plan`` and the splits added in
     the kernel, whose epilogue applies the row scale and bias and writes bf16; anything else takes
     the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
     and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests). ``layout``
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
-    ``tile`` (a tile's supersteps together) or ``super`` (``mma_gemv.superstep_major``); ``form``
+    ``tile`` (a tile's supersteps together) or ``super`` (``mma_layout.superstep_major``); ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
 
     name = "mma"
@@ -170,15 +170,15 @@ class MmaKernel(TritonKernel):
             torch.cuda.current_device()).multi_processor_count
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
-        from hinge_nvfp4 import mma_gemv
+        from hinge_nvfp4 import mma_gemv, mma_layout
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
-        if n % 16 == 0 and k % mma_gemv.SUPERSTEP == 0:
-            words, codes = mma_gemv.repack(packed, scales)
+        if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
+            words, codes = mma_layout.repack(packed, scales)
             if self.layout == "super":
-                words, codes = mma_gemv.superstep_major(words), mma_gemv.superstep_major(codes)
+                words, codes = mma_layout.superstep_major(words), mma_layout.superstep_major(codes)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_split = mma_gemv.split_plan(n, k, self._num_sms)
             layer.nvfp4_mma_stages = mma_gemv.ring_stages(layer.nvfp4_mma_split[1])

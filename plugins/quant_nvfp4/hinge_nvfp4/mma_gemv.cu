@@ -6,7 +6,7 @@
 //
 // for M <= 8 rows of x (the MMA's B columns) and N a multiple of 16 (one warp per 16-row tile).
 // A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
-// over its k index in any order, so the repack (mma_gemv.repack_codes) chooses which columns of
+// over its k index in any order, so the repack (mma_layout.repack_codes) chooses which columns of
 // W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds columns 32t .. 32t + 31 of the
 // superstep in all eight MMAs (MMA u: 32t + 4u .. 32t + 4u + 3), so that
 //   - its x operand is 64 contiguous bytes of row g (four 16-byte loads a superstep), and
@@ -16,10 +16,10 @@
 // A fragment register (two codes of one row) is a bf16 pattern of e2m1 * 2^-126 (sign at bit 15,
 // exponent bits 8..7, mantissa bit 6), cut from the lane's 32-bit word by ``fragments``; its
 // multiplier is scale * 2^118 as bf16 (``multiplier``: the repack stores each e4m3 scale as an
-// 8-bit exponent-and-mantissa code, mma_gemv.encode_scales), so each A element is
+// 8-bit exponent-and-mantissa code, mma_layout.encode_scales), so each A element is
 // e2m1 * scale * 2^-8, exactly (<= 6 significant bits, >= 2^-18); the sums are times 2^8 at the end.
 //
-// Layouts (mma_gemv.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
+// Layouts (mma_layout.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
 // lane l at [.., h, l, c]: each of a superstep's two 16-byte copies 512 contiguous bytes a warp);
 // scales (N / 16, K / 128, 32) uint32 (lane (g, t): rows g, g + 8 of group 2t, then of 2t + 1);
 // each (tile, superstep) block contiguous, the blocks at tile_stride / super_stride blocks apart
@@ -42,7 +42,7 @@
 #define WARPS 4  // 16-row tiles a block (mma_gemv.MmaGemv launches this many)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
-    // the repack's bit places (mma_gemv.FRAGMENT_BITS): three registers a shift and a mask each,
+    // the repack's bit places (mma_layout.FRAGMENT_BITS): three registers a shift and a mask each,
     // the fourth from three shifts (no four shifted copies of the pattern tile 32 bits)
     const uint32_t pattern = 0x81C081C0u;  // bits 15, 8..6 of each half
     a[0] = w & pattern;
@@ -53,7 +53,7 @@ __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
 
 __device__ __forceinline__ uint32_t multiplier(const uint32_t codes4, const int byte) {
     // scale code ``byte`` of the word -> bf16x2 (scale * 2^118) twice: the code's 8 bits at bits
-    // 11..4 of each half under exponent bits 111 (mma_gemv.encode_scales)
+    // 11..4 of each half under exponent bits 111 (mma_layout.encode_scales)
     const uint32_t both = __byte_perm(codes4, 0u, 0x4040u + 0x0101u * byte);
     return (both << 4) | 0x70007000u;
 }

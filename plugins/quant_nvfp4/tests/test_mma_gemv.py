@@ -1,7 +1,9 @@
-"""The tensor-core NVFP4 GEMV (``hinge_nvfp4.mma_gemv``) on the CPU: its weight repack and
-fragment decode, emulated as the kernel computes, give the reference GEMV (float64, from the
-format's definition); and, where nvcc is installed, the kernel compiles for sm_90 with no spills
-and tensor-core MMAs in their loops, and the build is cached. On a GPU: test_mma_gemv_gpu.py."""
+"""The tensor-core NVFP4 GEMV on the CPU: its weight layout (``hinge_nvfp4.mma_layout``: the
+repack and the fragment decode, emulated as the kernel computes, give the reference GEMV in
+float64 from the format's definition; exact scale multipliers; zero, negative and NaN scales;
+memory orders) and its build (``hinge_nvfp4.mma_gemv``: where nvcc is installed, every form
+compiles for sm_90 with no spills and its MMAs and copies in its loops). On a GPU:
+test_mma_kernel.py's ``gpu`` test."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 import torch
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma
+from hinge_nvfp4 import mma_layout as layout
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
 
@@ -27,7 +30,7 @@ def weights(n, k, seed=0):
 
 
 def reference(packed, scales, x):
-    codes = nvfp4_mma.nibbles(packed)
+    codes = layout.nibbles(packed)
     value = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     scale = scales.view(torch.float8_e4m3fn).double().repeat_interleave(16, dim=1)
     return x.double() @ (value * scale).t()
@@ -37,10 +40,10 @@ def reference(packed, scales, x):
 def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m):
     packed, scales = weights(48, 256, seed=m)
     x = torch.randn(m, 256, generator=torch.Generator().manual_seed(9)).bfloat16()
-    words, codes = nvfp4_mma.repack(packed, scales)
+    words, codes = layout.repack(packed, scales)
     assert words.shape == (3, 2, 2, 32, 4) and words.dtype == torch.int32
     assert codes.shape == (3, 2, 32) and codes.dtype == torch.int32
-    torch.testing.assert_close(nvfp4_mma.emulate(words, codes, x), reference(packed, scales, x),
+    torch.testing.assert_close(layout.emulate(words, codes, x), reference(packed, scales, x),
                                rtol=1e-12, atol=1e-12)
 
 
@@ -50,8 +53,8 @@ def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
     codes = (r + c) % 16
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
     ones = torch.full((16, 8), 0x38, dtype=torch.uint8)  # e4m3 1.0
-    words, scale_codes = nvfp4_mma.repack(packed, ones)
-    a = nvfp4_mma.dense_weight(words, scale_codes) * 256
+    words, scale_codes = layout.repack(packed, ones)
+    a = layout.dense_weight(words, scale_codes) * 256
     want = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     assert torch.equal(a.abs(), want.abs())
     assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
@@ -59,27 +62,27 @@ def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
 
 def test_a_superstep_major_copy_is_the_same_blocks_at_other_strides():
     packed, scales = weights(48, 384, seed=4)
-    words, codes = nvfp4_mma.repack(packed, scales)  # 3 tiles, 3 supersteps
-    assert nvfp4_mma.block_strides(words, codes) == (3, 1)
-    sw, sc = nvfp4_mma.superstep_major(words), nvfp4_mma.superstep_major(codes)
+    words, codes = layout.repack(packed, scales)  # 3 tiles, 3 supersteps
+    assert layout.block_strides(words, codes) == (3, 1)
+    sw, sc = layout.superstep_major(words), layout.superstep_major(codes)
     assert torch.equal(sw, words) and torch.equal(sc, codes)
-    assert nvfp4_mma.block_strides(sw, sc) == (1, 3)
+    assert layout.block_strides(sw, sc) == (1, 3)
     with pytest.raises(ValueError, match="not repack's blocks at one pair of strides"):
-        nvfp4_mma.block_strides(sw, codes)
+        layout.block_strides(sw, codes)
 
 
 def test_the_fragment_bits_are_every_bit_of_a_word_once():
-    places = sorted(p for halves in nvfp4_mma.FRAGMENT_BITS for bits in halves for p in bits)
+    places = sorted(p for halves in layout.FRAGMENT_BITS for bits in halves for p in bits)
     assert places == list(range(32))
 
 
 def test_every_e4m3_magnitude_becomes_an_exact_multiplier_of_two_to_the_118():
     bits = torch.arange(0x7F, dtype=torch.uint8)  # every magnitude but NaN, subnormals included
     value = bits.view(torch.float8_e4m3fn).double()
-    mult = nvfp4_mma._multiplier_values(nvfp4_mma.encode_scales(bits))
+    mult = layout._multiplier_values(layout.encode_scales(bits))
     nonzero = value > 0
     assert torch.equal(mult[nonzero], value[nonzero] * 2.0**118)
-    assert torch.equal(nvfp4_mma.encode_scales(bits | 0x80), nvfp4_mma.encode_scales(bits))
+    assert torch.equal(layout.encode_scales(bits | 0x80), layout.encode_scales(bits))
 
 
 def test_zero_and_negative_scales_give_the_reference_and_a_nan_scale_is_refused_by_place():
@@ -87,19 +90,19 @@ def test_zero_and_negative_scales_give_the_reference_and_a_nan_scale_is_refused_
     scales[3, 2] = 0x00  # zero: the block's weights are 0 whatever its codes
     scales[7, 5] = 0x38 | 0x80  # -1.0
     x = torch.randn(2, 128, generator=torch.Generator().manual_seed(2)).bfloat16()
-    words, codes = nvfp4_mma.repack(packed, scales)
-    torch.testing.assert_close(nvfp4_mma.emulate(words, codes, x), reference(packed, scales, x),
+    words, codes = layout.repack(packed, scales)
+    torch.testing.assert_close(layout.emulate(words, codes, x), reference(packed, scales, x),
                                rtol=1e-12, atol=1e-12)
     scales[9, 4] = 0x7F
     with pytest.raises(ValueError, match="row 9, group 4 is NaN"):
-        nvfp4_mma.repack(packed, scales)
+        layout.repack(packed, scales)
 
 
 def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
     with pytest.raises(ValueError, match="N % 16 == 0 and K % 128 == 0, got 24 x 64"):
-        nvfp4_mma.repack_codes(torch.zeros(24, 32, dtype=torch.uint8))
+        layout.repack_codes(torch.zeros(24, 32, dtype=torch.uint8))
     with pytest.raises(ValueError, match="got 16 x 64"):
-        nvfp4_mma.repack_scales(torch.zeros(16, 4, dtype=torch.uint8))
+        layout.repack_scales(torch.zeros(16, 4, dtype=torch.uint8))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")

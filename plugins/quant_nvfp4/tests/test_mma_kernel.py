@@ -1,7 +1,7 @@
 """``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``): decode GEMVs of at most 8 bf16 rows go
 to the tensor-core kernel with the weight's fragment words, its scales, the row scale and the
 bias; anything else goes to the Triton path; the option is refused where it cannot run. CPU:
-the launcher is stood in for by the kernel's emulation (``mma_gemv.emulate``); on a GPU (``gpu``
+the launcher is stood in for by the kernel's emulation (``mma_layout.emulate``); on a GPU (``gpu``
 marker) the real kernel against the reference, eager and captured in a CUDA graph."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_triton_gemm import problem
 
-from hinge_nvfp4 import mma_gemv, reference
+from hinge_nvfp4 import mma_gemv, mma_layout, reference
 from hinge_nvfp4.kernels import MmaKernel, TritonKernel, select_kernel
 from hinge_nvfp4.options import NVFP4Options
 
@@ -36,7 +36,7 @@ class EmulatedLauncher:
         total = torch.zeros(out.shape, dtype=torch.float64)
         for s in range(splits):
             j0, j1 = s * groups_per_split, min((s + 1) * groups_per_split, groups)
-            total += mma_gemv.emulate(words[:, j0 // 8:j1 // 8], scale_codes[:, j0 // 8:j1 // 8],
+            total += mma_layout.emulate(words[:, j0 // 8:j1 // 8], scale_codes[:, j0 // 8:j1 // 8],
                                       x[:, 16 * j0:16 * j1])
         y = total * row_scale.double()
         if bias is not None:
@@ -59,7 +59,7 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
     layer, x, packed, scales, bias = layer_of(128, 2048)
     kernel.prepare_linear(layer, packed, scales)
-    words, codes = mma_gemv.repack(packed, scales)
+    words, codes = mma_layout.repack(packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
     assert layer.nvfp4_mma_split[0] == splits and launcher.reserved == ([8] if splits > 1 else [])
     assert layer.nvfp4_mma_stages == mma_gemv.ring_stages(layer.nvfp4_mma_split[1])
@@ -76,7 +76,7 @@ def test_the_superstep_major_layout_computes_the_same_and_a_wrong_layout_is_refu
     kernel = MmaKernel(gemv=launcher, num_sms=132, layout="super")
     layer, x, packed, scales, bias = layer_of(128, 2048)
     kernel.prepare_linear(layer, packed, scales)
-    assert mma_gemv.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (1, 8)
+    assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (1, 8)
     got = kernel.linear(layer, x[:2].contiguous(), bias, None)
     want = reference.linear(x[:2], packed, scales, layer.row_scale, bias)
     assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
@@ -131,7 +131,7 @@ def test_the_option_is_refused_where_it_cannot_run_naming_the_alternative():
 
 def test_the_repack_in_row_blocks_equals_the_repack_at_once():
     _, _, packed, _, _ = layer_of(80, 128, seed=3)
-    assert torch.equal(mma_gemv.repack_codes(packed, rows_at_once=32), mma_gemv.repack_codes(packed))
+    assert torch.equal(mma_layout.repack_codes(packed, rows_at_once=32), mma_layout.repack_codes(packed))
 
 
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):

@@ -1,0 +1,179 @@
+"""The tensor-core NVFP4 GEMV's weight layout (``mma_gemv.cu`` reads it): the repack of a
+ModelOpt weight into MMA fragment words and scale codes, their memory orders, and an emulation of
+the kernel's arithmetic on them (tests).
+
+The repack (``repack``) gives lane (g, t) of 16-row tile i, in superstep S (columns 128 S ..
+128 S + 127), eight 32-bit words: word u holds the four A-fragment registers of MMA u, i.e. rows
+g and g + 8 at columns 128 S + 32 t + 4 u .. + 3 (the kernel's docstring says why these), two
+codes a register, at the bits of ``FRAGMENT_BITS``; shape (N / 16, K / 128, 2, 32, 4) int32
+(word 4 h + c of lane l at [.., h, l, c]). And four scale codes: rows g, g + 8 of groups
+8 S + 2 t, then 8 S + 2 t + 1, as bytes of one int32, (N / 16, K / 128, 32). A scale code is the
+scale's exponent + 21 (5 bits) and 3 mantissa bits, every e4m3 magnitude exactly (subnormals as
+normals): the kernel makes it the bf16 scale * 2^118 in two operations. A block whose scale is 0
+gets its codes zeroed (its weights are 0 anyway: every code times a finite multiplier stays 0),
+one with a negative scale its codes' signs flipped (the same products); a NaN scale is refused.
+``emulate`` decodes the words and codes with the kernel's bit operations and multiplies as the
+MMAs do, which checks the repack, the decode and the fragment map on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
+
+#: bit places of fragment register r's element ``half`` in a word: (mantissa, exponent bit 0,
+#: exponent bit 1, sign), as ``fragments`` in mma_gemv.cu cuts them: register 0 is w & pattern,
+#: 1 is (w << 3) & pattern, 2 is (w << 6) & pattern, 3 takes three shifts
+FRAGMENT_BITS = (
+    ((6, 7, 8, 15), (22, 23, 24, 31)),
+    ((3, 4, 5, 12), (19, 20, 21, 28)),
+    ((0, 1, 2, 9), (16, 17, 18, 25)),
+    ((10, 11, 13, 14), (26, 27, 29, 30)),
+)
+
+
+def nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """(N, K/2) uint8 ModelOpt codes (element 2i in the low nibble of byte i) -> (N, K) int64."""
+    p = packed.to(torch.int64)
+    return torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
+
+
+def _check_shape(n: int, k: int) -> None:
+    if n % 16 or k % SUPERSTEP:
+        raise ValueError(f"the MMA GEMV takes N % 16 == 0 and K % {SUPERSTEP} == 0, got {n} x {k}")
+
+
+def _int32(words: torch.Tensor) -> torch.Tensor:
+    """int64 values < 2^32 -> int32 with the same bits."""
+    return (words - (words >> 31) * (1 << 32)).to(torch.int32).contiguous()
+
+
+def fixed_codes(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``packed`` with the codes of zero-scale blocks zeroed and those of negative-scale blocks
+    sign-flipped (module docstring); a NaN scale raises, naming its row and group."""
+    value = scales.view(torch.float8_e4m3fn).float() if scales.dtype == torch.uint8 else scales.float()
+    nan = torch.isnan(value)
+    if nan.any():
+        row, group = (int(i) for i in nan.nonzero()[0])
+        raise ValueError(f"the weight's block scale at row {row}, group {group} is NaN: the "
+                         "checkpoint is malformed (re-export it); kernel=triton would give NaN too")
+    zero, negative = value == 0, value < 0
+    if not (zero.any() or negative.any()):
+        return packed
+    byte_scale = lambda mask: mask.repeat_interleave(8, dim=1)  # noqa: E731 - 8 bytes a group
+    out = torch.where(byte_scale(zero), torch.zeros_like(packed), packed)
+    return torch.where(byte_scale(negative), out ^ 0x88, out)
+
+
+def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048) -> torch.Tensor:
+    """(N, K/2) uint8 codes -> (N/16, K/128, 2, 32, 4) int32 fragment words (module docstring),
+    made ``rows_at_once`` rows at a time (the int64 nibbles of a whole 24576 x 4096 weight would
+    take 0.8 GB)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    _check_shape(n, k)
+    step = max(16, rows_at_once // 16 * 16)
+    if n > step:
+        return torch.cat([repack_codes(packed[i:i + step], step) for i in range(0, n, step)])
+    # row = 16 i + 8 rs + g; column = 128 S + 32 t + 4 u + 2 cp + half; register r = 2 cp + rs
+    c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 8, 2, 2)  # i rs g S t u cp half
+    c = c.permute(0, 3, 2, 4, 5, 6, 1, 7)  # i S g t u cp rs half
+    words = torch.zeros(c.shape[:5], dtype=torch.int64, device=c.device)
+    for r, halves in enumerate(FRAGMENT_BITS):
+        for half, places in enumerate(halves):
+            code = c[:, :, :, :, :, r >> 1, r & 1, half]
+            for bit, place in enumerate(places):
+                words |= ((code >> bit) & 1) << place
+    words = words.view(n // 16, k // SUPERSTEP, 32, 2, 4).transpose(2, 3)  # i S h lane c
+    return _int32(words)
+
+
+def encode_scales(scales: torch.Tensor) -> torch.Tensor:
+    """e4m3 scales (uint8 bits or float8_e4m3fn) -> uint8 scale codes of their magnitudes
+    (module docstring; 0 -> 0)."""
+    value = (scales.view(torch.float8_e4m3fn) if scales.dtype == torch.uint8 else scales).double().abs()
+    mantissa, exponent = torch.frexp(value)  # value = mantissa * 2^exponent, mantissa in [0.5, 1)
+    three = (mantissa * 16 - 8).round().to(torch.int64)  # (1.mmm - 1) * 8
+    code = ((exponent.to(torch.int64) - 1 + 21) << 3) | three
+    return torch.where(value == 0, 0, code).to(torch.uint8)
+
+
+def repack_scales(scales: torch.Tensor) -> torch.Tensor:
+    """(N, K/16) e4m3 scales -> (N/16, K/128, 32) int32 scale codes (module docstring)."""
+    n, groups = scales.shape
+    _check_shape(n, groups * 16)
+    code = encode_scales(scales).to(torch.int64).view(n // 16, 2, 8, groups // 8, 4, 2)  # i rs g S t q
+    code = code.permute(0, 3, 2, 4, 5, 1).reshape(n // 16, groups // 8, 32, 4)  # byte = 2 q + rs
+    return _int32((code << (8 * torch.arange(4, device=code.device))).sum(-1))
+
+
+def repack(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fragment words, scale codes) of a ModelOpt weight, as the kernel reads them."""
+    return repack_codes(fixed_codes(packed, scales)), repack_scales(scales)
+
+
+def _bf16_value(bits: torch.Tensor) -> torch.Tensor:
+    """float64 value of 16-bit bf16 patterns (int64)."""
+    return _int32(bits << 16).view(torch.float32).double()
+
+
+def _fragment_bits(w: torch.Tensor) -> list[torch.Tensor]:
+    """The kernel's ``fragments``: bf16x2 bits (int64) of registers 0..3 of the words."""
+    w = w.to(torch.int64) & 0xFFFFFFFF
+    pattern = 0x81C081C0
+    r3 = ((w >> 4) & 0x00C000C0) | ((w >> 5) & 0x01000100) | ((w << 1) & 0x80008000)
+    return [w & pattern, (w << 3) & pattern, (w << 6) & pattern, r3 & 0xFFFFFFFF]
+
+
+def _multiplier_values(codes: torch.Tensor) -> torch.Tensor:
+    """The kernel's ``multiplier`` of each scale code byte: float64 values (scale * 2^118)."""
+    return _bf16_value((codes.to(torch.int64) << 4) | 0x7000)
+
+
+def dense_weight(words: torch.Tensor, scale_codes: torch.Tensor) -> torch.Tensor:
+    """(N, K) float64: the A elements the kernel feeds its MMAs (e2m1 * scale * 2^-8), each the
+    bf16 product of its fragment value and its multiplier, rounded to bf16 as the kernel's
+    multiply rounds (no change where the module docstring's exactness holds), in W's places."""
+    tiles, supers = words.shape[:2]
+    w = words.transpose(2, 3).reshape(tiles, supers, 8, 4, 8)  # i S g t u  (u = 4 h + c)
+    sc = scale_codes.to(torch.int64).reshape(tiles, supers, 8, 4)  # i S g t
+    a = torch.zeros(tiles, 16, supers, 4, 8, 4, dtype=torch.float64, device=words.device)  # i row S t u col
+    for r, bits in enumerate(_fragment_bits(w)):
+        rs, cp = r & 1, r >> 1
+        for group in range(2):  # MMAs 0..3 take the lane's first group, 4..7 its second
+            byte = (sc >> (8 * (2 * group + rs))) & 0xFF
+            mult = _multiplier_values(byte)[..., None]  # i S g t 1
+            us = slice(4 * group, 4 * group + 4)
+            for half in range(2):
+                frag = _bf16_value((bits[..., us] >> (16 * half)) & 0xFFFF)
+                prod = (frag * mult).to(torch.bfloat16).double()
+                a[:, 8 * rs:8 * rs + 8, :, :, us, 2 * cp + half] = prod.permute(0, 2, 1, 3, 4)
+    return a.reshape(tiles * 16, supers * SUPERSTEP)  # columns 128 S + 32 t + 4 u + col
+
+
+def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(M, N) float64: the kernel's sums, one split (the MMAs' sums exact, times 2^8 as the
+    kernel ends)."""
+    return (x.double() @ dense_weight(words, scale_codes).t()) * 256.0
+
+
+def superstep_major(t: torch.Tensor) -> torch.Tensor:
+    """The same (tiles, supersteps, ...) view of ``repack``'s words or scale codes, its memory
+    superstep-major: the warps working on one superstep at a moment read one stretch of memory
+    rather than one stretch a tile."""
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def block_strides(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[int, int]:
+    """(tile stride, superstep stride) in (tile, superstep) blocks of the words (256 int32) and
+    scale codes (32 int32), which must share them, each block contiguous."""
+    (tw, sw), (tc, sc) = words.stride()[:2], scale_codes.stride()[:2]
+    inner_w = words.shape[2:] == (2, 32, 4) and words[0, 0].is_contiguous()
+    inner_c = scale_codes.shape[2:] == (32,) and scale_codes.stride(2) == 1
+    if not (inner_w and inner_c and tw % 256 == 0 and sw % 256 == 0 and tw // 256 == tc // 32
+            and sw // 256 == sc // 32 and words.shape[:2] == scale_codes.shape[:2]):
+        raise ValueError(f"the words {tuple(words.shape)} (strides {words.stride()}) and scale codes "
+                         f"{tuple(scale_codes.shape)} (strides {scale_codes.stride()}) are not "
+                         "repack's blocks at one pair of strides (use repack, optionally "
+                         "superstep_major on both)")
+    return tw // 256, sw // 256
