@@ -146,16 +146,21 @@ bench7)
 bench8)
     # written after the ninth session's device time, for the next: end to end at the final tree
     # (the scale-copy change 691b72e was timed by the probe only), the MMA GEMV against its
-    # memory side alone and its arithmetic alone (--diagnose), and which instructions of
+    # memory side alone and its arithmetic alone (--diagnose), the xring form (x in the ring:
+    # its GPU test, the probe of every form), and which instructions of
     # gate_up's kernel stall (source counters: SASS lines with their stall samples; the
     # --print-source flag is unverified here: ncu --help on the device says)
     b nvfp4_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     b mma_diagnose 60 python3 tools/gpu/nvfp4_mma_probe.py --diagnose
+    b mma_tests_xring 60 env HINGE_NVFP4_MMA_FORM=xring python3 -m pytest -q -m gpu -p no:cacheprovider \
+        -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 100 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --layouts tile --ms 1 2 8
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     b ncu_source 90 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SourceCounters --section WarpStateStats --print-source sass \
         python3 tools/gpu/ncu_gemv.py mma gate_up
     cat "$OUT/rc.txt"; tail -2 "$OUT/nvfp4_e2e.log"; tail -6 "$OUT/mma_diagnose.log"
+    tail -1 "$OUT/mma_tests_xring.log"; grep WRONG "$OUT/nvfp4_mma.log"; tail -16 "$OUT/nvfp4_mma.log"
     grep -c . "$OUT/ncu_source.log"
     ;;
 bench4)

@@ -213,4 +213,4 @@ def _mma_launcher(stages: int, form: str) -> Any:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages)
-    return mma_gemv.MmaGemv(cubin, form)
+    return mma_gemv.MmaGemv(cubin, form, stages)

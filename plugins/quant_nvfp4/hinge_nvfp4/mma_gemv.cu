@@ -169,6 +169,12 @@ __device__ __forceinline__ void wait_copies() {
     asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
 
+__device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
+    // a lane's 64 bytes of its x row for a superstep
+#pragma unroll
+    for (int j = 0; j < 4; ++j) copy_async(dst + j, src + j);
+}
+
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) xv[i] = __ldg(row + i);
@@ -181,7 +187,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters
 
-enum Form { PLAIN, AHEAD, RING, MATH };
+enum Form { PLAIN, AHEAD, RING, MATH, XRING };
 
 template <int FORM>
 __device__ __forceinline__ void gemv(GEMV_PARAMS) {
@@ -190,8 +196,12 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // then holds one fewer in flight). Two diagnostics that give no GEMV (the probe's
     // --diagnose): RING streams the weights and x as PLAIN does with a XOR fold for the math
     // (the memory side alone), MATH computes every superstep from the ring's first, copied once
-    // (the arithmetic alone)
-    constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH;
+    // (the arithmetic alone). XRING is PLAIN with x in the ring too: the lanes of rows g < m copy
+    // their 64 bytes of a superstep with its weights (dynamic shared memory, WARPS x STAGES x m
+    // x 256 bytes: mma_gemv.MmaGemv sizes it), and every lane reads its row's from there
+    // (the global loads of x, a superstep ahead, were the largest stall under ncu)
+    constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
+    extern __shared__ uint4 x_slots[];
     __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ uint32_t ring_scales[WARPS][STAGES][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -213,16 +223,19 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                          (size_t)first * 16 + 4 * t;
     uint4(*my_codes)[2][32] = ring_codes[warp];
     uint32_t(*my_scales)[32] = ring_scales[warp];
+    uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
+    const int x_row = min(g, m - 1);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
         if (s < steps && (streams || s == 0)) {
             copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
+            if (x_ring && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
         }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
     uint4 xv[4], xn[4], c0, c1;
     uint32_t sc;
-    load_x(xv, x_src);  // steps >= 1: the launch has no empty split
+    if (!x_ring) load_x(xv, x_src);  // steps >= 1: the launch has no empty split
     if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
@@ -242,6 +255,10 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                 wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
                 __syncwarp();               // and every lane's
                 c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
+                if (x_ring) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) xv[j] = my_x[(s * m + x_row) * 16 + j];
+                }
             }
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
             // read before a barrier since (AHEAD: in superstep i - 2, before superstep i - 1's)
@@ -250,6 +267,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
                                s_src + next * s_step, lane);
+                if (x_ring && g < m) copy_x(my_x + (to * m + g) * 16, x_src + (size_t)next * 16);
             }
             commit_copies();
             uint4 n0, n1;
@@ -260,7 +278,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                 const int from = (s + 1) % STAGES;
                 n0 = my_codes[from][0][lane], n1 = my_codes[from][1][lane], nsc = my_scales[from][lane];
             }
-            load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
+            if (!x_ring) load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
             if constexpr (FORM == RING) {
                 fold ^= c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc;
 #pragma unroll
@@ -269,8 +287,10 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                 superstep(c0, c1, sc, xv, even, odd);
             }
             if (ahead) c0 = n0, c1 = n1, sc = nsc;
+            if (!x_ring) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) xv[j] = xn[j];
+                for (int j = 0; j < 4; ++j) xv[j] = xn[j];
+            }
         }
     }
     float acc[4];
@@ -291,6 +311,10 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv(GEMV_PAR
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ahead(GEMV_PARAMS) {
     gemv<AHEAD>(GEMV_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_xring(GEMV_PARAMS) {
+    gemv<XRING>(GEMV_ARGS);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ring(GEMV_PARAMS) {

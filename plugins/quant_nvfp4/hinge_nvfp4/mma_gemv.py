@@ -24,8 +24,11 @@ WARPS = 4  #: 16-row tiles a block (``WARPS`` in mma_gemv.cu)
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 
-#: the kernel's two forms: reading a superstep out of the ring at its top, or one superstep ahead
-KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead"}
+#: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, or
+#: at its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it)
+KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": "nvfp4_mma_gemv_xring"}
+X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
 #: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
@@ -73,12 +76,16 @@ def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None) -> b
 
 class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
-    launched on torch's current stream (so a CUDA graph captures it)."""
+    launched on torch's current stream (so a CUDA graph captures it). ``stages``: the cubin's
+    ring depth, which the xring form needs to size its dynamic shared memory."""
 
-    def __init__(self, cubin: bytes, form: str = "plain") -> None:
+    def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None) -> None:
         names = KERNELS | DIAGNOSTICS
         if form not in names:
             raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
+        if form == "xring" and stages is None:
+            raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
+        self.form, self.stages = form, stages
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -87,6 +94,14 @@ class MmaGemv:
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
                                                   names[form].encode()), "cuModuleGetFunction")
+        if form == "xring":  # past the 48 KiB a block gets without asking
+            self._check(self.cuda.cuFuncSetAttribute(
+                self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.x_ring_bytes(MAX_ROWS)), "cuFuncSetAttribute")
+
+    def x_ring_bytes(self, m: int) -> int:
+        """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
+        return WARPS * self.stages * m * X_RING_BYTES if self.form == "xring" else 0
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made
@@ -159,7 +174,7 @@ class MmaGemv:
         tiles = n // 16
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self._check(self.cuda.cuLaunchKernel(
-            self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, 0, stream,
+            self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, self.x_ring_bytes(m), stream,
             pointers, None), "cuLaunchKernel")
         return part if out is None else out
 

@@ -140,3 +140,10 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
         nvfp4_mma.build_cubin("sm_90", stages=12)
 
 
+
+
+def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
+    with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, ring, math"):
+        nvfp4_mma.MmaGemv(b"", "fast")
+    with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
+        nvfp4_mma.MmaGemv(b"", "xring")
