@@ -167,15 +167,16 @@ class MmaGemv:
 
         tile_stride, super_stride = block_strides(words, scale_codes)
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(m), ctypes.c_int(tile_stride), ctypes.c_int(super_stride), ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
-                ptr(out), ptr(self._counters)]
+                ctypes.c_int(m), ctypes.c_int(tile_stride), ctypes.c_int(super_stride),
+                ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias), ptr(out),
+                ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         tiles = n // 16
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self._check(self.cuda.cuLaunchKernel(
-            self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, self.x_ring_bytes(m), stream,
-            pointers, None), "cuLaunchKernel")
+            self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, self.x_ring_bytes(m),
+            stream, pointers, None), "cuLaunchKernel")
         return part if out is None else out
 
 

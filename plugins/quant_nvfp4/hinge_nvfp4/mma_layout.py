@@ -49,10 +49,15 @@ def _int32(words: torch.Tensor) -> torch.Tensor:
     return (words - (words >> 31) * (1 << 32)).to(torch.int32).contiguous()
 
 
+def _scale_values(scales: torch.Tensor) -> torch.Tensor:
+    """float64 values of e4m3 scales given as uint8 bits or float8_e4m3fn."""
+    return (scales.view(torch.float8_e4m3fn) if scales.dtype == torch.uint8 else scales).double()
+
+
 def fixed_codes(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """``packed`` with the codes of zero-scale blocks zeroed and those of negative-scale blocks
     sign-flipped (module docstring); a NaN scale raises, naming its row and group."""
-    value = scales.view(torch.float8_e4m3fn).float() if scales.dtype == torch.uint8 else scales.float()
+    value = _scale_values(scales)
     nan = torch.isnan(value)
     if nan.any():
         row, group = (int(i) for i in nan.nonzero()[0])
@@ -91,7 +96,7 @@ def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048) -> torch.Tensor
 def encode_scales(scales: torch.Tensor) -> torch.Tensor:
     """e4m3 scales (uint8 bits or float8_e4m3fn) -> uint8 scale codes of their magnitudes
     (module docstring; 0 -> 0)."""
-    value = (scales.view(torch.float8_e4m3fn) if scales.dtype == torch.uint8 else scales).double().abs()
+    value = _scale_values(scales).abs()
     mantissa, exponent = torch.frexp(value)  # value = mantissa * 2^exponent, mantissa in [0.5, 1)
     three = (mantissa * 16 - 8).round().to(torch.int64)  # (1.mmm - 1) * 8
     code = ((exponent.to(torch.int64) - 1 + 21) << 3) | three
