@@ -48,8 +48,7 @@ def main() -> None:
             layer.row_scale = torch.ones(n, device="cuda")
             kernel.prepare_linear(layer, packed, scales)
             layers.append(layer)
-        plan = mma_gemv.split_plan(n, k, kernel._num_sms)
-        print(f"split_plan {plan}, stages {mma_gemv.ring_stages(plan[1])}")
+        print(f"tiling {mma_gemv.tiling(n, k, kernel._num_sms, mma_gemv.tuned_tilings())}")
         calls = [lambda layer=layer: kernel.linear(layer, x, None, None) for layer in layers]
     else:
         from hinge_nvfp4 import format as fp4

@@ -5,6 +5,7 @@ then decode of the Qwen3-8B configuration at batch 1 with nvfp4 against bf16 hin
     python tools/gpu/nvfp4_gemm.py --skip-table --sweep --sweep-m 1 --sweep-layout groups \
         --e2e-layout groups      # the group-layout kernel alone, then end to end with it
         --e2e-kernel mma         # end to end with the tensor-core decode GEMVs
+        --e2e-plan - plan.json   # ... with the built-in tilings, then a tuned file's
 
 GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 4096x12288, o
 4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -240,8 +242,15 @@ def decode_e2e(tokens: int = 128) -> None:
         rates = {}
         if ARGS.e2e_layout != "default" or FASTEST:
             use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
-        for quantizer, path in paths.items():
-            options = {"kernel": ARGS.e2e_kernel} if quantizer == "nvfp4" and ARGS.e2e_kernel != "auto" else {}
+        runs = [("none", paths["none"], None)] + [
+            ("nvfp4" if plan == "-" else f"nvfp4 plan {Path(plan).name}", paths["nvfp4"], plan)
+            for plan in ARGS.e2e_plan]
+        for quantizer, path, plan in runs:
+            options = {"kernel": ARGS.e2e_kernel} if plan is not None and ARGS.e2e_kernel != "auto" else {}
+            if plan is not None:  # kernel: mma's tilings: the built-in plan or a tuned file
+                os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+                if plan != "-":
+                    os.environ["HINGE_NVFP4_MMA_PLAN"] = plan
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
                      quantizer_options=options, load_format="dummy", mem_fraction_static=0.5) as llm:
                 params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
@@ -255,8 +264,10 @@ def decode_e2e(tokens: int = 128) -> None:
                 rates[quantizer] = (tokens / seconds, decode_rate(stamps, counts, 1))
                 print(f"  {quantizer}: {rates[quantizer][0]:.1f} tokens/s over the whole generate, "
                       f"{rates[quantizer][1]:.1f} decoding ({llm.engine.plan.describe()[2]})")
-        print(f"  nvfp4 / bf16: {rates['nvfp4'][0] / rates['none'][0]:.2f}x over the whole generate, "
-              f"{rates['nvfp4'][1] / rates['none'][1]:.2f}x decoding (goal >= 2x)")
+        for label, rate in rates.items():
+            if label != "none":
+                print(f"  {label} / bf16: {rate[0] / rates['none'][0]:.2f}x over the whole generate, "
+                      f"{rate[1] / rates['none'][1]:.2f}x decoding (goal >= 2x)")
 
 
 if __name__ == "__main__":
@@ -276,6 +287,9 @@ if __name__ == "__main__":
     parser.add_argument("--e2e-kernel", choices=("auto", "mma"), default="auto",
                         help="end to end: the nvfp4 quantizer's kernel option (mma: decode GEMVs on "
                         "the tensor cores, hinge_nvfp4.mma_gemv)")
+    parser.add_argument("--e2e-plan", nargs="+", default=["-"],
+                        help="kernel: mma tilings files (HINGE_NVFP4_MMA_PLAN) to run the nvfp4 "
+                             "side with, each its own run; - is the built-in plan")
     parser.add_argument("--e2e-best", action="store_true",
                         help="end to end: each swept shape with its fastest swept tiling")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")

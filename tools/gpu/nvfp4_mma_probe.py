@@ -4,23 +4,28 @@ roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
 
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
                                          [--layouts tile super] [--forms plain ahead]
-                                         [--shapes gate_up ...] [--best-json FILE] [--hbm-tbs 4.8]
-    python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--shapes ...]
+                                         [--kwarps 1 2 4] [--shapes gate_up ...]
+                                         [--best-json FILE] [--all-json FILE] [--hbm-tbs 4.8]
+    python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--kwarps 1 2] [--splits ...] [--shapes ...]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
 ``nvfp4_gemm.py``'s: a CUDA graph of ``ROTATE`` calls over as many weight copies (from HBM, not
 L2), the median of ``--iters`` replays. The kernel's time is its launch alone (it adds its K
 splits itself, the last warp of a tile to finish, and its epilogue applies the per-tensor scale
 and writes bf16), comparable with the Triton GEMV's whole call. Every ring depth of ``--stages``
-is timed at every ``--splits`` in each memory order of ``--layouts`` (``tile``: a tile's
+is timed at every ``--splits`` and ``--kwarps`` (warps a tile, their sums added in shared
+memory) in each memory order of ``--layouts`` (``tile``: a tile's
 supersteps together; ``super``: ``mma_layout.superstep_major``) and kernel form of ``--forms``
-(``mma_gemv.KERNELS``); printed per shape and M: the
+(``mma_gemv.KERNELS``); ``--all-json`` writes every variant's time; printed per shape and M: the
 largest error of any variant against the reference, the Triton GEMV's time, the best variant and
-the one ``kernel: mma`` runs (its layout, ``mma_gemv.ring_stages``, ``split_plan``), in
+the one ``kernel: mma`` runs (its layout and ``mma_gemv.tiling``), in
 microseconds and % of the roofline. ``--best-json`` writes the (layout, form) whose ``kernel:
-mma`` configuration (``ring_stages``, ``split_plan``) has the least total time over the shapes
-at M = 1, for an end-to-end run to take (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``).
-``--diagnose`` instead times, at M = 1 in that configuration, the kernel against its two
+mma`` tilings have the least total time over the shapes at M = 1, for an end-to-end run to take
+(``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``); ``--plan-json`` the fastest right (splits, warps a
+tile, stages) of each shape at M = 1 in ``MmaKernel``'s layout and form, a tuned-tilings file
+for ``HINGE_NVFP4_MMA_PLAN``.
+``--diagnose`` instead times, at M = 1 in that configuration and at each of ``--kwarps`` x
+``--splits`` (given), the kernel against its two
 diagnostic forms (``mma_gemv.DIAGNOSTICS``): the memory side alone (``ring``: the weights and x
 streamed as the kernel streams them, the math a XOR fold) and the arithmetic alone (``math``:
 every superstep computed from one copied once), which says which side bounds it.
@@ -73,11 +78,15 @@ def main() -> None:
     parser.add_argument("--layouts", nargs="+", choices=("tile", "super"), default=["tile", "super"])
     parser.add_argument("--forms", nargs="+", choices=tuple(nvfp4_mma.KERNELS), default=list(nvfp4_mma.KERNELS))
     parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
+    parser.add_argument("--kwarps", type=int, nargs="+", default=[1])
     parser.add_argument("--best-json", default=None)
+    parser.add_argument("--all-json", default=None, help="every variant's us, by shape and M")
+    parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=4.8)
     args = parser.parse_args()
+    args.splits_given = "--splits" in sys.argv
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     from hinge_nvfp4 import format as fp4
@@ -89,28 +98,33 @@ def main() -> None:
     stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
     forms = sorted(set(args.forms) | {MmaKernel.FORM})
     cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in stages}
-    kernels = {(form, st): nvfp4_mma.MmaGemv(cubins[st], form, st) for form in forms for st in stages}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kwarps = sorted(set(args.kwarps) | {nvfp4_mma.tiling(n, k, sms).kwarps
+                                        for n, k in SHAPES.values()})
+    kernels = {(form, st, kw): nvfp4_mma.MmaGemv(cubins[st], form, st, kw) for form in forms
+               for st in stages for kw in kwarps}
+    tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
+    every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
     ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them
     wrong: set = set()  # forms that gave a wrong output anywhere: out of "best" and --best-json
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}; MMA GEMV vs hinge_nvfp4's Triton GEMV, us (median)")
     ours_layout = MmaKernel.LAYOUT
     layouts = sorted(set(args.layouts) | {ours_layout})
-    print("| shape | M | max rel err (right variants) | Triton us (%) | best MMA us (layout, form, stages, splits, %) | "
-          f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, ring_stages, split_plan's splits, %) |")
+    print("| shape | M | max rel err (right variants) | Triton us (%) | best MMA us (layout, form, stages, splits, kw, %) | "
+          f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, tiling's stages, splits, kw, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k), quant, packs_of in weights(args.shapes):
         ones = torch.ones(n, device="cuda")
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
-        plan = nvfp4_mma.split_plan(n, k, sms)
+        plan = nvfp4_mma.tiling(n, k, sms)
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
-            times, worst = {}, 0.0  # (layout, form, stages, splits) -> us; the largest right error
-            for layout, (form, st) in ((lay, key) for lay in layouts for key in kernels):
-                gemv, packs = kernels[(form, st)], packs_of[layout]
-                for splits in sorted(set(args.splits) | {plan[0]}):
+            times, worst = {}, 0.0  # (layout, form, stages, splits, kwarps) -> us; the largest right error
+            for layout, (form, st, kw) in ((lay, key) for lay in layouts for key in kernels):
+                gemv, packs = kernels[(form, st, kw)], packs_of[layout]
+                for splits in sorted(set(args.splits) | {plan.splits}):
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 8) * 8  # whole supersteps
                     count = -(-groups // per_split)
@@ -128,31 +142,41 @@ def main() -> None:
                     got = run().float()
                     torch.cuda.synchronize()
                     err = ((got - want).abs().max() / want.abs().max()).item()
-                    times[(layout, form, st, count)] = graph_time(run, args.iters)
+                    times[(layout, form, st, count, kw)] = graph_time(run, args.iters)
                     if not err <= WRONG:  # NaN too
                         wrong.add(form)
-                        print(f"WRONG: {label} M = {m} {layout} {form} {st} stages {count} splits: "
-                              f"relative error {err:.2e}")
+                        print(f"WRONG: {label} M = {m} {layout} {form} {st} stages {count} splits "
+                              f"{kw} warps a tile: relative error {err:.2e}")
                     else:
                         worst = max(worst, err)
             triton_us = graph_time(lambda i=0, x=x, q=quant, rs=ones: nvfp4_gemv(
                 x, q[i][0], q[i][1], rs, None), args.iters)
             right = {key: us for key, us in times.items() if key[1] not in wrong}
-            (blay, bform, bst, bsp), best = min(right.items(), key=lambda kv: kv[1])
-            stages_ours = nvfp4_mma.ring_stages(plan[1])
-            ours = times[(ours_layout, MmaKernel.FORM, stages_ours, plan[0])]
+            every[f"{label.split()[0]} {m}"] = {" ".join(map(str, key)): round(us, 2)
+                                                for key, us in times.items()}
+            (blay, bform, bst, bsp, bkw), best = min(right.items(), key=lambda kv: kv[1])
+            ours = times[(ours_layout, MmaKernel.FORM, plan.stages, plan.splits, plan.kwarps)]
             if m == 1:
                 for lay in layouts:
                     for form in forms:
-                        ours_total[(lay, form)] = (ours_total.get((lay, form), 0.0)
-                                                   + times[(lay, form, stages_ours, plan[0])])
+                        ours_total[(lay, form)] = (ours_total.get((lay, form), 0.0) + times[
+                            (lay, form, plan.stages, plan.splits, plan.kwarps)])
+                mine = {key: us for key, us in right.items()
+                        if key[:2] == (ours_layout, MmaKernel.FORM)}
+                if mine:
+                    (_, _, tst, tsp, tkw), _ = min(mine.items(), key=lambda kv: kv[1])
+                    tuned[f"{n}x{k}"] = {"splits": tsp, "kwarps": tkw, "stages": tst}
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
-                  f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, {100 * roof / best:.0f}%) | "
-                  f"{ours:.1f} ({stages_ours}, {plan[0]}, {100 * roof / ours:.0f}%) |")
+                  f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, {100 * roof / best:.0f}%) | "
+                  f"{ours:.1f} ({plan.stages}, {plan.splits}, {plan.kwarps}, {100 * roof / ours:.0f}%) |")
     if ours_total:
         print("\nkernel: mma's configurations at M = 1, us summed over the shapes: " + ", ".join(
             f"{lay}/{form} {us:.1f}" for (lay, form), us in sorted(ours_total.items())))
     ours_total = {key: us for key, us in ours_total.items() if key[1] not in wrong}
+    if args.plan_json and tuned:
+        Path(args.plan_json).write_text(json.dumps(tuned, indent=1))
+    if args.all_json:
+        Path(args.all_json).write_text(json.dumps(every, indent=1))
     if args.best_json and ours_total:
         (lay, form), _ = min(ours_total.items(), key=lambda kv: kv[1])
         Path(args.best_json).write_text(json.dumps({"layout": lay, "form": form}))
@@ -163,34 +187,40 @@ def diagnose(args: argparse.Namespace) -> None:
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     forms = (MmaKernel.FORM, *nvfp4_mma.DIAGNOSTICS)
-    launchers = {(form, st): nvfp4_mma.MmaGemv(nvfp4_mma.build_cubin("sm_90", stages=st), form, st)
-                 for form in forms for st in nvfp4_mma.RING_STAGES}
+    cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in nvfp4_mma.RING_STAGES}
     print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.LAYOUT}, {MmaKernel.FORM}) and "
           "its diagnostic forms at M = 1, us (median)")
-    print("| shape | kernel us (%) | memory side alone us (TB/s) | arithmetic alone us |")
-    print("| --- | --- | --- | --- |")
+    print("| shape | splits | warps a tile | kernel us (%) | memory side alone us (TB/s) | arithmetic alone us |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for label, (n, k), _, packs_of in weights(args.shapes):
         packs = packs_of[MmaKernel.LAYOUT]
-        splits, per_split = nvfp4_mma.split_plan(n, k, sms)
-        stages = nvfp4_mma.ring_stages(per_split)
-        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-        ones = torch.ones(n, device="cuda")
-        part = torch.empty(splits, 1, n, device="cuda") if splits > 1 else None
-        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
-        times = {}
-        for form in forms:
-            gemv = launchers[(form, stages)]
-            gemv.reserve_counters(n // 16, torch.device("cuda"))
-            def run(i=0, gemv=gemv, packs=packs, x=x, part=part, per_split=per_split, ones=ones,
-                    out=out):
-                return gemv(*packs[i], x, part, per_split, row_scale=ones, out=out)
+        plan = nvfp4_mma.tiling(n, k, sms)
+        groups = k // 16
+        split_counts = sorted(set(args.splits)) if args.splits_given else [plan.splits]
+        for splits in split_counts:
+            per_split = ceil_div(ceil_div(groups, splits), 8) * 8
+            splits = ceil_div(groups, per_split)
+            stages = plan.stages
+            x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+            ones = torch.ones(n, device="cuda")
+            part = torch.empty(splits, 1, n, device="cuda") if splits > 1 else None
+            out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+            for kw in args.kwarps:
+                times = {}
+                for form in forms:
+                    gemv = nvfp4_mma.MmaGemv(cubins[stages], form, stages, kw)
+                    gemv.reserve_counters(n // 16, torch.device("cuda"))
 
-            times[form] = graph_time(run, args.iters)
-        nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
-        roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
-        full = times[MmaKernel.FORM]
-        print(f"| {label} | {full:.1f} ({100 * roof / full:.0f}%) | {times['ring']:.1f} "
-              f"({nbytes / times['ring'] / 1e6:.2f}) | {times['math']:.1f} |")
+                    def run(i=0, gemv=gemv, packs=packs, x=x, part=part, per_split=per_split,
+                            ones=ones, out=out):
+                        return gemv(*packs[i], x, part, per_split, row_scale=ones, out=out)
+
+                    times[form] = graph_time(run, args.iters)
+                nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
+                roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
+                full = times[MmaKernel.FORM]
+                print(f"| {label} | {splits} | {kw} | {full:.1f} ({100 * roof / full:.0f}%) | "
+                      f"{times['ring']:.1f} ({nbytes / times['ring'] / 1e6:.2f}) | {times['math']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@
 #                                                 # MMA GEMV probe, end to end with kernel=mma (~9 min)
 #   bash tools/gpu/open_issue_checks.sh bench6   # kernel=mma's test, the probe in both memory
 #                                                 # orders, ncu of gate_up, end to end both (~7 min)
+#   bash tools/gpu/open_issue_checks.sh bench9   # kernel=mma's GPU tests, the probe with warps a
+#                                                 # tile, its diagnostics, end to end two ways (~9 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -163,6 +165,20 @@ bench8)
     tail -1 "$OUT/mma_tests_xring.log"; grep WRONG "$OUT/nvfp4_mma.log"; tail -16 "$OUT/nvfp4_mma.log"
     grep -c . "$OUT/ncu_source.log"
     ;;
+bench9)
+    # tenth session: the MMA GEMV with 1, 2 or 4 warps a tile (their sums added in shared memory)
+    # and mma_gemv.tiling: its GPU tests, the probe of every (form, ring, splits, warps a tile)
+    # writing the fastest tiling a shape, the memory and arithmetic sides at each, end to end with
+    # the built-in tilings and with the probe's
+    b mma_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 150 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --layouts tile --forms plain xring \
+        --kwarps 1 2 4 --splits 1 2 4 8 --ms 1 4 8 --all-json "$OUT/probe-all.json" --plan-json "$OUT/plan.json"
+    b mma_diagnose 60 python3 tools/gpu/nvfp4_mma_probe.py --diagnose --kwarps 1 2 4 --splits 1 2 4
+    b nvfp4_e2e 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-plan - "$OUT/plan.json"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep WRONG "$OUT/nvfp4_mma.log"
+    tail -16 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; tail -14 "$OUT/mma_diagnose.log"
+    tail -6 "$OUT/nvfp4_e2e.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -196,7 +212,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9" >&2
     exit 2
     ;;
 esac

@@ -138,10 +138,11 @@ class MmaKernel(TritonKernel):
     """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
     bf16 rows (contiguous, 16-byte aligned) against a weight whose N % 16 == 0 and K % 128 == 0
     runs ``mma_gemv``'s kernel on the weight's ``mma_layout.repack`` (a second copy of its codes
-    and scales), K split by ``mma_gemv.split_plan`` and the splits added in
-    the kernel, whose epilogue applies the row scale and bias and writes bf16; anything else takes
-    the Triton path. The cubin is built (or read from its disk cache) on construction; ``gemv``
-    and ``num_sms`` replace the launcher and the GPU's multiprocessor count (tests). ``layout``
+    and scales), cut by ``mma_gemv.tiling`` (K splits added in the kernel, warps a tile, ring
+    depth; ``$HINGE_NVFP4_MMA_PLAN`` names a JSON file of tuned tilings by shape), whose epilogue
+    applies the row scale and bias and writes bf16; anything else takes the Triton path. The
+    cubins are built (or read from their disk cache) as weights need them; ``gemv`` and
+    ``num_sms`` replace the launchers and the GPU's multiprocessor count (tests). ``layout``
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
     ``tile`` (a tile's supersteps together) or ``super`` (``mma_layout.superstep_major``); ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
@@ -163,11 +164,19 @@ class MmaKernel(TritonKernel):
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
-        #: a launcher a ring depth (``mma_gemv.ring_stages`` picks one a weight)
-        self._gemvs = {st: gemv if gemv is not None else _mma_launcher(st, self.form)
-                       for st in mma_gemv.RING_STAGES}
+        self._stand_in = gemv
+        self._gemvs: dict[tuple[int, int], Any] = {}  #: (stages, kwarps) -> launcher
+        self._tuned = mma_gemv.tuned_tilings()
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
+
+        self._gemv(min(mma_gemv.RING_STAGES), 1)  # refuses a GPU or toolkit it cannot run on, now
+
+    def _gemv(self, stages: int, kwarps: int) -> Any:
+        key = (stages, kwarps)
+        if key not in self._gemvs:
+            self._gemvs[key] = self._stand_in or _mma_launcher(stages, self.form, kwarps)
+        return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
         from hinge_nvfp4 import mma_gemv, mma_layout
@@ -180,10 +189,10 @@ class MmaKernel(TritonKernel):
             if self.layout == "super":
                 words, codes = mma_layout.superstep_major(words), mma_layout.superstep_major(codes)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
-            layer.nvfp4_mma_split = mma_gemv.split_plan(n, k, self._num_sms)
-            layer.nvfp4_mma_stages = mma_gemv.ring_stages(layer.nvfp4_mma_split[1])
-            if layer.nvfp4_mma_split[0] > 1:
-                self._gemvs[layer.nvfp4_mma_stages].reserve_counters(n // 16, packed.device)
+            layer.nvfp4_mma_tiling = plan = mma_gemv.tiling(n, k, self._num_sms, self._tuned)
+            gemv = self._gemv(plan.stages, plan.kwarps)
+            if plan.splits > 1:
+                gemv.reserve_counters(n // 16, packed.device)
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -196,16 +205,18 @@ class MmaKernel(TritonKernel):
                 or (bias is not None and bias.dtype != torch.bfloat16)):
             return super().linear(layer, x, bias, act_scale)
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
-        splits, per_split = layer.nvfp4_mma_split
+        plan = layer.nvfp4_mma_tiling
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
-        part = torch.empty(splits, m, n, dtype=torch.float32, device=x.device) if splits > 1 else None
-        return self._gemvs[layer.nvfp4_mma_stages](words, layer.nvfp4_mma_scales, x, part, per_split,
-                          row_scale=layer.row_scale, bias=bias, out=out)
+        part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
+                if plan.splits > 1 else None)
+        return self._gemv(plan.stages, plan.kwarps)(
+            words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split, row_scale=layer.row_scale,
+            bias=bias, out=out)
 
 
-def _mma_launcher(stages: int, form: str) -> Any:
-    """The kernel for this GPU's architecture and a ring ``stages`` deep, built or read from the
-    disk cache."""
+def _mma_launcher(stages: int, form: str, kwarps: int) -> Any:
+    """The kernel for this GPU's architecture, a ring ``stages`` deep and ``kwarps`` warps a
+    tile, built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
@@ -213,4 +224,4 @@ def _mma_launcher(stages: int, form: str) -> Any:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages)
-    return mma_gemv.MmaGemv(cubin, form, stages)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps)

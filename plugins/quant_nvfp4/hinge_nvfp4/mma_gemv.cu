@@ -39,7 +39,8 @@
 #ifndef STAGES
 #define STAGES 4  // supersteps in a warp's ring (mma_gemv.build_cubin sets it)
 #endif
-#define WARPS 4  // 16-row tiles a block (mma_gemv.MmaGemv launches this many)
+#define WARPS 4  // warps a block (mma_gemv.MmaGemv launches this many)
+#define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_gemv.resident_warps)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
     // the repack's bit places (mma_layout.FRAGMENT_BITS): three registers a shift and a mask each,
@@ -189,27 +190,25 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 
 enum Form { PLAIN, AHEAD, RING, MATH, XRING };
 
+__device__ __forceinline__ void tile_barrier(const int id, const int threads) {
+    // the warps of one tile alone (named barrier ``id``; 0 is __syncthreads'): a block's tiles
+    // past N have returned
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 template <int FORM>
-__device__ __forceinline__ void gemv(GEMV_PARAMS) {
-    // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
-    // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
-    // then holds one fewer in flight). Two diagnostics that give no GEMV (the probe's
-    // --diagnose): RING streams the weights and x as PLAIN does with a XOR fold for the math
-    // (the memory side alone), MATH computes every superstep from the ring's first, copied once
-    // (the arithmetic alone). XRING is PLAIN with x in the ring too: the lanes of rows g < m copy
-    // their 64 bytes of a superstep with its weights (dynamic shared memory, WARPS x STAGES x m
-    // x 256 bytes: mma_gemv.MmaGemv sizes it), and every lane reads its row's from there
-    // (the global loads of x, a superstep ahead, were the largest stall under ncu)
+__device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
+                                           const uint32_t* __restrict__ scales,
+                                           const uint16_t* __restrict__ x, const int k, const int m,
+                                           const int tile_stride, const int super_stride,
+                                           const int tile, const int first, const int steps,
+                                           const int warp, const int lane, float (&acc)[4]) {
+    // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its tile: acc
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     extern __shared__ uint4 x_slots[];
     __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ uint32_t ring_scales[WARPS][STAGES][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = blockIdx.x * WARPS + warp;
-    if (tile >= (n >> 4)) return;  // the whole warp: no barrier below spans warps
-    const int supers = k >> 7, g = lane >> 2, t = lane & 3;
-    const int first = blockIdx.y * (groups_per_split >> 3);
-    const int steps = min(groups_per_split >> 3, supers - first);
+    const int g = lane >> 2, t = lane & 3;
     // (tile, superstep) blocks of 64 uint4 codes and 32 uint32 scale words, at the strides the
     // launcher passes (in blocks): tile-major or superstep-major memory (mma_gemv.MmaGemv)
     // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
@@ -235,7 +234,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     }
     uint4 xv[4], xn[4], c0, c1;
     uint32_t sc;
-    if (!x_ring) load_x(xv, x_src);  // steps >= 1: the launch has no empty split
+    if (!x_ring) load_x(xv, x_src);  // steps >= 1: gemv skips an empty slice
     if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
@@ -293,34 +292,71 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             }
         }
     }
-    float acc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = (even[i] + odd[i]) * 256.f;  // A was e2m1 * scale * 2^-8
     if constexpr (FORM == RING) acc[0] += (float)(fold & 1u);  // keeps the loads
+}
+
+template <int FORM, int KW>
+__device__ __forceinline__ void gemv(GEMV_PARAMS) {
+    // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
+    // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
+    // then holds one fewer in flight). Two diagnostics that give no GEMV (the probe's
+    // --diagnose): RING streams the weights and x as PLAIN does with a XOR fold for the math
+    // (the memory side alone), MATH computes every superstep from the ring's first, copied once
+    // (the arithmetic alone). XRING is PLAIN with x in the ring too: the lanes of rows g < m copy
+    // their 64 bytes of a superstep with its weights (dynamic shared memory, WARPS x STAGES x m
+    // x 256 bytes: mma_gemv.MmaGemv sizes it), and every lane reads its row's from there
+    // (the global loads of x, a superstep ahead, were the largest stall under ncu)
+    //
+    // KW warps share a tile (WARPS / KW tiles a block): warp slice j of them takes the j-th of KW
+    // runs of the split's supersteps, the KW sums are added in shared memory in slice order
+    // (slice 0's warp then finishes the tile as one warp would): KW times the warps of a launch
+    // with no global reduction
+    static_assert(WARPS % KW == 0, "KW warps a tile divide the block's WARPS");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tile = blockIdx.x * (WARPS / KW) + warp / KW, slice = warp % KW;
+    if (tile >= (n >> 4)) return;  // the tile's KW warps together: no barrier below spans tiles
+    const int supers = k >> 7;
+    const int split_first = blockIdx.y * (groups_per_split >> 3);
+    const int split_steps = min(groups_per_split >> 3, supers - split_first);
+    const int run = (split_steps + KW - 1) / KW;
+    const int first = split_first + slice * run;
+    const int steps = min(run, split_steps - slice * run);  // <= 0: a slice past a short split
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (steps > 0) accumulate<FORM>(codes, scales, x, k, m, tile_stride, super_stride, tile,
+                                    first, steps, warp, lane, acc);
+    if constexpr (KW > 1) {
+        __shared__ float sums[WARPS][4][32];
+        if (slice > 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sums[warp][i][lane] = acc[i];
+        }
+        tile_barrier(1 + warp / KW, 32 * KW);
+        if (slice > 0) return;
+#pragma unroll
+        for (int j = 1; j < KW; ++j) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[i] += sums[warp + j][i][lane];
+        }
+    }
     finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
 }
 
-// the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS)
+// the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
+// (mma_gemv.kernel_name: ``_kw2``, ``_kw4``)
 #define GEMV_ARGS                                                                                \
     codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split, row_scale, bias, \
         out, counters
+#define GEMV_KERNEL(name, FORM, KW)                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM) name(GEMV_PARAMS) {                  \
+        gemv<FORM, KW>(GEMV_ARGS);                                                                \
+    }
+#define GEMV_KERNELS(name, FORM)                                                                 \
+    GEMV_KERNEL(name, FORM, 1) GEMV_KERNEL(name##_kw2, FORM, 2) GEMV_KERNEL(name##_kw4, FORM, 4)
 
-extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv(GEMV_PARAMS) {
-    gemv<PLAIN>(GEMV_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ahead(GEMV_PARAMS) {
-    gemv<AHEAD>(GEMV_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_xring(GEMV_PARAMS) {
-    gemv<XRING>(GEMV_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_ring(GEMV_PARAMS) {
-    gemv<RING>(GEMV_ARGS);
-}
-
-extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_gemv_math(GEMV_PARAMS) {
-    gemv<MATH>(GEMV_ARGS);
-}
+GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
+GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
+GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
+GEMV_KERNELS(nvfp4_mma_gemv_ring, RING)
+GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)

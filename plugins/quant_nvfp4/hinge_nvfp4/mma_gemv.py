@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -32,6 +34,18 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
 #: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
+KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
+
+
+def kernel_name(form: str, kwarps: int = 1) -> str:
+    """The cubin's function of ``form`` (``KERNELS`` or ``DIAGNOSTICS``) with ``kwarps`` warps a
+    tile."""
+    names = KERNELS | DIAGNOSTICS
+    if form not in names:
+        raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
+    if kwarps not in KWARPS:
+        raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, not {kwarps}")
+    return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}")
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
@@ -77,15 +91,15 @@ def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None) -> b
 class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it). ``stages``: the cubin's
-    ring depth, which the xring form needs to size its dynamic shared memory."""
+    ring depth, which the xring form needs to size its dynamic shared memory; ``kwarps``: warps
+    a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles)."""
 
-    def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None) -> None:
-        names = KERNELS | DIAGNOSTICS
-        if form not in names:
-            raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
+    def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
+                 kwarps: int = 1) -> None:
+        name = kernel_name(form, kwarps)
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
-        self.form, self.stages = form, stages
+        self.form, self.stages, self.kwarps = form, stages, kwarps
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -93,7 +107,7 @@ class MmaGemv:
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
-                                                  names[form].encode()), "cuModuleGetFunction")
+                                                  name.encode()), "cuModuleGetFunction")
         if form == "xring":  # past the 48 KiB a block gets without asking
             self._check(self.cuda.cuFuncSetAttribute(
                 self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -175,30 +189,85 @@ class MmaGemv:
         tiles = n // 16
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self._check(self.cuda.cuLaunchKernel(
-            self.function, -(-tiles // WARPS), splits, 1, 32 * WARPS, 1, 1, self.x_ring_bytes(m),
+            self.function, -(-tiles // (WARPS // self.kwarps)), splits, 1, 32 * WARPS, 1, 1,
+            self.x_ring_bytes(m),
             stream, pointers, None), "cuLaunchKernel")
         return part if out is None else out
 
 
-def ring_stages(groups_per_split: int) -> int:
-    """The ring depth for splits of ``groups_per_split`` groups: 8 supersteps for splits of 16 or
-    more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: the 4- to 12-superstep splits of qkv,
+def ring_stages(groups_a_warp: int) -> int:
+    """The ring depth for a warp's run of ``groups_a_warp`` groups: 8 supersteps for runs of 16
+    or more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: the 4- to 12-superstep splits of qkv,
     o and down were fastest at 4, a deep ring only lengthening a short split's start; gate_up's
     one split of 32 supersteps at 8 in the first run, within 1% of 4 in the later ones)."""
-    return 8 if groups_per_split // 8 >= 16 else 4
+    return 8 if groups_a_warp // 8 >= 16 else 4
 
 
-def split_plan(n: int, k: int, num_sms: int, warps_per_sm: int = 8,
-               max_splits: int = 8) -> tuple[int, int]:
-    """(splits, groups_per_split) for an N x K weight: K split in two until the launch has
-    ``warps_per_sm`` warps (16-row tiles x splits) a multiprocessor, at most ``max_splits``
-    splits and at least 4 supersteps (32 groups) in each (Qwen3-8B on 132 SMs: gate_up 24576 rows
-    in 1 split, qkv 6144 in 4, o and down 4096 in 8)."""
-    tiles, groups = n // 16, k // 16
-    splits = 1
-    while (tiles * splits < warps_per_sm * num_sms and splits < max_splits
-           and groups // (2 * splits) >= 32):
-        splits *= 2
+def groups_per_split(groups: int, splits: int) -> int:
+    """Groups a split when ``groups`` are cut in ``splits``: whole supersteps (8 groups), the
+    last split the shorter (``ceil(groups / result)`` splits may be fewer than asked)."""
     per_split = -(-groups // splits)
-    per_split = -(-per_split // 8) * 8
-    return -(-groups // per_split), per_split
+    return -(-per_split // 8) * 8
+
+
+class Tiling(NamedTuple):
+    """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
+    the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep."""
+
+    splits: int
+    groups_per_split: int
+    kwarps: int
+    stages: int
+
+
+SHARED_BYTES = 232448  #: shared memory a Hopper multiprocessor gives its blocks (227 KiB)
+
+
+def resident_warps(stages: int, kwarps: int = 1) -> int:
+    """Warps of the kernel a multiprocessor holds at once: registers for ``BLOCKS_PER_SM`` = 6
+    blocks (mma_gemv.cu caps them at 80 a thread), shared memory for as many blocks as the rings
+    (1152 bytes a stage a warp), the warps' sums (``kwarps`` > 1) and the 1 KiB reserved a block
+    leave room."""
+    block = WARPS * stages * 1152 + (WARPS * 4 * 32 * 4 if kwarps > 1 else 0) + 1024
+    return WARPS * min(6, SHARED_BYTES // block)
+
+
+def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
+    """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
+    "stages": ..}``, as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
+    where given, else as many warps a tile as keep the launch within one wave of a 4-deep ring
+    (``resident_warps``), then K splits while that still holds and each warp keeps 4
+    supersteps; the ring 8 deep for runs of 16 supersteps where the wave still fits."""
+    groups = k // 16
+    entry = (tuned or {}).get(f"{n}x{k}")
+    if entry is not None:
+        splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
+        if kwarps not in KWARPS or stages not in RING_STAGES or not 1 <= splits <= groups // 8:
+            raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
+                             f"runs: kwarps of {KWARPS}, stages of {RING_STAGES}, 1 to {groups // 8} "
+                             "splits (re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+        per_split = groups_per_split(groups, splits)
+        return Tiling(-(-groups // per_split), per_split, kwarps, stages)
+    tiles, supers = n // 16, k // SUPERSTEP
+    wave = lambda st, kw: resident_warps(st, kw) * num_sms  # noqa: E731
+    kwarps = next((kw for kw in reversed(KWARPS) if tiles * kw <= wave(4, kw) and supers >= 4 * kw), 1)
+    splits = 1
+    while tiles * kwarps * splits * 2 <= wave(4, kwarps) and supers // (2 * splits * kwarps) >= 4:
+        splits *= 2
+    per_split = groups_per_split(groups, splits)
+    stages = ring_stages(per_split // kwarps)
+    if tiles * kwarps * splits > wave(stages, kwarps):
+        stages = min(RING_STAGES)
+    return Tiling(-(-groups // per_split), per_split, kwarps, stages)
+
+
+def tuned_tilings(path: str | os.PathLike | None = None) -> dict:
+    """The tuned tilings of ``path`` (default ``$HINGE_NVFP4_MMA_PLAN``; none without either)."""
+    path = path or os.environ.get("HINGE_NVFP4_MMA_PLAN")
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"HINGE_NVFP4_MMA_PLAN={path}: not a readable JSON file of tilings "
+                         f"({err}); unset it to use the built-in plan") from err

@@ -119,20 +119,24 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
-    assert set(resources) == set(nvfp4_mma.KERNELS.values()) | set(nvfp4_mma.DIAGNOSTICS.values())
+    forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
+    names = {nvfp4_mma.kernel_name(form, kw): (form, kw) for form in forms for kw in nvfp4_mma.KWARPS}
+    assert set(resources) == set(names)
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
-    for line in resources.values():
-        registers = int(re.search(r"REG:(\d+)", line).group(1))
-        assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
-        assert f"SHARED:{ring_bytes + 1024}" in line
     sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
     codes = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
-    for form, name in (nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS).items():
+    for name, (form, kw) in names.items():
+        line = resources[name]
+        registers = int(re.search(r"REG:(\d+)", line).group(1))
+        assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
+        sums = 0 if kw == 1 else 4 * 4 * 32 * 4  # the slices' sums of a block's warps
+        assert f"SHARED:{ring_bytes + sums + 1024}" in line, (name, line)
         mmas = 0 if form == "ring" else 8 * stages  # ring: the memory side alone
         assert codes[name].count("HMMA.16816.F32.BF16") == mmas, name
         copies = codes[name].count("LDGSTS")
         assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
+        assert ("BAR.SYNC" in codes[name]) == (kw > 1), name  # a tile's warps meet to add their sums
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():
@@ -145,5 +149,8 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
 def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
     with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, ring, math"):
         nvfp4_mma.MmaGemv(b"", "fast")
+    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, not 3"):
+        nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)
+    assert nvfp4_mma.kernel_name("xring", 2) == "nvfp4_mma_gemv_xring_kw2"
     with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
         nvfp4_mma.MmaGemv(b"", "xring")

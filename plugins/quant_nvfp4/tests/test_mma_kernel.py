@@ -54,15 +54,17 @@ def layer_of(n, k, seed=0):
 
 @pytest.mark.parametrize("num_sms, splits", [(132, 4), (1, 1)])
 def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(num_sms, splits):
-    # 128 x 2048: 8 tiles; on 132 SMs split_plan splits K in 4 (counters reserved), on 1 it does not
+    # 128 x 8192: 8 tiles of 64 supersteps; on 132 SMs 4 warps a tile and K in 4 splits (counters
+    # reserved), on 1 SM (24 warps at once) 2 warps a tile and one split
     launcher = EmulatedLauncher()
     kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
-    layer, x, packed, scales, bias = layer_of(128, 2048)
+    layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
     words, codes = mma_layout.repack(packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
-    assert layer.nvfp4_mma_split[0] == splits and launcher.reserved == ([8] if splits > 1 else [])
-    assert layer.nvfp4_mma_stages == mma_gemv.ring_stages(layer.nvfp4_mma_split[1])
+    assert layer.nvfp4_mma_tiling.splits == splits and launcher.reserved == ([8] if splits > 1 else [])
+    assert layer.nvfp4_mma_tiling == mma_gemv.tiling(128, 8192, num_sms)
+    assert layer.nvfp4_mma_tiling.kwarps == (4 if num_sms == 132 else 2)
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
@@ -87,15 +89,38 @@ def test_the_superstep_major_layout_computes_the_same_and_a_wrong_layout_is_refu
         MmaKernel(gemv=launcher, num_sms=132, layout="tile", form="early")
 
 
-def test_the_split_plan_fills_the_gpu_with_whole_steps():
-    plans = {(n, k): mma_gemv.split_plan(n, k, 132) for n, k in QWEN3_8B}
-    assert plans == {(6144, 4096): (4, 64), (24576, 4096): (1, 256), (4096, 12288): (8, 96),
-                     (4096, 4096): (8, 32)}
-    for (_, k), (splits, per_split) in plans.items():
-        assert per_split % 8 == 0 and -(-(k // 16) // per_split) == splits
-    assert mma_gemv.split_plan(48, 256, 132) == (1, 16)  # too few supersteps to split
-    # the probe's fastest ring depths (module docstring): 8 for gate_up's one long split
-    assert [mma_gemv.ring_stages(plans[shape][1]) for shape in QWEN3_8B] == [4, 8, 4, 4]
+def test_the_tiling_fills_one_wave_with_warps_a_tile_then_splits_of_whole_supersteps():
+    plans = {(n, k): mma_gemv.tiling(n, k, 132) for n, k in QWEN3_8B}
+    T = mma_gemv.Tiling
+    # gate_up's 1536 tiles x 2 warps fit one wave of 24 warps on 132 SMs (x 4 would not)
+    assert plans == {(6144, 4096): T(2, 128, 4, 4), (24576, 4096): T(1, 256, 2, 4),
+                     (4096, 12288): T(2, 384, 4, 4), (4096, 4096): T(2, 128, 4, 4)}
+    for (n, k), plan in plans.items():
+        assert plan.groups_per_split % 8 == 0 and -(-(k // 16) // plan.groups_per_split) == plan.splits
+        assert n // 16 * plan.kwarps * plan.splits <= mma_gemv.resident_warps(plan.stages, plan.kwarps) * 132
+    assert mma_gemv.tiling(48, 256, 132) == T(1, 16, 1, 4)  # 2 supersteps: one warp, one split
+    # a ring 8 deep where a warp's run is 16 supersteps or more and the wave still fits
+    assert mma_gemv.tiling(8192, 8192, 132) == T(1, 512, 4, 8)
+    assert mma_gemv.resident_warps(8, 2) == 20 and mma_gemv.resident_warps(4, 4) == 24
+    assert mma_gemv.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
+
+
+def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "plan.json"
+    path.write_text('{"6144x4096": {"splits": 3, "kwarps": 2, "stages": 8}}')
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(path))
+    tuned = mma_gemv.tuned_tilings()
+    assert mma_gemv.tiling(6144, 4096, 132, tuned) == mma_gemv.Tiling(3, 88, 2, 8)
+    assert mma_gemv.tiling(4096, 4096, 132, tuned) == mma_gemv.tiling(4096, 4096, 132)  # not tuned
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    layer, x, packed, scales, bias = layer_of(6144, 4096)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(3, 88, 2, 8)
+    with pytest.raises(ValueError, match=r"6144x4096 .*kwarps of \(1, 2, 4\).*--plan-json"):
+        mma_gemv.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 3, "stages": 4}})
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_PLAN=.*unset it"):
+        MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
 
 
 def test_everything_else_takes_the_triton_path(monkeypatch):
@@ -168,6 +193,34 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, eager), (n, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
+def test_cuda_every_form_with_one_two_or_four_warps_a_tile_equals_the_reference(form):
+    # qkv and down (4 and 8 splits); 3 tiles of 20 supersteps in splits of 8, 8, 4 (4 warps a tile:
+    # runs of 2 and of 1; 2 warps a tile: the second block's second tile is past N); 25 tiles of
+    # 2 supersteps in one split (4 warps a tile: two of them have no superstep)
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    stages = 4
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages)
+    for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
+        x, packed, scales, row_scale, bias = problem(8, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        words, codes = mma_layout.repack(packed, scales)
+        splits = -(-(k // 16) // per_split)
+        for kw in mma_gemv.KWARPS:
+            gemv = mma_gemv.MmaGemv(cubin, form, stages, kw)
+            gemv.reserve_counters(n // 16, torch.device("cuda"))
+            for rows in (1, 3, 8):
+                xr = x[:rows].contiguous()
+                out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+                part = torch.empty(splits, rows, n, device="cuda") if splits > 1 else None
+                got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
+                want = reference.linear(xr, packed, scales, row_scale, bias)
+                err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+                assert err < 1e-2, (form, kw, n, k, rows, float(err))
 
 
 def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeypatch, tmp_path):
