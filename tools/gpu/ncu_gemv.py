@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("kernel", choices=("nvfp4", "bf16", "mma"))
     ap.add_argument("shape", choices=list(SHAPES))
     ap.add_argument("--m", type=int, default=1)
-    ap.add_argument("--layout", choices=("tile", "super"), default="tile")
+    ap.add_argument("--layout", choices=("tile", "super", "interleaved"), default="tile")
     args = ap.parse_args()
     n, k = SHAPES[args.shape]
     x = torch.randn(args.m, k, device="cuda", dtype=torch.bfloat16)

@@ -15,15 +15,16 @@ splits itself, the last warp of a tile to finish, and its epilogue applies the p
 and writes bf16), comparable with the Triton GEMV's whole call. Every ring depth of ``--stages``
 is timed at every ``--splits`` and ``--kwarps`` (warps a tile, their sums added in shared
 memory) in each memory order of ``--layouts`` (``tile``: a tile's
-supersteps together; ``super``: ``mma_layout.superstep_major``) and kernel form of ``--forms``
+supersteps together; ``super``: ``mma_layout.superstep_major``; ``interleaved``: each block's
+scales after its codes) and kernel form of ``--forms``
 (``mma_gemv.KERNELS``); ``--all-json`` writes every variant's time; printed per shape and M: the
 largest error of any variant against the reference, the Triton GEMV's time, the best variant and
 the one ``kernel: mma`` runs (its layout and ``mma_gemv.tiling``), in
 microseconds and % of the roofline. ``--best-json`` writes the (layout, form) whose ``kernel:
 mma`` tilings have the least total time over the shapes at M = 1, for an end-to-end run to take
 (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``); ``--plan-json`` the fastest right (splits, warps a
-tile, stages) of each shape at M = 1 in ``MmaKernel``'s layout and form, a tuned-tilings file
-for ``HINGE_NVFP4_MMA_PLAN``.
+tile, stages, layout, form) of each shape at M = 1, a tuned-tilings file for
+``HINGE_NVFP4_MMA_PLAN``.
 ``--diagnose`` instead times, at M = 1 in that configuration and at each of ``--kwarps`` x
 ``--splits`` (given), the kernel against its two
 diagnostic forms (``mma_gemv.DIAGNOSTICS``): the memory side alone (``ring``: the weights and x
@@ -46,6 +47,7 @@ from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling sc
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
 from hinge_nvfp4 import mma_layout  # noqa: E402
+from hinge_nvfp4.mma_layout import LAYOUTS  # noqa: E402
 
 WRONG = 1e-2  #: a variant's output further than this from the reference (relative) is wrong
 
@@ -65,8 +67,8 @@ def weights(shapes: list[str] | None):
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]
         tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8)) for q in quant]
-        yield label, (n, k), quant, {"tile": tile_major, "super": [
-            tuple(mma_layout.superstep_major(t) for t in p) for p in tile_major]}
+        yield label, (n, k), quant, {order: [mma_layout.in_order(*p, order) for p in tile_major]
+                                     for order in LAYOUTS}
 
 
 def main() -> None:
@@ -75,10 +77,12 @@ def main() -> None:
     parser.add_argument("--splits", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--stages", type=int, nargs="+", default=[3, 4, 6, 8, 10],
                         help="ring depths (supersteps of eight groups a warp)")
-    parser.add_argument("--layouts", nargs="+", choices=("tile", "super"), default=["tile", "super"])
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--forms", nargs="+", choices=tuple(nvfp4_mma.KERNELS), default=list(nvfp4_mma.KERNELS))
     parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
     parser.add_argument("--kwarps", type=int, nargs="+", default=[1])
+    parser.add_argument("--prefetch", type=int, nargs="+", default=[0], choices=nvfp4_mma.PREFETCHES,
+                        help="the copies' L2 prefetch sizes (bytes) to build and time")
     parser.add_argument("--best-json", default=None)
     parser.add_argument("--all-json", default=None, help="every variant's us, by shape and M")
     parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
@@ -97,12 +101,13 @@ def main() -> None:
         return diagnose(args)
     stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
     forms = sorted(set(args.forms) | {MmaKernel.FORM})
-    cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in stages}
+    prefetches = sorted(set(args.prefetch) | {nvfp4_mma.PREFETCH})
+    cubins = {(st, pf): nvfp4_mma.build_cubin("sm_90", st, pf) for st in stages for pf in prefetches}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kwarps = sorted(set(args.kwarps) | {nvfp4_mma.tiling(n, k, sms).kwarps
                                         for n, k in SHAPES.values()})
-    kernels = {(form, st, kw): nvfp4_mma.MmaGemv(cubins[st], form, st, kw) for form in forms
-               for st in stages for kw in kwarps}
+    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw) for form in forms
+               for st in stages for kw in kwarps for pf in prefetches}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
     ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them
@@ -122,8 +127,8 @@ def main() -> None:
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
             times, worst = {}, 0.0  # (layout, form, stages, splits, kwarps) -> us; the largest right error
-            for layout, (form, st, kw) in ((lay, key) for lay in layouts for key in kernels):
-                gemv, packs = kernels[(form, st, kw)], packs_of[layout]
+            for layout, (form, st, kw, pf) in ((lay, key) for lay in layouts for key in kernels):
+                gemv, packs = kernels[(form, st, kw, pf)], packs_of[layout]
                 for splits in sorted(set(args.splits) | {plan.splits}):
                     groups = k // 16
                     per_split = ceil_div(ceil_div(groups, splits), 8) * 8  # whole supersteps
@@ -142,11 +147,11 @@ def main() -> None:
                     got = run().float()
                     torch.cuda.synchronize()
                     err = ((got - want).abs().max() / want.abs().max()).item()
-                    times[(layout, form, st, count, kw)] = graph_time(run, args.iters)
+                    times[(layout, form, st, count, kw, pf)] = graph_time(run, args.iters)
                     if not err <= WRONG:  # NaN too
                         wrong.add(form)
                         print(f"WRONG: {label} M = {m} {layout} {form} {st} stages {count} splits "
-                              f"{kw} warps a tile: relative error {err:.2e}")
+                              f"{kw} warps a tile, prefetch {pf}: relative error {err:.2e}")
                     else:
                         worst = max(worst, err)
             triton_us = graph_time(lambda i=0, x=x, q=quant, rs=ones: nvfp4_gemv(
@@ -154,20 +159,18 @@ def main() -> None:
             right = {key: us for key, us in times.items() if key[1] not in wrong}
             every[f"{label.split()[0]} {m}"] = {" ".join(map(str, key)): round(us, 2)
                                                 for key, us in times.items()}
-            (blay, bform, bst, bsp, bkw), best = min(right.items(), key=lambda kv: kv[1])
-            ours = times[(ours_layout, MmaKernel.FORM, plan.stages, plan.splits, plan.kwarps)]
+            (blay, bform, bst, bsp, bkw, bpf), best = min(right.items(), key=lambda kv: kv[1])
+            ours = times[(ours_layout, MmaKernel.FORM, plan.stages, plan.splits, plan.kwarps,
+                          nvfp4_mma.PREFETCH)]
             if m == 1:
                 for lay in layouts:
                     for form in forms:
                         ours_total[(lay, form)] = (ours_total.get((lay, form), 0.0) + times[
-                            (lay, form, plan.stages, plan.splits, plan.kwarps)])
-                mine = {key: us for key, us in right.items()
-                        if key[:2] == (ours_layout, MmaKernel.FORM)}
-                if mine:
-                    (_, _, tst, tsp, tkw), _ = min(mine.items(), key=lambda kv: kv[1])
-                    tuned[f"{n}x{k}"] = {"splits": tsp, "kwarps": tkw, "stages": tst}
+                            (lay, form, plan.stages, plan.splits, plan.kwarps, nvfp4_mma.PREFETCH)])
+                tuned[f"{n}x{k}"] = {"splits": bsp, "kwarps": bkw, "stages": bst, "layout": blay,
+                                     "form": bform, "prefetch": bpf}
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
-                  f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, {100 * roof / best:.0f}%) | "
+                  f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, pf {bpf}, {100 * roof / best:.0f}%) | "
                   f"{ours:.1f} ({plan.stages}, {plan.splits}, {plan.kwarps}, {100 * roof / ours:.0f}%) |")
     if ours_total:
         print("\nkernel: mma's configurations at M = 1, us summed over the shapes: " + ", ".join(
@@ -187,40 +190,46 @@ def diagnose(args: argparse.Namespace) -> None:
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     forms = (MmaKernel.FORM, *nvfp4_mma.DIAGNOSTICS)
-    cubins = {st: nvfp4_mma.build_cubin("sm_90", stages=st) for st in nvfp4_mma.RING_STAGES}
-    print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.LAYOUT}, {MmaKernel.FORM}) and "
-          "its diagnostic forms at M = 1, us (median)")
-    print("| shape | splits | warps a tile | kernel us (%) | memory side alone us (TB/s) | arithmetic alone us |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    launchers: dict = {}
+
+    def launcher(form, stages, kw, pf):
+        if (form, stages, kw, pf) not in launchers:
+            launchers[(form, stages, kw, pf)] = nvfp4_mma.MmaGemv(
+                nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf), form, stages, kw)
+        return launchers[(form, stages, kw, pf)]
+
+    print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.FORM}) and its diagnostic forms "
+          "at M = 1, us (median)")
+    print("| shape | layout | prefetch | splits | warps a tile | kernel us (%) | memory side alone us "
+          "(TB/s) | arithmetic alone us |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, (n, k), _, packs_of in weights(args.shapes):
-        packs = packs_of[MmaKernel.LAYOUT]
-        plan = nvfp4_mma.tiling(n, k, sms)
-        groups = k // 16
-        split_counts = sorted(set(args.splits)) if args.splits_given else [plan.splits]
-        for splits in split_counts:
-            per_split = ceil_div(ceil_div(groups, splits), 8) * 8
+        plan, groups = nvfp4_mma.tiling(n, k, sms), k // 16
+        nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
+        roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        ones = torch.ones(n, device="cuda")
+        out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+        for layout, pf, asked, kw in ((lay, pf, sp, kw) for lay in args.layouts for pf in args.prefetch
+                                      for sp in (sorted(set(args.splits)) if args.splits_given
+                                                 else [plan.splits])
+                                      for kw in args.kwarps):
+            per_split = nvfp4_mma.groups_per_split(groups, asked)
             splits = ceil_div(groups, per_split)
-            stages = plan.stages
-            x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-            ones = torch.ones(n, device="cuda")
             part = torch.empty(splits, 1, n, device="cuda") if splits > 1 else None
-            out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
-            for kw in args.kwarps:
-                times = {}
-                for form in forms:
-                    gemv = nvfp4_mma.MmaGemv(cubins[stages], form, stages, kw)
-                    gemv.reserve_counters(n // 16, torch.device("cuda"))
+            times = {}
+            for form in forms:
+                gemv = launcher(form, plan.stages, kw, pf)
+                gemv.reserve_counters(n // 16, torch.device("cuda"))
 
-                    def run(i=0, gemv=gemv, packs=packs, x=x, part=part, per_split=per_split,
-                            ones=ones, out=out):
-                        return gemv(*packs[i], x, part, per_split, row_scale=ones, out=out)
+                def run(i=0, gemv=gemv, packs=packs_of[layout], part=part, per_split=per_split,
+                        x=x, ones=ones, out=out):
+                    return gemv(*packs[i], x, part, per_split, row_scale=ones, out=out)
 
-                    times[form] = graph_time(run, args.iters)
-                nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
-                roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
-                full = times[MmaKernel.FORM]
-                print(f"| {label} | {splits} | {kw} | {full:.1f} ({100 * roof / full:.0f}%) | "
-                      f"{times['ring']:.1f} ({nbytes / times['ring'] / 1e6:.2f}) | {times['math']:.1f} |")
+                times[form] = graph_time(run, args.iters)
+            full = times[MmaKernel.FORM]
+            print(f"| {label} | {layout} | {pf} | {splits} | {kw} | {full:.1f} ({100 * roof / full:.0f}%) | "
+                  f"{times['ring']:.1f} ({nbytes / times['ring'] / 1e6:.2f}) | {times['math']:.1f} |")
 
 
 if __name__ == "__main__":

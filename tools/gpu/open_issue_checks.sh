@@ -20,6 +20,8 @@
 #                                                 # orders, ncu of gate_up, end to end both (~7 min)
 #   bash tools/gpu/open_issue_checks.sh bench9   # kernel=mma's GPU tests, the probe with warps a
 #                                                 # tile, its diagnostics, end to end two ways (~9 min)
+#   bash tools/gpu/open_issue_checks.sh bench10  # the same with the interleaved layout and the L2
+#                                                 # prefetch (~10 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -179,6 +181,20 @@ bench9)
     tail -16 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; tail -14 "$OUT/mma_diagnose.log"
     tail -6 "$OUT/nvfp4_e2e.log"
     ;;
+bench10)
+    # tenth session, second machine: the memory side (bench9: gate_up's weights streamed alone
+    # at 3.02 TB/s, more warps slower): the interleaved layout (a block's scales after its
+    # codes) and the copies' L2 prefetch, in the probe and the diagnostics; end to end with the
+    # new built-in tilings and the probe's
+    b mma_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
+    b nvfp4_mma 200 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 --forms plain xring --kwarps 1 2 4 \
+        --splits 1 2 8 --prefetch 0 256 --ms 1 4 --all-json "$OUT/probe-all.json" --plan-json "$OUT/plan.json"
+    b mma_diagnose 90 python3 tools/gpu/nvfp4_mma_probe.py --diagnose --kwarps 1 4 --splits 1 8 --prefetch 0 128 256
+    b nvfp4_e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-plan - "$OUT/plan.json"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep WRONG "$OUT/nvfp4_mma.log"
+    tail -12 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; grep -E "gate_up|down" "$OUT/mma_diagnose.log"
+    tail -5 "$OUT/nvfp4_e2e.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -212,7 +228,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9|bench10" >&2
     exit 2
     ;;
 esac

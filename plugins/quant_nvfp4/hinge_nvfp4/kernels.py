@@ -144,7 +144,8 @@ class MmaKernel(TritonKernel):
     cubins are built (or read from their disk cache) as weights need them; ``gemv`` and
     ``num_sms`` replace the launchers and the GPU's multiprocessor count (tests). ``layout``
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
-    ``tile`` (a tile's supersteps together) or ``super`` (``mma_layout.superstep_major``); ``form``
+    ``tile`` (a tile's supersteps together), ``super`` (``mma_layout.superstep_major``) or
+    ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
 
     name = "mma"
@@ -153,29 +154,32 @@ class MmaKernel(TritonKernel):
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None) -> None:
-        from hinge_nvfp4 import mma_gemv
+        from hinge_nvfp4 import mma_gemv, mma_layout
 
         super().__init__(deterministic=False)
         self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
-        if self.layout not in ("tile", "super"):
-            raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile "
-                             "and super (HINGE_NVFP4_MMA_LAYOUT)")
+        if self.layout not in mma_layout.LAYOUTS:
+            raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile, "
+                             "super and interleaved (HINGE_NVFP4_MMA_LAYOUT)")
         self.form = form or os.environ.get("HINGE_NVFP4_MMA_FORM") or self.FORM
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
         self._stand_in = gemv
-        self._gemvs: dict[tuple[int, int], Any] = {}  #: (stages, kwarps) -> launcher
+        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
         self._tuned = mma_gemv.tuned_tilings()
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 
-        self._gemv(min(mma_gemv.RING_STAGES), 1)  # refuses a GPU or toolkit it cannot run on, now
+        self._gemv(mma_gemv.Tiling(1, 8, 1, mma_gemv.STAGES))  # refuses a GPU or toolkit it cannot run on, now
 
-    def _gemv(self, stages: int, kwarps: int) -> Any:
-        key = (stages, kwarps)
+    def _gemv(self, plan: Any) -> Any:
+        from hinge_nvfp4.mma_gemv import PREFETCH
+
+        prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
+        key = (plan.stages, plan.kwarps, plan.form or self.form, prefetch)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(stages, self.form, kwarps)
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -186,11 +190,10 @@ class MmaKernel(TritonKernel):
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
         if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
             words, codes = mma_layout.repack(packed, scales)
-            if self.layout == "super":
-                words, codes = mma_layout.superstep_major(words), mma_layout.superstep_major(codes)
-            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_tiling = plan = mma_gemv.tiling(n, k, self._num_sms, self._tuned)
-            gemv = self._gemv(plan.stages, plan.kwarps)
+            words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
+            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
+            gemv = self._gemv(plan)
             if plan.splits > 1:
                 gemv.reserve_counters(n // 16, packed.device)
 
@@ -209,19 +212,19 @@ class MmaKernel(TritonKernel):
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
         part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
                 if plan.splits > 1 else None)
-        return self._gemv(plan.stages, plan.kwarps)(
+        return self._gemv(plan)(
             words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split, row_scale=layer.row_scale,
             bias=bias, out=out)
 
 
-def _mma_launcher(stages: int, form: str, kwarps: int) -> Any:
-    """The kernel for this GPU's architecture, a ring ``stages`` deep and ``kwarps`` warps a
-    tile, built or read from the disk cache."""
+def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int) -> Any:
+    """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
+    and copies asking L2 for ``prefetch`` bytes, built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
     if major < 8:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
-    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages)
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps)

@@ -22,9 +22,11 @@
 // Layouts (mma_layout.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
 // lane l at [.., h, l, c]: each of a superstep's two 16-byte copies 512 contiguous bytes a warp);
 // scales (N / 16, K / 128, 32) uint32 (lane (g, t): rows g, g + 8 of group 2t, then of 2t + 1);
-// each (tile, superstep) block contiguous, the blocks at tile_stride / super_stride blocks apart
-// (tile-major: supers, 1; superstep-major, which keeps the warps of a moment on nearby memory:
-// 1, tiles);
+// each (tile, superstep) block of either contiguous, the blocks at strides in 16-byte units the
+// launcher reads from the tensors (c_tile / c_super for codes, s_tile / s_super for scales;
+// mma_layout.block_strides): tile-major (a tile's supersteps together), superstep-major (the
+// warps of a moment on nearby memory) or interleaved (mma_layout.interleave: each block's 128
+// bytes of scales right after its 1024 of codes, one stream a tile);
 // x (M, K) bf16 rows, 16-byte aligned; part (splits, M, N) float32 sums, or with ``out`` given out
 // (M, N) bf16 = sum * row_scale[n] (+ bias[n]), the splits added in the kernel (``Epilogue``).
 // K % 128 == 0 and groups_per_split % 8 == 0.
@@ -148,10 +150,25 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     }
 }
 
+#ifndef L2_PREFETCH
+#define L2_PREFETCH 0  // bytes L2 is asked to fetch around each copy: 0 (no hint), 64, 128 or 256
+#endif
+#if L2_PREFETCH == 256
+#define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
+#elif L2_PREFETCH == 128
+#define COPY_ASYNC "cp.async.cg.shared.global.L2::128B [%0], [%1], 16;"
+#elif L2_PREFETCH == 64
+#define COPY_ASYNC "cp.async.cg.shared.global.L2::64B [%0], [%1], 16;"
+#elif L2_PREFETCH == 0
+#define COPY_ASYNC "cp.async.cg.shared.global [%0], [%1], 16;"
+#else
+#error "L2_PREFETCH is 0, 64, 128 or 256"
+#endif
+
 __device__ __forceinline__ void copy_async(void* dst, const void* src) {
     // 16 bytes, through L2 only (.cg): the weights stream past L1, which keeps x
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    asm volatile(COPY_ASYNC ::"r"(s), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ void copy_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
@@ -184,7 +201,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #define GEMV_PARAMS                                                                              \
     const uint4 *__restrict__ codes, const uint32_t *__restrict__ scales,                        \
         const uint16_t *__restrict__ x, float *__restrict__ part, int n, int k, int m,           \
-        int tile_stride, int super_stride, int groups_per_split,                                 \
+        int c_tile, int c_super, int s_tile, int s_super, int groups_per_split,                 \
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters
 
@@ -200,7 +217,8 @@ template <int FORM>
 __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const uint32_t* __restrict__ scales,
                                            const uint16_t* __restrict__ x, const int k, const int m,
-                                           const int tile_stride, const int super_stride,
+                                           const int c_tile, const int c_super,
+                                           const int s_tile, const int s_super,
                                            const int tile, const int first, const int steps,
                                            const int warp, const int lane, float (&acc)[4]) {
     // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its tile: acc
@@ -209,13 +227,13 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ uint32_t ring_scales[WARPS][STAGES][32];
     const int g = lane >> 2, t = lane & 3;
-    // (tile, superstep) blocks of 64 uint4 codes and 32 uint32 scale words, at the strides the
-    // launcher passes (in blocks): tile-major or superstep-major memory (mma_gemv.MmaGemv)
+    // (tile, superstep) blocks of 64 uint4 codes and 8 uint4 of scale words, at the strides the
+    // launcher passes (in uint4s): tile-major, superstep-major or interleaved (mma_gemv.MmaGemv)
     // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
-    const int block = tile * tile_stride + first * super_stride;
-    const uint4* c_src = codes + block * 64 + lane;
-    const uint4* s_src = reinterpret_cast<const uint4*>(scales + block * 32) + (lane & 7);
-    const int c_step = super_stride * 64, s_step = super_stride * 8;  // uint4s
+    const uint4* c_src = codes + tile * c_tile + first * c_super + lane;
+    const uint4* s_src =
+        reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super + (lane & 7);
+    const int c_step = c_super, s_step = s_super;  // uint4s
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
     // independent), so that every lane loads unconditionally
     const uint4* x_src = reinterpret_cast<const uint4*>(x + (size_t)min(g, m - 1) * k) +
@@ -324,7 +342,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const int first = split_first + slice * run;
     const int steps = min(run, split_steps - slice * run);  // <= 0: a slice past a short split
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (steps > 0) accumulate<FORM>(codes, scales, x, k, m, tile_stride, super_stride, tile,
+    if (steps > 0) accumulate<FORM>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
                                     first, steps, warp, lane, acc);
     if constexpr (KW > 1) {
         __shared__ float sums[WARPS][4][32];
@@ -346,10 +364,11 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
 // (mma_gemv.kernel_name: ``_kw2``, ``_kw4``)
 #define GEMV_ARGS                                                                                \
-    codes, scales, x, part, n, k, m, tile_stride, super_stride, groups_per_split, row_scale, bias, \
-        out, counters
+    codes, scales, x, part, n, k, m, c_tile, c_super, s_tile, s_super, groups_per_split,          \
+        row_scale, bias, out, counters
 #define GEMV_KERNEL(name, FORM, KW)                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM) name(GEMV_PARAMS) {                  \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM)                     \
+        name(GEMV_PARAMS) {                                                                      \
         gemv<FORM, KW>(GEMV_ARGS);                                                                \
     }
 #define GEMV_KERNELS(name, FORM)                                                                 \

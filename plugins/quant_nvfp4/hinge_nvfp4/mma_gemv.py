@@ -18,13 +18,15 @@ from typing import NamedTuple
 
 import torch
 
-from hinge_nvfp4.mma_layout import SUPERSTEP, block_strides
+from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP, block_strides
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 8  #: rows of x: the MMA's B columns
 WARPS = 4  #: 16-row tiles a block (``WARPS`` in mma_gemv.cu)
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
+PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
+PREFETCH = 0  #: the one ``MmaKernel`` builds
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, or
 #: at its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it)
@@ -48,20 +50,24 @@ def kernel_name(form: str, kwarps: int = 1) -> str:
     return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}")
 
 
-def build_cubin(arch: str = "sm_90", stages: int = 4) -> bytes:
+def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
-    deep (2 .. ``MAX_STAGES``); needs nvcc on PATH."""
+    deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
+    (``L2_PREFETCH``: 0 for no hint, 64, 128, 256); needs nvcc on PATH."""
     if not 2 <= stages <= MAX_STAGES:
         raise ValueError(f"the cp.async ring takes 2 to {MAX_STAGES} stages (static shared "
                          f"memory), got {stages}")
+    if prefetch not in PREFETCHES:
+        raise ValueError(f"the copies' L2 prefetch is one of {PREFETCHES} bytes, got {prefetch}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH: hinge_nvfp4's MMA GEMV kernels compile with "
                                 "it (install the CUDA toolkit, or use kernel=triton)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
-        done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}", "-o",
-                               str(out), str(SOURCE)], capture_output=True, text=True)
+        done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
+                               f"-DL2_PREFETCH={prefetch}", "-o", str(out), str(SOURCE)],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"nvcc could not build {SOURCE.name} for {arch} (STAGES={stages}), exit "
                                f"{done.returncode}:\n{done.stderr[-2000:]}\nuse kernel=triton meanwhile")
@@ -73,14 +79,17 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hinge" / "nvfp4_mma"
 
 
-def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None) -> bytes:
-    """``build_cubin``, kept on disk under a key of the source, the arch and the stages (nvcc
-    takes a few seconds; a start-up should not pay it twice)."""
-    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}".encode()).hexdigest()[:24]
+def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
+                 prefetch: int | None = None) -> bytes:
+    """``build_cubin``, kept on disk under a key of the source, the arch, the stages and the
+    prefetch (default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it
+    twice)."""
+    prefetch = PREFETCH if prefetch is None else prefetch
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}:{prefetch}".encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages)
+    cubin = build_cubin(arch, stages, prefetch) if prefetch else build_cubin(arch, stages)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)
@@ -179,11 +188,10 @@ class MmaGemv:
         def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
             return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
 
-        tile_stride, super_stride = block_strides(words, scale_codes)
+        strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(m), ctypes.c_int(tile_stride), ctypes.c_int(super_stride),
-                ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias), ptr(out),
-                ptr(self._counters)]
+                ctypes.c_int(m), *strides, ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
+                ptr(out), ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         tiles = n // 16
@@ -195,14 +203,6 @@ class MmaGemv:
         return part if out is None else out
 
 
-def ring_stages(groups_a_warp: int) -> int:
-    """The ring depth for a warp's run of ``groups_a_warp`` groups: 8 supersteps for runs of 16
-    or more, else 4 (H200, 2026-12-02, ``nvfp4_mma_probe.py``: the 4- to 12-superstep splits of qkv,
-    o and down were fastest at 4, a deep ring only lengthening a short split's start; gate_up's
-    one split of 32 supersteps at 8 in the first run, within 1% of 4 in the later ones)."""
-    return 8 if groups_a_warp // 8 >= 16 else 4
-
-
 def groups_per_split(groups: int, splits: int) -> int:
     """Groups a split when ``groups`` are cut in ``splits``: whole supersteps (8 groups), the
     last split the shorter (``ceil(groups / result)`` splits may be fewer than asked)."""
@@ -212,14 +212,24 @@ def groups_per_split(groups: int, splits: int) -> int:
 
 class Tiling(NamedTuple):
     """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
-    the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep."""
+    the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep; a tuned tiling may
+    also name the weight's memory order (``mma_layout.in_order``), the kernel's form
+    (``KERNELS``) and its copies' L2 prefetch (``PREFETCHES``), else the kernel's own (None)."""
 
     splits: int
     groups_per_split: int
     kwarps: int
     stages: int
+    layout: str | None = None
+    form: str | None = None
+    prefetch: int | None = None
 
 
+STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
+MIN_WARPS_PER_SM = 7.5  #: the built-in plan's least warps a launch, a multiprocessor
+MAX_WARPS_PER_SM = 16  #: ... and most, splitting long runs
+LONG_RUN = 16  #: supersteps of a warp's run past which the built-in plan splits K
+MIN_RUN = 4  #: ... and the fewest it leaves a warp
 SHARED_BYTES = 232448  #: shared memory a Hopper multiprocessor gives its blocks (227 KiB)
 
 
@@ -235,30 +245,41 @@ def resident_warps(stages: int, kwarps: int = 1) -> int:
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
     "stages": ..}``, as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
-    where given, else as many warps a tile as keep the launch within one wave of a 4-deep ring
-    (``resident_warps``), then K splits while that still holds and each warp keeps 4
-    supersteps; the ring 8 deep for runs of 16 supersteps where the wave still fits."""
+    where given; else warps a tile doubled, then K split in two, until the launch has
+    ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
+    than ``LONG_RUN`` supersteps and the launch stays within ``MAX_WARPS_PER_SM``, never leaving a
+    warp fewer than ``MIN_RUN`` supersteps; a ring of ``STAGES``. Fewer warps were faster than more past that (H200, 2026-12-02, tenth session,
+    docs/nvfp4.md: gate_up 21.7 us with its 1536 tiles of one warp, 23.0 with 4 warps a tile,
+    44.3 with 4 splits of 4), and warps a tile faster than splits for the same count (qkv 8.6
+    us with 4 warps a tile, 9.8 with 4 splits)."""
     groups = k // 16
     entry = (tuned or {}).get(f"{n}x{k}")
     if entry is not None:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
-        if kwarps not in KWARPS or stages not in RING_STAGES or not 1 <= splits <= groups // 8:
+        layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
+        if (kwarps not in KWARPS or stages not in RING_STAGES or not 1 <= splits <= groups // 8
+                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
+                or prefetch not in (None, *PREFETCHES)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS}, stages of {RING_STAGES}, 1 to {groups // 8} "
-                             "splits (re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join(KERNELS)}, "
+                             f"prefetch of {PREFETCHES} "
+                             "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
         per_split = groups_per_split(groups, splits)
-        return Tiling(-(-groups // per_split), per_split, kwarps, stages)
+        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch)
     tiles, supers = n // 16, k // SUPERSTEP
-    wave = lambda st, kw: resident_warps(st, kw) * num_sms  # noqa: E731
-    kwarps = next((kw for kw in reversed(KWARPS) if tiles * kw <= wave(4, kw) and supers >= 4 * kw), 1)
-    splits = 1
-    while tiles * kwarps * splits * 2 <= wave(4, kwarps) and supers // (2 * splits * kwarps) >= 4:
+    kwarps, splits = 1, 1
+    fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms
+    halves = lambda: supers // (2 * kwarps * splits) >= MIN_RUN  # noqa: E731 - runs halved stay long enough
+    while tiles * kwarps * splits < fewest and halves():
+        if kwarps < max(KWARPS):
+            kwarps *= 2
+        else:
+            splits *= 2
+    while supers / (kwarps * splits) > LONG_RUN and tiles * kwarps * splits * 2 <= most and halves():
         splits *= 2
     per_split = groups_per_split(groups, splits)
-    stages = ring_stages(per_split // kwarps)
-    if tiles * kwarps * splits > wave(stages, kwarps):
-        stages = min(RING_STAGES)
-    return Tiling(-(-groups // per_split), per_split, kwarps, stages)
+    return Tiling(-(-groups // per_split), per_split, kwarps, STAGES)
 
 
 def tuned_tilings(path: str | os.PathLike | None = None) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
+LAYOUTS = ("tile", "super", "interleaved")  #: the weights' memory orders (``in_order``)
 
 #: bit places of fragment register r's element ``half`` in a word: (mantissa, exponent bit 0,
 #: exponent bit 1, sign), as ``fragments`` in mma_gemv.cu cuts them: register 0 is w & pattern,
@@ -169,16 +170,39 @@ def superstep_major(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(0, 1).contiguous().transpose(0, 1)
 
 
-def block_strides(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[int, int]:
-    """(tile stride, superstep stride) in (tile, superstep) blocks of the words (256 int32) and
-    scale codes (32 int32), which must share them, each block contiguous."""
-    (tw, sw), (tc, sc) = words.stride()[:2], scale_codes.stride()[:2]
-    inner_w = words.shape[2:] == (2, 32, 4) and words[0, 0].is_contiguous()
+def interleave(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same words and scale codes as views into one (tiles, supersteps, 288) int32 tensor:
+    each (tile, superstep) block's 256 words, then its 32 scale codes (1152 contiguous bytes),
+    tile-major, so that a warp reads one stream a tile rather than two."""
+    tiles, supers = words.shape[:2]
+    both = torch.cat([words.reshape(tiles, supers, 256), scale_codes], dim=2)
+    return both[..., :256].unflatten(2, (2, 32, 4)), both[..., 256:]
+
+
+def in_order(words: torch.Tensor, scale_codes: torch.Tensor, order: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``repack``'s (tile-major) words and scale codes in memory order ``order``: ``tile`` as
+    they are, ``super`` (``superstep_major``) or ``interleaved`` (``interleave``)."""
+    if order == "tile":
+        return words, scale_codes
+    if order == "super":
+        return superstep_major(words), superstep_major(scale_codes)
+    if order == "interleaved":
+        return interleave(words, scale_codes)
+    raise ValueError(f"no memory order {order!r} of the MMA GEMV's weights: tile, super or interleaved")
+
+
+def block_strides(words: torch.Tensor, scale_codes: torch.Tensor) -> tuple[int, int, int, int]:
+    """(code tile stride, code superstep stride, scale tile stride, scale superstep stride) in
+    16-byte units, of ``repack``'s words (a (tile, superstep) block of 256 int32) and scale codes
+    (of 32 int32) in any of the memory orders here, each block contiguous and 16-byte aligned."""
+    inner_w = words.shape[2:] == (2, 32, 4) and words.stride()[2:] == (128, 4, 1)
     inner_c = scale_codes.shape[2:] == (32,) and scale_codes.stride(2) == 1
-    if not (inner_w and inner_c and tw % 256 == 0 and sw % 256 == 0 and tw // 256 == tc // 32
-            and sw // 256 == sc // 32 and words.shape[:2] == scale_codes.shape[:2]):
+    strides = (*words.stride()[:2], *scale_codes.stride()[:2])
+    aligned = (words.data_ptr() % 16 == 0 and scale_codes.data_ptr() % 16 == 0
+               and all(st % 4 == 0 for st in strides))
+    if not (inner_w and inner_c and aligned and words.shape[:2] == scale_codes.shape[:2]):
         raise ValueError(f"the words {tuple(words.shape)} (strides {words.stride()}) and scale codes "
                          f"{tuple(scale_codes.shape)} (strides {scale_codes.stride()}) are not "
-                         "repack's blocks at one pair of strides (use repack, optionally "
-                         "superstep_major on both)")
-    return tw // 256, sw // 256
+                         "repack's blocks, contiguous and 16-byte aligned (use repack, optionally "
+                         "superstep_major or interleave)")
+    return tuple(st // 4 for st in strides)

@@ -60,15 +60,25 @@ def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
     assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
 
 
-def test_a_superstep_major_copy_is_the_same_blocks_at_other_strides():
+def test_the_superstep_major_and_interleaved_copies_are_the_same_blocks_at_other_strides():
     packed, scales = weights(48, 384, seed=4)
     words, codes = layout.repack(packed, scales)  # 3 tiles, 3 supersteps
-    assert layout.block_strides(words, codes) == (3, 1)
+    # strides in 16-byte units: a code block is 64 of them, a scale block 8
+    assert layout.block_strides(words, codes) == (3 * 64, 64, 3 * 8, 8)
     sw, sc = layout.superstep_major(words), layout.superstep_major(codes)
     assert torch.equal(sw, words) and torch.equal(sc, codes)
-    assert layout.block_strides(sw, sc) == (1, 3)
-    with pytest.raises(ValueError, match="not repack's blocks at one pair of strides"):
-        layout.block_strides(sw, codes)
+    assert layout.block_strides(sw, sc) == (64, 3 * 64, 8, 3 * 8)
+    iw, ic = layout.interleave(words, codes)
+    assert torch.equal(iw, words) and torch.equal(ic, codes)
+    assert iw.untyped_storage().data_ptr() == ic.untyped_storage().data_ptr()
+    assert ic.data_ptr() - iw.data_ptr() == 1024  # a block's scales right after its codes
+    assert layout.block_strides(iw, ic) == (3 * 72, 72, 3 * 72, 72)
+    assert layout.block_strides(sw, codes) == (64, 3 * 64, 3 * 8, 8)  # orders may differ
+    with pytest.raises(ValueError, match="not repack's blocks, contiguous and 16-byte aligned"):
+        layout.block_strides(words.transpose(2, 3), codes)
+    shifted = torch.zeros(codes.numel() + 1, dtype=torch.int32)[1:].view(codes.shape)  # 4 bytes off
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        layout.block_strides(words, shifted)
 
 
 def test_the_fragment_bits_are_every_bit_of_a_word_once():
@@ -109,7 +119,7 @@ def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
 @pytest.mark.parametrize("stages", [2, 4, 8, 10])
 def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep(tmp_path, stages):
-    """At most 128 registers, no stack; eight MMAs a superstep (the loop unrolled ``stages``
+    """At most 80 registers (6 blocks a multiprocessor), no stack; eight MMAs a superstep (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
     ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory; the split
     reduction's fence and atomic count."""
@@ -128,7 +138,10 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     for name, (form, kw) in names.items():
         line = resources[name]
         registers = int(re.search(r"REG:(\d+)", line).group(1))
-        assert 0 < registers <= 128 and "STACK:0" in line and "LOCAL:0" in line, line
+        # (the arithmetic-alone diagnostic, in 80 registers, spills 16 bytes: its times are an
+        # upper bound of the arithmetic's)
+        no_stack = "STACK:0" in line or form == "math"
+        assert 0 < registers <= 80 and no_stack and "LOCAL:0" in line, line
         sums = 0 if kw == 1 else 4 * 4 * 32 * 4  # the slices' sums of a block's warps
         assert f"SHARED:{ring_bytes + sums + 1024}" in line, (name, line)
         mmas = 0 if form == "ring" else 8 * stages  # ring: the memory side alone

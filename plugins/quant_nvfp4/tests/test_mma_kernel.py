@@ -52,10 +52,11 @@ def layer_of(n, k, seed=0):
     return layer, x, packed, scales, bias
 
 
-@pytest.mark.parametrize("num_sms, splits", [(132, 4), (1, 1)])
+@pytest.mark.parametrize("num_sms, splits", [(132, 4), (1, 2)])
 def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(num_sms, splits):
-    # 128 x 8192: 8 tiles of 64 supersteps; on 132 SMs 4 warps a tile and K in 4 splits (counters
-    # reserved), on 1 SM (24 warps at once) 2 warps a tile and one split
+    # 128 x 8192: 8 tiles of 64 supersteps; on 132 SMs 4 warps a tile and K in 4 splits, on 1 SM
+    # one warp a tile (8 warps are enough there) and 2 splits (runs of 64 are long); counters
+    # reserved
     launcher = EmulatedLauncher()
     kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
     layer, x, packed, scales, bias = layer_of(128, 8192)
@@ -64,7 +65,7 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
     assert layer.nvfp4_mma_tiling.splits == splits and launcher.reserved == ([8] if splits > 1 else [])
     assert layer.nvfp4_mma_tiling == mma_gemv.tiling(128, 8192, num_sms)
-    assert layer.nvfp4_mma_tiling.kwarps == (4 if num_sms == 132 else 2)
+    assert layer.nvfp4_mma_tiling.kwarps == (4 if num_sms == 132 else 1)
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
@@ -73,34 +74,41 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     assert [c[1] for c in launcher.calls] == [splits] * 3
 
 
-def test_the_superstep_major_layout_computes_the_same_and_a_wrong_layout_is_refused(monkeypatch):
+def test_the_superstep_major_and_interleaved_layouts_compute_the_same_and_a_wrong_layout_is_refused(monkeypatch):
     launcher = EmulatedLauncher()
     kernel = MmaKernel(gemv=launcher, num_sms=132, layout="super")
     layer, x, packed, scales, bias = layer_of(128, 2048)
     kernel.prepare_linear(layer, packed, scales)
-    assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (1, 8)
+    assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (64, 8 * 64, 8, 8 * 8)
     got = kernel.linear(layer, x[:2].contiguous(), bias, None)
     want = reference.linear(x[:2], packed, scales, layer.row_scale, bias)
     assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    kernel = MmaKernel(gemv=launcher, num_sms=132, layout="interleaved")
+    kernel.prepare_linear(layer, packed, scales)
+    assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales) == (16 * 72, 72, 16 * 72, 72)
+    got = kernel.linear(layer, x[:2].contiguous(), bias, None)
+    assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     monkeypatch.setenv("HINGE_NVFP4_MMA_LAYOUT", "rows")
-    with pytest.raises(ValueError, match="layout 'rows'.*tile and super"):
+    with pytest.raises(ValueError, match="layout 'rows'.*tile, super and interleaved"):
         MmaKernel(gemv=launcher, num_sms=132)
     with pytest.raises(ValueError, match="form 'early'.*plain, ahead"):
         MmaKernel(gemv=launcher, num_sms=132, layout="tile", form="early")
 
 
-def test_the_tiling_fills_one_wave_with_warps_a_tile_then_splits_of_whole_supersteps():
+def test_the_tiling_takes_warps_a_tile_then_splits_up_to_the_warps_the_h200_ran_fastest():
     plans = {(n, k): mma_gemv.tiling(n, k, 132) for n, k in QWEN3_8B}
     T = mma_gemv.Tiling
-    # gate_up's 1536 tiles x 2 warps fit one wave of 24 warps on 132 SMs (x 4 would not)
-    assert plans == {(6144, 4096): T(2, 128, 4, 4), (24576, 4096): T(1, 256, 2, 4),
-                     (4096, 12288): T(2, 384, 4, 4), (4096, 4096): T(2, 128, 4, 4)}
+    # qkv's 384 and o's 256 tiles get 4 warps a tile; gate_up's 1536 one; down's 96-superstep
+    # runs also 2 splits (12 supersteps a warp, 2048 warps)
+    assert plans == {(6144, 4096): T(1, 256, 4, 4), (24576, 4096): T(1, 256, 1, 4),
+                     (4096, 12288): T(2, 384, 4, 4), (4096, 4096): T(1, 256, 4, 4)}
     for (n, k), plan in plans.items():
         assert plan.groups_per_split % 8 == 0 and -(-(k // 16) // plan.groups_per_split) == plan.splits
-        assert n // 16 * plan.kwarps * plan.splits <= mma_gemv.resident_warps(plan.stages, plan.kwarps) * 132
+        warps = n // 16 * plan.kwarps * plan.splits
+        assert warps <= mma_gemv.resident_warps(plan.stages, plan.kwarps) * 132
+        assert warps >= mma_gemv.MIN_WARPS_PER_SM * 132
     assert mma_gemv.tiling(48, 256, 132) == T(1, 16, 1, 4)  # 2 supersteps: one warp, one split
-    # a ring 8 deep where a warp's run is 16 supersteps or more and the wave still fits
-    assert mma_gemv.tiling(8192, 8192, 132) == T(1, 512, 4, 8)
+    assert mma_gemv.tiling(128, 8192, 132) == T(4, 128, 4, 4)  # 8 tiles: 4 supersteps a warp at least
     assert mma_gemv.resident_warps(8, 2) == 20 and mma_gemv.resident_warps(4, 4) == 24
     assert mma_gemv.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
 
@@ -118,6 +126,20 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(3, 88, 2, 8)
     with pytest.raises(ValueError, match=r"6144x4096 .*kwarps of \(1, 2, 4\).*--plan-json"):
         mma_gemv.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 3, "stages": 4}})
+    with pytest.raises(ValueError, match="layouts tile, super, interleaved"):
+        mma_gemv.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4,
+                                                        "layout": "rows"}})
+    # a tuned entry may name the weight's memory order and the kernel's form
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "layout": "interleaved", '
+                    '"form": "xring", "prefetch": 256}}')
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
+    assert list(kernel._gemvs) == [(4, 1, "plain", 0), (4, 4, "xring", 256)]
+    assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
+    got = kernel.linear(layer, x[:1].contiguous(), bias, None)
+    want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
+    assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     path.write_text("{not json")
     with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_PLAN=.*unset it"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
@@ -197,7 +219,7 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
-def test_cuda_every_form_with_one_two_or_four_warps_a_tile_equals_the_reference(form):
+def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equals_the_reference(form):
     # qkv and down (4 and 8 splits); 3 tiles of 20 supersteps in splits of 8, 8, 4 (4 warps a tile:
     # runs of 2 and of 1; 2 warps a tile: the second block's second tile is past N); 25 tiles of
     # 2 supersteps in one split (4 warps a tile: two of them have no superstep)
@@ -205,13 +227,14 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_equals_the_reference(
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
     stages = 4
-    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages)
+    cubins = {pf: mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf) for pf in (0, 256)}
     for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
         x, packed, scales, row_scale, bias = problem(8, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
-        words, codes = mma_layout.repack(packed, scales)
         splits = -(-(k // 16) // per_split)
-        for kw in mma_gemv.KWARPS:
-            gemv = mma_gemv.MmaGemv(cubin, form, stages, kw)
+        for kw, order in ((kw, order) for kw in mma_gemv.KWARPS for order in mma_layout.LAYOUTS):
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales), order)
+            # the copies' L2 prefetch changes no result: 256 bytes with the interleaved layout
+            gemv = mma_gemv.MmaGemv(cubins[256 if order == "interleaved" else 0], form, stages, kw)
             gemv.reserve_counters(n // 16, torch.device("cuda"))
             for rows in (1, 3, 8):
                 xr = x[:rows].contiguous()
@@ -220,7 +243,7 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_equals_the_reference(
                 got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
                 want = reference.linear(xr, packed, scales, row_scale, bias)
                 err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-                assert err < 1e-2, (form, kw, n, k, rows, float(err))
+                assert err < 1e-2, (form, kw, order, n, k, rows, float(err))
 
 
 def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeypatch, tmp_path):
