@@ -22,6 +22,8 @@
 #                                                 # tile, its diagnostics, end to end two ways (~9 min)
 #   bash tools/gpu/open_issue_checks.sh bench10  # the same with the interleaved layout and the L2
 #                                                 # prefetch (~10 min)
+#   bash tools/gpu/open_issue_checks.sh bench11  # every NVFP4 GPU test, the bulk-copy form, end to
+#                                                 # end with the shipped tilings (~8 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -195,6 +197,18 @@ bench10)
     tail -12 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; grep -E "gate_up|down" "$OUT/mma_diagnose.log"
     tail -5 "$OUT/nvfp4_e2e.log"
     ;;
+bench11)
+    # tenth session, third machine: the bulk-copy form (Hopper's cp.async.bulk, an mbarrier a
+    # slot), every NVFP4 GPU test at the final tree, the probe of the forms, end to end with the
+    # shipped H200 tilings (hinge_nvfp4/tuned) and with this probe's
+    b nvfp4_gpu 220 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests
+    b nvfp4_mma 120 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 --layouts tile interleaved \
+        --forms plain bulk xring --kwarps 1 4 --splits 1 2 8 --ms 1 4 --all-json "$OUT/probe-all.json" \
+        --plan-json "$OUT/plan.json"
+    b nvfp4_e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-plan - "$OUT/plan.json"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/nvfp4_gpu.log"; grep WRONG "$OUT/nvfp4_mma.log"
+    tail -12 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; tail -5 "$OUT/nvfp4_e2e.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -228,7 +242,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9|bench10" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9|bench10|bench11" >&2
     exit 2
     ;;
 esac

@@ -139,7 +139,8 @@ class MmaKernel(TritonKernel):
     bf16 rows (contiguous, 16-byte aligned) against a weight whose N % 16 == 0 and K % 128 == 0
     runs ``mma_gemv``'s kernel on the weight's ``mma_layout.repack`` (a second copy of its codes
     and scales), cut by ``mma_gemv.tiling`` (K splits added in the kernel, warps a tile, ring
-    depth; ``$HINGE_NVFP4_MMA_PLAN`` names a JSON file of tuned tilings by shape), whose epilogue
+    depth; tuned by shape in ``$HINGE_NVFP4_MMA_PLAN``'s JSON file or the one shipped for the GPU
+    (``mma_gemv.tuned_file``; ``device_name`` replaces the GPU's name)), whose epilogue
     applies the row scale and bias and writes bf16; anything else takes the Triton path. The
     cubins are built (or read from their disk cache) as weights need them; ``gemv`` and
     ``num_sms`` replace the launchers and the GPU's multiprocessor count (tests). ``layout``
@@ -153,7 +154,7 @@ class MmaKernel(TritonKernel):
     FORM = "plain"
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
-                 form: str | None = None) -> None:
+                 form: str | None = None, device_name: str | None = None) -> None:
         from hinge_nvfp4 import mma_gemv, mma_layout
 
         super().__init__(deterministic=False)
@@ -167,7 +168,9 @@ class MmaKernel(TritonKernel):
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
         self._stand_in = gemv
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
-        self._tuned = mma_gemv.tuned_tilings()
+        if device_name is None and gemv is None:
+            device_name = torch.cuda.get_device_name()
+        self._tuned = mma_gemv.tuned_tilings(device_name=device_name)
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 

@@ -193,6 +193,40 @@ __device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
     for (int j = 0; j < 4; ++j) copy_async(dst + j, src + j);
 }
 
+// the bulk form's ring: one mbarrier a slot, lane 0 the producer (Hopper's bulk copies through
+// the async proxy, completing on the slot's barrier by bytes)
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+}
+
+__device__ __forceinline__ void barrier_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
+                                               const uint4* c_src, const uint4* s_src, uint64_t* bar) {
+    // a superstep's 1024 bytes of codes and 128 of scales, two bulk copies onto ``bar``
+    const unsigned b = shared_address(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 1152;" ::"r"(b) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
+        ::"r"(shared_address(codes)), "l"(c_src), "r"(b) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 128, [%2];"
+        ::"r"(shared_address(scales)), "l"(s_src), "r"(b) : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parity) {
+    asm volatile(
+        "{\n .reg .pred done;\n WAIT:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @!done bra WAIT;\n}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
+}
+
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) xv[i] = __ldg(row + i);
@@ -205,7 +239,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters
 
-enum Form { PLAIN, AHEAD, RING, MATH, XRING };
+enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK };
 
 __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     // the warps of one tile alone (named barrier ``id``; 0 is __syncthreads'): a block's tiles
@@ -223,9 +257,11 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const int warp, const int lane, float (&acc)[4]) {
     // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its tile: acc
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
+    constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
-    __shared__ uint4 ring_codes[WARPS][STAGES][2][32];
-    __shared__ uint32_t ring_scales[WARPS][STAGES][32];
+    __shared__ __align__(128) uint4 ring_codes[WARPS][STAGES][2][32];
+    __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][32];
+    __shared__ uint64_t ring_bars[bulk ? WARPS : 1][STAGES];  // BULK: a barrier a slot
     const int g = lane >> 2, t = lane & 3;
     // (tile, superstep) blocks of 64 uint4 codes and 8 uint4 of scale words, at the strides the
     // launcher passes (in uint4s): tile-major, superstep-major or interleaved (mma_gemv.MmaGemv)
@@ -242,8 +278,25 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint32_t(*my_scales)[32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
     const int x_row = min(g, m - 1);
+    uint64_t* my_bars = ring_bars[bulk ? warp : 0];
+    const uint4* c_block = codes + tile * c_tile + first * c_super;  // BULK: lane 0's sources
+    const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
+    if constexpr (bulk) {
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) barrier_init(&my_bars[s]);
+            barrier_init_fence();
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; ++s)
+                if (s < steps)
+                    bulk_superstep(my_codes[s], my_scales[s], c_block + s * c_step,
+                                   s_block + s * s_step, &my_bars[s]);
+        }
+        __syncwarp();
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
+        if (bulk) break;
         if (s < steps && (streams || s == 0)) {
             copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
             if (x_ring && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
@@ -268,6 +321,10 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if (i >= steps) break;
             if (!streams) {
                 c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
+            } else if (bulk) {
+                barrier_wait(&my_bars[s], (unsigned)(base / STAGES) & 1u);  // superstep i landed
+                __syncwarp();  // and every lane read superstep i - 1's slot, refilled below
+                c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
             } else if (!ahead) {
                 wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
                 __syncwarp();               // and every lane's
@@ -280,13 +337,19 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
             // read before a barrier since (AHEAD: in superstep i - 2, before superstep i - 1's)
             const int next = i + STAGES - 1;
-            if (streams && next < steps) {
+            if (bulk) {
+                if (lane == 0 && next < steps) {
+                    const int to = (s + STAGES - 1) % STAGES;
+                    bulk_superstep(my_codes[to], my_scales[to], c_block + next * c_step,
+                                   s_block + next * s_step, &my_bars[to]);
+                }
+            } else if (streams && next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
                                s_src + next * s_step, lane);
                 if (x_ring && g < m) copy_x(my_x + (to * m + g) * 16, x_src + (size_t)next * 16);
             }
-            commit_copies();
+            if (!bulk) commit_copies();
             uint4 n0, n1;
             uint32_t nsc = 0u;
             if (ahead && i + 1 < steps) {
@@ -377,5 +440,6 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
 GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
+GEMV_KERNELS(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNELS(nvfp4_mma_gemv_ring, RING)
 GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)

@@ -28,9 +28,11 @@ MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152
 PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
 PREFETCH = 0  #: the one ``MmaKernel`` builds
 
-#: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, or
-#: at its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it)
-KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": "nvfp4_mma_gemv_xring"}
+#: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
+#: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
+#: ring filled by Hopper's bulk copies (lane 0 two a superstep, an mbarrier a slot)
+KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": "nvfp4_mma_gemv_xring",
+           "bulk": "nvfp4_mma_gemv_bulk"}
 X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 #: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
@@ -282,11 +284,21 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     return Tiling(-(-groups // per_split), per_split, kwarps, STAGES)
 
 
-def tuned_tilings(path: str | os.PathLike | None = None) -> dict:
-    """The tuned tilings of ``path`` (default ``$HINGE_NVFP4_MMA_PLAN``; none without either)."""
+TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model
+
+
+def tuned_file(device_name: str) -> Path:
+    """The shipped tilings of a GPU model: ``tuned/<name, spaces as _>.json``."""
+    return TUNED_DIR / f"{device_name.replace(' ', '_')}.json"
+
+
+def tuned_tilings(path: str | os.PathLike | None = None, device_name: str | None = None) -> dict:
+    """The tuned tilings of ``path`` (default ``$HINGE_NVFP4_MMA_PLAN``), else those shipped for
+    ``device_name`` (``tuned_file``), else none."""
     path = path or os.environ.get("HINGE_NVFP4_MMA_PLAN")
     if not path:
-        return {}
+        shipped = tuned_file(device_name) if device_name else None
+        return json.loads(shipped.read_text()) if shipped is not None and shipped.exists() else {}
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:

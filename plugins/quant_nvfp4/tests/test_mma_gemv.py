@@ -143,11 +143,16 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
         no_stack = "STACK:0" in line or form == "math"
         assert 0 < registers <= 80 and no_stack and "LOCAL:0" in line, line
         sums = 0 if kw == 1 else 4 * 4 * 32 * 4  # the slices' sums of a block's warps
-        assert f"SHARED:{ring_bytes + sums + 1024}" in line, (name, line)
+        bars = 4 * stages * 8 if form == "bulk" else 0  # an mbarrier a slot a warp
+        assert f"SHARED:{ring_bytes + sums + bars + 1024}" in line, (name, line)
         mmas = 0 if form == "ring" else 8 * stages  # ring: the memory side alone
         assert codes[name].count("HMMA.16816.F32.BF16") == mmas, name
         copies = codes[name].count("LDGSTS")
-        assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
+        if form == "bulk":  # lane 0's two bulk copies a superstep: the prologue's, the loop's
+            assert copies == 0 and codes[name].count("UBLKCP") == 2 * (2 * stages - 1), name
+            assert "SYNCS.PHASECHK" in codes[name] and "SYNCS.ARRIVE" in codes[name], name
+        else:
+            assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
         assert ("BAR.SYNC" in codes[name]) == (kw > 1), name  # a tile's warps meet to add their sums
 
@@ -160,7 +165,7 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
 
 
 def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
-    with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, ring, math"):
+    with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, bulk, ring, math"):
         nvfp4_mma.MmaGemv(b"", "fast")
     with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, not 3"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)

@@ -113,6 +113,22 @@ def test_the_tiling_takes_warps_a_tile_then_splits_up_to_the_warps_the_h200_ran_
     assert mma_gemv.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
 
 
+def test_the_tilings_shipped_for_a_gpu_model_are_taken_and_the_variable_overrides_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(mma_gemv, "TUNED_DIR", tmp_path)
+    (tmp_path / "NVIDIA_H200.json").write_text('{"6144x4096": {"splits": 2, "kwarps": 1, "stages": 8}}')
+    layer, x, packed, scales, bias = layer_of(6144, 4096)
+    for name, want in (("NVIDIA H200", mma_gemv.Tiling(2, 128, 1, 8)),
+                       ("NVIDIA H100 80GB HBM3", mma_gemv.tiling(6144, 4096, 132))):
+        kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132, device_name=name)
+        kernel.prepare_linear(layer, packed, scales)
+        assert layer.nvfp4_mma_tiling == want, name
+    (tmp_path / "plan.json").write_text('{"6144x4096": {"splits": 1, "kwarps": 2, "stages": 4}}')
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132, device_name="NVIDIA H200")
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(1, 256, 2, 4)
+
+
 def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "plan.json"
     path.write_text('{"6144x4096": {"splits": 3, "kwarps": 2, "stages": 8}}')
