@@ -262,6 +262,10 @@ def decode_e2e(tokens: int = 128) -> None:
                 # the decode rate as roofline.py measures it: the median step of the decode
                 stamps, counts, _ = run_engine(llm, [[1, 2, 3, 4]], params)
                 rates[quantizer] = (tokens / seconds, decode_rate(stamps, counts, 1))
+                if ARGS.e2e_profile:  # where a batch-1 decode step's time goes, kernel by kernel
+                    from step_profile import profile_decode, table  # NOTE: the sibling script
+
+                    print(table(profile_decode(llm.engine, [[1, 2, 3, 4]], params), quantizer))
                 print(f"  {quantizer}: {rates[quantizer][0]:.1f} tokens/s over the whole generate, "
                       f"{rates[quantizer][1]:.1f} decoding ({llm.engine.plan.describe()[2]})")
         for label, rate in rates.items():
@@ -290,6 +294,8 @@ if __name__ == "__main__":
     parser.add_argument("--e2e-plan", nargs="+", default=["-"],
                         help="kernel: mma tilings files (HINGE_NVFP4_MMA_PLAN) to run the nvfp4 "
                              "side with, each its own run; - is the built-in plan")
+    parser.add_argument("--e2e-profile", action="store_true",
+                        help="also the kernels of a few decode steps of each run (step_profile.py)")
     parser.add_argument("--e2e-best", action="store_true",
                         help="end to end: each swept shape with its fastest swept tiling")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
