@@ -36,7 +36,7 @@ def main() -> None:
         calls = [lambda w=w: gemv(x, w) for w in ws]
     elif args.kernel == "mma":
         from hinge_nvfp4 import format as fp4
-        from hinge_nvfp4 import mma_gemv
+        from hinge_nvfp4 import mma_tiling
         from hinge_nvfp4.kernels import MmaKernel
 
         kernel = MmaKernel(layout=args.layout)
@@ -48,7 +48,7 @@ def main() -> None:
             layer.row_scale = torch.ones(n, device="cuda")
             kernel.prepare_linear(layer, packed, scales)
             layers.append(layer)
-        print(f"tiling {mma_gemv.tiling(n, k, kernel._num_sms, mma_gemv.tuned_tilings())}")
+        print(f"tiling {mma_tiling.tiling(n, k, kernel._num_sms, mma_tiling.tuned_tilings())}")
         calls = [lambda layer=layer: kernel.linear(layer, x, None, None) for layer in layers]
     else:
         from hinge_nvfp4 import format as fp4

@@ -19,7 +19,7 @@ supersteps together; ``super``: ``mma_layout.superstep_major``; ``interleaved``:
 scales after its codes) and kernel form of ``--forms``
 (``mma_gemv.KERNELS``); ``--all-json`` writes every variant's time; printed per shape and M: the
 largest error of any variant against the reference, the Triton GEMV's time, the best variant and
-the one ``kernel: mma`` runs (its layout and ``mma_gemv.tiling``), in
+the one ``kernel: mma`` runs (its layout and ``mma_tiling.tiling``), in
 microseconds and % of the roofline. ``--best-json`` writes the (layout, form) whose ``kernel:
 mma`` tilings have the least total time over the shapes at M = 1, for an end-to-end run to take
 (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``); ``--plan-json`` the fastest right (splits, warps a
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling script
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
-from hinge_nvfp4 import mma_layout  # noqa: E402
+from hinge_nvfp4 import mma_layout, mma_tiling  # noqa: E402
 from hinge_nvfp4.mma_layout import LAYOUTS  # noqa: E402
 
 WRONG = 1e-2  #: a variant's output further than this from the reference (relative) is wrong
@@ -104,7 +104,7 @@ def main() -> None:
     prefetches = sorted(set(args.prefetch) | {nvfp4_mma.PREFETCH})
     cubins = {(st, pf): nvfp4_mma.build_cubin("sm_90", st, pf) for st in stages for pf in prefetches}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    kwarps = sorted(set(args.kwarps) | {nvfp4_mma.tiling(n, k, sms).kwarps
+    kwarps = sorted(set(args.kwarps) | {mma_tiling.tiling(n, k, sms).kwarps
                                         for n, k in SHAPES.values()})
     kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw) for form in forms
                for st in stages for kw in kwarps for pf in prefetches}
@@ -121,7 +121,7 @@ def main() -> None:
     for label, (n, k), quant, packs_of in weights(args.shapes):
         ones = torch.ones(n, device="cuda")
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
-        plan = nvfp4_mma.tiling(n, k, sms)
+        plan = mma_tiling.tiling(n, k, sms)
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
@@ -204,7 +204,7 @@ def diagnose(args: argparse.Namespace) -> None:
           "(TB/s) | arithmetic alone us |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, (n, k), _, packs_of in weights(args.shapes):
-        plan, groups = nvfp4_mma.tiling(n, k, sms), k // 16
+        plan, groups = mma_tiling.tiling(n, k, sms), k // 16
         nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
         roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
@@ -214,7 +214,7 @@ def diagnose(args: argparse.Namespace) -> None:
                                       for sp in (sorted(set(args.splits)) if args.splits_given
                                                  else [plan.splits])
                                       for kw in args.kwarps):
-            per_split = nvfp4_mma.groups_per_split(groups, asked)
+            per_split = mma_tiling.groups_per_split(groups, asked)
             splits = ceil_div(groups, per_split)
             part = torch.empty(splits, 1, n, device="cuda") if splits > 1 else None
             times = {}

@@ -138,9 +138,9 @@ class MmaKernel(TritonKernel):
     """``TritonKernel`` with decode GEMVs on the tensor cores: x of at most ``mma_gemv.MAX_ROWS``
     bf16 rows (contiguous, 16-byte aligned) against a weight whose N % 16 == 0 and K % 128 == 0
     runs ``mma_gemv``'s kernel on the weight's ``mma_layout.repack`` (a second copy of its codes
-    and scales), cut by ``mma_gemv.tiling`` (K splits added in the kernel, warps a tile, ring
+    and scales), cut by ``mma_tiling.tiling`` (K splits added in the kernel, warps a tile, ring
     depth; tuned by shape in ``$HINGE_NVFP4_MMA_PLAN``'s JSON file or the one shipped for the GPU
-    (``mma_gemv.tuned_file``; ``device_name`` replaces the GPU's name)), whose epilogue
+    (``mma_tiling.tuned_file``; ``device_name`` replaces the GPU's name)), whose epilogue
     applies the row scale and bias and writes bf16; anything else takes the Triton path. The
     cubins are built (or read from their disk cache) as weights need them; ``gemv`` and
     ``num_sms`` replace the launchers and the GPU's multiprocessor count (tests). ``layout``
@@ -155,7 +155,7 @@ class MmaKernel(TritonKernel):
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None) -> None:
-        from hinge_nvfp4 import mma_gemv, mma_layout
+        from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
         super().__init__(deterministic=False)
         self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
@@ -170,11 +170,11 @@ class MmaKernel(TritonKernel):
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
-        self._tuned = mma_gemv.tuned_tilings(device_name=device_name)
+        self._tuned = mma_tiling.tuned_tilings(device_name=device_name)
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 
-        self._gemv(mma_gemv.Tiling(1, 8, 1, mma_gemv.STAGES))  # refuses a GPU or toolkit it cannot run on, now
+        self._gemv(mma_tiling.Tiling(1, 8, 1, mma_tiling.STAGES))  # refuses a GPU it cannot run on, now
 
     def _gemv(self, plan: Any) -> Any:
         from hinge_nvfp4.mma_gemv import PREFETCH
@@ -186,14 +186,14 @@ class MmaKernel(TritonKernel):
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
-        from hinge_nvfp4 import mma_gemv, mma_layout
+        from hinge_nvfp4 import mma_layout, mma_tiling
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
         if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
             words, codes = mma_layout.repack(packed, scales)
-            layer.nvfp4_mma_tiling = plan = mma_gemv.tiling(n, k, self._num_sms, self._tuned)
+            layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
             words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             gemv = self._gemv(plan)

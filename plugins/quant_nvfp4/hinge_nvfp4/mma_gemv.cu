@@ -32,8 +32,11 @@
 // K % 128 == 0 and groups_per_split % 8 == 0.
 //
 // Each warp copies its codes and scales into its own ring of STAGES supersteps in shared memory
-// with cp.async, STAGES - 1 supersteps ahead of the one it computes (no block barrier), and loads
-// the next superstep's x into registers while computing this one.
+// with cp.async (the bulk form: lane 0's cp.async.bulk onto an mbarrier a slot), STAGES - 1
+// supersteps ahead of the one it computes (no block barrier), and loads the next superstep's x
+// into registers while computing this one. KW warps may share a tile (a run of supersteps each,
+// their sums added in shared memory); tools/gpu/nvfp4_mma_probe.py times the forms and tilings,
+// docs/nvfp4.md says what the H200 made of them.
 
 #include <cuda_bf16.h>
 #include <stdint.h>

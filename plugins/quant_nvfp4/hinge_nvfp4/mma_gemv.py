@@ -1,28 +1,27 @@
 """NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 8 rows of x): its nvcc build
-(cached on disk), a CUDA driver-API launcher, the split plan and ring depth. The weights come in
-``mma_layout``'s repack. ``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``, experimental)
-runs it for decode GEMVs; ``tools/gpu/nvfp4_mma_probe.py`` times it against the Triton GEMV.
+(cached on disk) and a CUDA driver-API launcher. The weights come in ``mma_layout``'s repack, a
+launch is cut by ``mma_tiling``. ``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``,
+experimental) runs it for decode GEMVs; ``tools/gpu/nvfp4_mma_probe.py`` times it against the
+Triton GEMV.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
-from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP, block_strides
+from hinge_nvfp4.mma_layout import SUPERSTEP, block_strides
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 8  #: rows of x: the MMA's B columns
-WARPS = 4  #: 16-row tiles a block (``WARPS`` in mma_gemv.cu)
+WARPS = 4  #: warps a block (``WARPS`` in mma_gemv.cu)
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
@@ -203,104 +202,3 @@ class MmaGemv:
             self.x_ring_bytes(m),
             stream, pointers, None), "cuLaunchKernel")
         return part if out is None else out
-
-
-def groups_per_split(groups: int, splits: int) -> int:
-    """Groups a split when ``groups`` are cut in ``splits``: whole supersteps (8 groups), the
-    last split the shorter (``ceil(groups / result)`` splits may be fewer than asked)."""
-    per_split = -(-groups // splits)
-    return -(-per_split // 8) * 8
-
-
-class Tiling(NamedTuple):
-    """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
-    the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep; a tuned tiling may
-    also name the weight's memory order (``mma_layout.in_order``), the kernel's form
-    (``KERNELS``) and its copies' L2 prefetch (``PREFETCHES``), else the kernel's own (None)."""
-
-    splits: int
-    groups_per_split: int
-    kwarps: int
-    stages: int
-    layout: str | None = None
-    form: str | None = None
-    prefetch: int | None = None
-
-
-STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
-MIN_WARPS_PER_SM = 7.5  #: the built-in plan's least warps a launch, a multiprocessor
-MAX_WARPS_PER_SM = 16  #: ... and most, splitting long runs
-LONG_RUN = 16  #: supersteps of a warp's run past which the built-in plan splits K
-MIN_RUN = 4  #: ... and the fewest it leaves a warp
-SHARED_BYTES = 232448  #: shared memory a Hopper multiprocessor gives its blocks (227 KiB)
-
-
-def resident_warps(stages: int, kwarps: int = 1) -> int:
-    """Warps of the kernel a multiprocessor holds at once: registers for ``BLOCKS_PER_SM`` = 6
-    blocks (mma_gemv.cu caps them at 80 a thread), shared memory for as many blocks as the rings
-    (1152 bytes a stage a warp), the warps' sums (``kwarps`` > 1) and the 1 KiB reserved a block
-    leave room."""
-    block = WARPS * stages * 1152 + (WARPS * 4 * 32 * 4 if kwarps > 1 else 0) + 1024
-    return WARPS * min(6, SHARED_BYTES // block)
-
-
-def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
-    """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
-    "stages": ..}``, as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
-    where given; else warps a tile doubled, then K split in two, until the launch has
-    ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
-    than ``LONG_RUN`` supersteps and the launch stays within ``MAX_WARPS_PER_SM``, never leaving a
-    warp fewer than ``MIN_RUN`` supersteps; a ring of ``STAGES``. Fewer warps were faster than more past that (H200, 2026-12-02, tenth session,
-    docs/nvfp4.md: gate_up 21.7 us with its 1536 tiles of one warp, 23.0 with 4 warps a tile,
-    44.3 with 4 splits of 4), and warps a tile faster than splits for the same count (qkv 8.6
-    us with 4 warps a tile, 9.8 with 4 splits)."""
-    groups = k // 16
-    entry = (tuned or {}).get(f"{n}x{k}")
-    if entry is not None:
-        splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
-        layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
-        if (kwarps not in KWARPS or stages not in RING_STAGES or not 1 <= splits <= groups // 8
-                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
-                or prefetch not in (None, *PREFETCHES)):
-            raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
-                             f"runs: kwarps of {KWARPS}, stages of {RING_STAGES}, 1 to {groups // 8} "
-                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join(KERNELS)}, "
-                             f"prefetch of {PREFETCHES} "
-                             "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
-        per_split = groups_per_split(groups, splits)
-        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch)
-    tiles, supers = n // 16, k // SUPERSTEP
-    kwarps, splits = 1, 1
-    fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms
-    halves = lambda: supers // (2 * kwarps * splits) >= MIN_RUN  # noqa: E731 - runs halved stay long enough
-    while tiles * kwarps * splits < fewest and halves():
-        if kwarps < max(KWARPS):
-            kwarps *= 2
-        else:
-            splits *= 2
-    while supers / (kwarps * splits) > LONG_RUN and tiles * kwarps * splits * 2 <= most and halves():
-        splits *= 2
-    per_split = groups_per_split(groups, splits)
-    return Tiling(-(-groups // per_split), per_split, kwarps, STAGES)
-
-
-TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model
-
-
-def tuned_file(device_name: str) -> Path:
-    """The shipped tilings of a GPU model: ``tuned/<name, spaces as _>.json``."""
-    return TUNED_DIR / f"{device_name.replace(' ', '_')}.json"
-
-
-def tuned_tilings(path: str | os.PathLike | None = None, device_name: str | None = None) -> dict:
-    """The tuned tilings of ``path`` (default ``$HINGE_NVFP4_MMA_PLAN``), else those shipped for
-    ``device_name`` (``tuned_file``), else none."""
-    path = path or os.environ.get("HINGE_NVFP4_MMA_PLAN")
-    if not path:
-        shipped = tuned_file(device_name) if device_name else None
-        return json.loads(shipped.read_text()) if shipped is not None and shipped.exists() else {}
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"HINGE_NVFP4_MMA_PLAN={path}: not a readable JSON file of tilings "
-                         f"({err}); unset it to use the built-in plan") from err

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_triton_gemm import problem
 
-from hinge_nvfp4 import mma_gemv, mma_layout, reference
+from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling, reference
 from hinge_nvfp4.kernels import MmaKernel, TritonKernel, select_kernel
 from hinge_nvfp4.options import NVFP4Options
 
@@ -64,7 +64,7 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     words, codes = mma_layout.repack(packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
     assert layer.nvfp4_mma_tiling.splits == splits and launcher.reserved == ([8] if splits > 1 else [])
-    assert layer.nvfp4_mma_tiling == mma_gemv.tiling(128, 8192, num_sms)
+    assert layer.nvfp4_mma_tiling == mma_tiling.tiling(128, 8192, num_sms)
     assert layer.nvfp4_mma_tiling.kwarps == (4 if num_sms == 132 else 1)
     for rows, b in ((1, None), (3, bias), (8, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
@@ -96,8 +96,8 @@ def test_the_superstep_major_and_interleaved_layouts_compute_the_same_and_a_wron
 
 
 def test_the_tiling_takes_warps_a_tile_then_splits_up_to_the_warps_the_h200_ran_fastest():
-    plans = {(n, k): mma_gemv.tiling(n, k, 132) for n, k in QWEN3_8B}
-    T = mma_gemv.Tiling
+    plans = {(n, k): mma_tiling.tiling(n, k, 132) for n, k in QWEN3_8B}
+    T = mma_tiling.Tiling
     # qkv's 384 and o's 256 tiles get 4 warps a tile; gate_up's 1536 one; down's 96-superstep
     # runs also 2 splits (12 supersteps a warp, 2048 warps)
     assert plans == {(6144, 4096): T(1, 256, 4, 4), (24576, 4096): T(1, 256, 1, 4),
@@ -105,20 +105,20 @@ def test_the_tiling_takes_warps_a_tile_then_splits_up_to_the_warps_the_h200_ran_
     for (n, k), plan in plans.items():
         assert plan.groups_per_split % 8 == 0 and -(-(k // 16) // plan.groups_per_split) == plan.splits
         warps = n // 16 * plan.kwarps * plan.splits
-        assert warps <= mma_gemv.resident_warps(plan.stages, plan.kwarps) * 132
-        assert warps >= mma_gemv.MIN_WARPS_PER_SM * 132
-    assert mma_gemv.tiling(48, 256, 132) == T(1, 16, 1, 4)  # 2 supersteps: one warp, one split
-    assert mma_gemv.tiling(128, 8192, 132) == T(4, 128, 4, 4)  # 8 tiles: 4 supersteps a warp at least
-    assert mma_gemv.resident_warps(8, 2) == 20 and mma_gemv.resident_warps(4, 4) == 24
-    assert mma_gemv.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
+        assert warps <= mma_tiling.resident_warps(plan.stages, plan.kwarps) * 132
+        assert warps >= mma_tiling.MIN_WARPS_PER_SM * 132
+    assert mma_tiling.tiling(48, 256, 132) == T(1, 16, 1, 4)  # 2 supersteps: one warp, one split
+    assert mma_tiling.tiling(128, 8192, 132) == T(4, 128, 4, 4)  # 8 tiles: 4 supersteps a warp at least
+    assert mma_tiling.resident_warps(8, 2) == 20 and mma_tiling.resident_warps(4, 4) == 24
+    assert mma_tiling.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
 
 
 def test_the_tilings_shipped_for_a_gpu_model_are_taken_and_the_variable_overrides_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(mma_gemv, "TUNED_DIR", tmp_path)
+    monkeypatch.setattr(mma_tiling, "TUNED_DIR", tmp_path)
     (tmp_path / "NVIDIA_H200.json").write_text('{"6144x4096": {"splits": 2, "kwarps": 1, "stages": 8}}')
     layer, x, packed, scales, bias = layer_of(6144, 4096)
-    for name, want in (("NVIDIA H200", mma_gemv.Tiling(2, 128, 1, 8)),
-                       ("NVIDIA H100 80GB HBM3", mma_gemv.tiling(6144, 4096, 132))):
+    for name, want in (("NVIDIA H200", mma_tiling.Tiling(2, 128, 1, 8)),
+                       ("NVIDIA H100 80GB HBM3", mma_tiling.tiling(6144, 4096, 132))):
         kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132, device_name=name)
         kernel.prepare_linear(layer, packed, scales)
         assert layer.nvfp4_mma_tiling == want, name
@@ -126,31 +126,31 @@ def test_the_tilings_shipped_for_a_gpu_model_are_taken_and_the_variable_override
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132, device_name="NVIDIA H200")
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(1, 256, 2, 4)
+    assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 2, 4)
 
 
 def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "plan.json"
     path.write_text('{"6144x4096": {"splits": 3, "kwarps": 2, "stages": 8}}')
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(path))
-    tuned = mma_gemv.tuned_tilings()
-    assert mma_gemv.tiling(6144, 4096, 132, tuned) == mma_gemv.Tiling(3, 88, 2, 8)
-    assert mma_gemv.tiling(4096, 4096, 132, tuned) == mma_gemv.tiling(4096, 4096, 132)  # not tuned
+    tuned = mma_tiling.tuned_tilings()
+    assert mma_tiling.tiling(6144, 4096, 132, tuned) == mma_tiling.Tiling(3, 88, 2, 8)
+    assert mma_tiling.tiling(4096, 4096, 132, tuned) == mma_tiling.tiling(4096, 4096, 132)  # not tuned
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     layer, x, packed, scales, bias = layer_of(6144, 4096)
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(3, 88, 2, 8)
+    assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(3, 88, 2, 8)
     with pytest.raises(ValueError, match=r"6144x4096 .*kwarps of \(1, 2, 4\).*--plan-json"):
-        mma_gemv.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 3, "stages": 4}})
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 3, "stages": 4}})
     with pytest.raises(ValueError, match="layouts tile, super, interleaved"):
-        mma_gemv.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4,
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4,
                                                         "layout": "rows"}})
     # a tuned entry may name the weight's memory order and the kernel's form
     path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "layout": "interleaved", '
                     '"form": "xring", "prefetch": 256}}')
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling == mma_gemv.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
+    assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
     assert list(kernel._gemvs) == [(4, 1, "plain", 0), (4, 4, "xring", 256)]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
