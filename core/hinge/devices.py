@@ -13,6 +13,7 @@ the H200 (``tools/gpu/roofline.py --profile sampled``).
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 
 import torch
@@ -63,3 +64,25 @@ def num_sms(device: torch.device | str, fallback: int = 132) -> int:
     if device.type != "cuda":
         return fallback
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+PDL_ENV = "HINGE_PDL"  #: ``1``: programmatic dependent launch (``early_dependents``); default off
+
+
+def early_dependents(device: torch.device | str) -> bool:
+    """Whether the core's fast kernels that come before a layer's GEMMs (``add_rmsnorm``,
+    ``silu_mul``) let their dependents launch early (Hopper's programmatic dependent launch,
+    ``griddepcontrol.launch_dependents`` at their start): ``$HINGE_PDL`` is ``1`` and ``device``
+    is CUDA of compute capability >= 9.0. A kernel launched after one of them with the
+    programmatic-stream-serialization attribute may then start while it runs; such a kernel
+    must execute ``griddepcontrol.wait`` before it reads anything an earlier kernel wrote or
+    writes any memory (it may read what no kernel of the step writes, such as weights, before).
+    A kernel launched without the attribute is not affected. Experimental: off by default."""
+    return os.environ.get(PDL_ENV) == "1" and _compute_capability(torch.device(device)) >= (9, 0)
+
+
+@functools.cache
+def _compute_capability(device: torch.device) -> tuple[int, int]:
+    if device.type != "cuda":
+        return (0, 0)
+    return torch.cuda.get_device_capability(device)

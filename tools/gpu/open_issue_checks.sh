@@ -24,6 +24,8 @@
 #                                                 # prefetch (~10 min)
 #   bash tools/gpu/open_issue_checks.sh bench11  # every NVFP4 GPU test, the bulk-copy form, end to
 #                                                 # end with the shipped tilings (~8 min)
+#   bash tools/gpu/open_issue_checks.sh bench12  # programmatic dependent launch (HINGE_PDL=1):
+#                                                 # its GPU tests, end to end without and with (~8 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -209,6 +211,19 @@ bench11)
     cat "$OUT/rc.txt"; tail -3 "$OUT/nvfp4_gpu.log"; grep WRONG "$OUT/nvfp4_mma.log"
     tail -12 "$OUT/nvfp4_mma.log"; cat "$OUT/plan.json"; tail -5 "$OUT/nvfp4_e2e.log"
     ;;
+bench12)
+    # written after the tenth session's device time, for the next: programmatic dependent launch
+    # (HINGE_PDL=1: add_rmsnorm and silu_mul trigger their dependents at their start, kernel: mma's
+    # GEMVs launch with programmatic serialization and copy their first weights before waiting):
+    # the GPU tests (the PDL GEMV after an early-triggering norm, eager and in a graph; the fast
+    # kernels), then end to end without and with it, the second with the step's kernels
+    b mma_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py
+    b nvfp4_e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b nvfp4_e2e_pdl 200 env HINGE_PDL=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; tail -3 "$OUT/nvfp4_e2e.log"; tail -3 "$OUT/nvfp4_e2e_pdl.log"
+    grep -E "^nvfp4: batch|^none: batch" "$OUT/nvfp4_e2e_pdl.log"
+    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -242,7 +257,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9|bench10|bench11" >&2
+    echo "usage: bash tools/gpu/open_issue_checks.sh tests|tests12|verify|verify-bench|followup|bench|bench2|bench4|bench5|bench6|bench7|bench8|bench9|bench10|bench11|bench12" >&2
     exit 2
     ;;
 esac

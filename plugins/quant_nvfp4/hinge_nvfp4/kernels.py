@@ -166,7 +166,11 @@ class MmaKernel(TritonKernel):
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
+        from hinge.devices import early_dependents
+
         self._stand_in = gemv
+        #: programmatic dependent launch ($HINGE_PDL=1 on Hopper: hinge.devices.early_dependents)
+        self.pdl = gemv is None and early_dependents("cuda")
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
@@ -182,7 +186,7 @@ class MmaKernel(TritonKernel):
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
         key = (plan.stages, plan.kwarps, plan.form or self.form, prefetch)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key)
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -220,14 +224,15 @@ class MmaKernel(TritonKernel):
             bias=bias, out=out)
 
 
-def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int) -> Any:
+def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
-    and copies asking L2 for ``prefetch`` bytes, built or read from the disk cache."""
+    and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
+    dependent launch), built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
     if major < 8:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
                          f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
-    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch)
-    return mma_gemv.MmaGemv(cubin, form, stages, kwarps)
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl)

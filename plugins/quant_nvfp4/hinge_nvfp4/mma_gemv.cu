@@ -45,6 +45,10 @@
 #define STAGES 4  // supersteps in a warp's ring (mma_gemv.build_cubin sets it)
 #endif
 #define WARPS 4  // warps a block (mma_gemv.MmaGemv launches this many)
+#ifndef MMA_PDL
+#define MMA_PDL 0  // 1: built for programmatic dependent launch (mma_gemv.build_cubin pdl=True)
+#endif
+constexpr bool PDL = MMA_PDL;
 #define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_gemv.resident_warps)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
@@ -230,9 +234,24 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parit
         " @!done bra WAIT;\n}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
 }
 
+__device__ __forceinline__ const uint4* wait_for_prerequisites(const uint4* x) {
+    // programmatic dependent launch (mma_gemv.MmaGemv pdl=True, hinge.devices.early_dependents):
+    // the kernel may have started while the one before it runs; it reads x (that kernel's output)
+    // and writes anything only after this. Without the launch attribute it returns at once. x's
+    // address is passed through an empty asm after the wait, so that no read of x (non-coherent
+    // loads, which the memory clobber does not hold back) is moved above it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    asm volatile("" : "+l"(x));
+    return x;
+}
+
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = __ldg(row + i);
+    for (int i = 0; i < 4; ++i) xv[i] = PDL ? __ldca(row + i) : __ldg(row + i);  // PDL: x is no
+    // read-only data: the kernel before may still be writing it when this one starts, and
+    // read-only (non-coherent) loads may be scheduled above the wait
 }
 
 #define GEMV_PARAMS                                                                              \
@@ -297,14 +316,31 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         }
         __syncwarp();
     }
+    if constexpr (PDL) {
+        // the prologue: supersteps 0 .. STAGES - 2 in flight, their weights first (copy group 0
+        // holds them all: waiting for group i still means superstep i's weights have landed),
+        // then, once the kernels before have finished (wait_for_prerequisites), x
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
-        if (bulk) break;
-        if (s < steps && (streams || s == 0)) {
-            copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
-            if (x_ring && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
+        for (int s = 0; s < STAGES - 1; ++s)
+            if (!bulk && s < steps && (streams || s == 0))
+                copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
+        x_src = wait_for_prerequisites(x_src);
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (bulk) break;
+            if (x_ring && s < steps && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
+            commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
-        commit_copies();  // an empty group past the last superstep keeps the wait count uniform
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
+            if (bulk) break;
+            if (s < steps && (streams || s == 0)) {
+                copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
+                if (x_ring && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
+            }
+            commit_copies();  // an empty group past the last superstep keeps the wait count uniform
+        }
     }
     uint4 xv[4], xn[4], c0, c1;
     uint32_t sc;

@@ -51,10 +51,12 @@ def kernel_name(form: str, kwarps: int = 1) -> str:
     return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}")
 
 
-def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0) -> bytes:
+def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
-    (``L2_PREFETCH``: 0 for no hint, 64, 128, 256); needs nvcc on PATH."""
+    (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
+    (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
+    coherent loads; sm_90 and later); needs nvcc on PATH."""
     if not 2 <= stages <= MAX_STAGES:
         raise ValueError(f"the cp.async ring takes 2 to {MAX_STAGES} stages (static shared "
                          f"memory), got {stages}")
@@ -67,7 +69,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0) -> byte
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
-                               f"-DL2_PREFETCH={prefetch}", "-o", str(out), str(SOURCE)],
+                               f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}", "-o", str(out),
+                               str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"nvcc could not build {SOURCE.name} for {arch} (STAGES={stages}), exit "
@@ -81,16 +84,16 @@ def default_cache_dir() -> Path:
 
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
-                 prefetch: int | None = None) -> bytes:
+                 prefetch: int | None = None, pdl: bool = False) -> bytes:
     """``build_cubin``, kept on disk under a key of the source, the arch, the stages and the
     prefetch (default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it
     twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
-    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}:{prefetch}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}:{prefetch}:{pdl}".encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch) if prefetch else build_cubin(arch, stages)
+    cubin = build_cubin(arch, stages, prefetch, pdl) if prefetch or pdl else build_cubin(arch, stages)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)
@@ -105,11 +108,11 @@ class MmaGemv:
     a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles)."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
-                 kwarps: int = 1) -> None:
+                 kwarps: int = 1, pdl: bool = False) -> None:
         name = kernel_name(form, kwarps)
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
-        self.form, self.stages, self.kwarps = form, stages, kwarps
+        self.form, self.stages, self.kwarps, self.pdl = form, stages, kwarps, pdl
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -195,10 +198,43 @@ class MmaGemv:
                 ptr(out), ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
-        tiles = n // 16
+        grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self._check(self.cuda.cuLaunchKernel(
-            self.function, -(-tiles // (WARPS // self.kwarps)), splits, 1, 32 * WARPS, 1, 1,
-            self.x_ring_bytes(m),
-            stream, pointers, None), "cuLaunchKernel")
+        if self.pdl:
+            config = launch_config(grid, (32 * WARPS, 1, 1), self.x_ring_bytes(m), stream)
+            self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), self.function, pointers, None),
+                        "cuLaunchKernelEx")
+        else:
+            self._check(self.cuda.cuLaunchKernel(self.function, *grid, 32 * WARPS, 1, 1,
+                                                 self.x_ring_bytes(m), stream, pointers, None),
+                        "cuLaunchKernel")
         return part if out is None else out
+
+
+CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cuda.h's ``CUlaunchAttribute``: an id, padding to 8 bytes, a 64-byte value union."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """cuda.h's ``CUlaunchConfig``."""
+
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)),
+                ("num_attrs", ctypes.c_uint)]
+
+
+def launch_config(grid: tuple, block: tuple, shared: int, stream: ctypes.c_void_p) -> LaunchConfig:
+    """A ``cuLaunchKernelEx`` configuration whose launch may start before the kernel before it
+    in the stream ends (programmatic stream serialization: the kernel waits for it with
+    ``griddepcontrol.wait``; ``hinge.devices.early_dependents``)."""
+    attribute = LaunchAttribute(id=CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attribute.value[0] = 1  # programmaticStreamSerializationAllowed
+    config = LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared, stream,
+                          ctypes.pointer(attribute), 1)
+    config._attribute = attribute  # kept alive with the configuration
+    return config

@@ -7,6 +7,7 @@ test_mma_kernel.py's ``gpu`` test."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
 import subprocess
@@ -155,6 +156,66 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
             assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
         assert ("BAR.SYNC" in codes[name]) == (kw > 1), name  # a tile's warps meet to add their sums
+        assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
+def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_reads_x_after(tmp_path):
+    """Built for programmatic dependent launch, every kernel waits once (griddepcontrol.wait:
+    ACQBULK) after its first weight copies and before any load of x, store or atomic; x comes
+    through coherent loads (a read-only load, LDG.CONSTANT, was scheduled above the wait)."""
+    cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
+                                                 / "backends" / "nvidia" / "bin" / "cuobjdump")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
+    codes = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
+    assert len(codes) == len(nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS) * len(nvfp4_mma.KWARPS)
+    for name, code in codes.items():
+        wait = code.index("ACQBULK")
+        first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
+        assert first_copy < wait and code.count("ACQBULK") == 1, name
+        for op in ("LDG.E.128", "STG.", "ATOM", "RED."):
+            assert op not in code[:wait], (name, op)
+        assert "LDG.E.128.CONSTANT" not in code, name
+
+
+def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
+    assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56
+    assert (nvfp4_mma.LaunchConfig.stream.offset, nvfp4_mma.LaunchConfig.attrs.offset,
+            nvfp4_mma.LaunchConfig.num_attrs.offset) == (32, 40, 48)
+    config = nvfp4_mma.launch_config((96, 2, 1), (128, 1, 1), 4096, ctypes.c_void_p(7))
+    assert list(config.grid) == [96, 2, 1] and list(config.block) == [128, 1, 1]
+    assert (config.shared, config.stream, config.num_attrs) == (4096, 7, 1)
+    assert config.attrs[0].id == 6 and config.attrs[0].value[0] == 1  # programmatic serialization
+
+
+def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 0}))
+
+    class FakeDriver:
+        def cuLaunchKernelEx(self, config, function, params, extra):  # noqa: N802 - the driver's name
+            calls.append(("ex", list(config._obj.grid), config._obj.attrs[0].id))
+            return 0
+
+        def cuLaunchKernel(self, function, *args):  # noqa: N802
+            calls.append(("plain", list(args[:3])))
+            return 0
+
+    packed, scales = weights(64, 256)
+    words, codes = layout.repack(packed, scales)
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    for pdl in (True, False):
+        gemv = object.__new__(nvfp4_mma.MmaGemv)
+        gemv.cuda, gemv.function, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
+            FakeDriver(), None, "plain", 4, 1, pdl)
+        gemv._counters = None
+        gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
+             out=torch.empty(1, 64, dtype=torch.bfloat16))
+    assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1])]
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():

@@ -262,6 +262,44 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
                 assert err < 1e-2, (form, kw, order, n, k, rows, float(err))
 
 
+@pytest.mark.gpu
+def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_eager_and_in_a_graph(monkeypatch):
+    # HINGE_PDL=1: add_rmsnorm lets its dependents launch at its start; the GEMV, launched with
+    # programmatic serialization, must still read the x the norm writes (a stale x: wrong output)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
+    from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
+
+    monkeypatch.setenv("HINGE_PDL", "1")
+    kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
+    assert kernel.pdl
+    for n, k in QWEN3_8B:
+        _, packed, scales, row_scale, bias = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
+        layer = torch.nn.Module()
+        layer.row_scale = row_scale
+        kernel.prepare_linear(layer, packed, scales)
+        hidden, residual = (torch.randn(1, k, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        weight = torch.rand(k, device="cuda", dtype=torch.bfloat16) + 0.5
+
+        def step(hidden=hidden, residual=residual, weight=weight, layer=layer, bias=bias):
+            x, _ = add_rmsnorm(hidden, residual, weight, 1e-6)
+            return x, kernel.linear(layer, x, bias, None)
+
+        x, got = step()
+        want = reference.linear(x, packed, scales, row_scale, bias)
+        err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+        assert err < 1e-2, (n, k, float(err))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_x, static_out = step()
+        for _ in range(3):  # new inputs each replay: the GEMV must see this replay's norm output
+            hidden.copy_(torch.randn_like(hidden))
+            graph.replay()
+            want = reference.linear(static_x, packed, scales, row_scale, bias)
+            err = (static_out.float() - want.float()).abs().max() / want.float().abs().max()
+            assert err < 1e-2, (n, k, float(err))
+
+
 def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeypatch, tmp_path):
     fake = tmp_path / "nvcc"
     fake.write_text("#!/bin/sh\necho 'error: no such arch sm_01' >&2\nexit 3\n")

@@ -11,6 +11,7 @@ Contract: ``x`` (the sublayer's output) and ``residual`` of one shape (..., D) a
   first, as ``rmsnorm_reference`` forms it (``offset=1.0``: the ``(1 + w)`` variant).
 
 Rows up to ``MAX_WIDTH`` elements; the whole row is one block. Graph-capturable (no host syncs).
+With ``hinge.devices.early_dependents`` it lets the next kernel (a GEMM) launch early.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import early_dependents
+
 MAX_WIDTH = 1 << 16
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
 def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, out_ptr, res_ptr, D, stride_x, stride_r, stride_out,
-                        stride_res, eps, offset, BLOCK_D: tl.constexpr, HAS_OFFSET: tl.constexpr):
+                        stride_res, eps, offset, BLOCK_D: tl.constexpr, HAS_OFFSET: tl.constexpr,
+                        EARLY_DEPENDENTS: tl.constexpr):
+    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_D)
     mask = offs < D
@@ -74,5 +80,6 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
         block = triton.next_power_of_2(d)
         _add_rmsnorm_kernel[(xs.shape[0],)](
             xs, rs, weight, out, res, d, xs.stride(0), rs.stride(0), out.stride(0), res.stride(0),
-            eps, float(offset), BLOCK_D=block, HAS_OFFSET=bool(offset), num_warps=_num_warps(block))
+            eps, float(offset), BLOCK_D=block, HAS_OFFSET=bool(offset),
+            EARLY_DEPENDENTS=early_dependents(x.device), num_warps=_num_warps(block))
     return out.reshape(x.shape), res.reshape(x.shape)

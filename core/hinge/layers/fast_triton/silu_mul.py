@@ -3,7 +3,8 @@
 Contract: ``gate_up`` (..., 2 I) with a unit last stride; returns (..., I) in its dtype with
 ``out = silu(gate) * up = gate / (1 + exp(-gate)) * up`` computed in float32 and rounded once
 (torch's ``F.silu(gate) * up`` rounds twice, so the two differ by at most about one ulp). One
-program per (row, ``BLOCK`` columns). Graph-capturable (no host syncs).
+program per (row, ``BLOCK`` columns). Graph-capturable (no host syncs). With
+``hinge.devices.early_dependents`` it lets the next kernel (the down GEMM) launch early.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import early_dependents
+
 BLOCK = 1024
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @triton.jit
-def _silu_mul_kernel(gu_ptr, out_ptr, inter, stride_gu, stride_out, BLOCK: tl.constexpr):
+def _silu_mul_kernel(gu_ptr, out_ptr, inter, stride_gu, stride_out, BLOCK: tl.constexpr,
+                     EARLY_DEPENDENTS: tl.constexpr):
+    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights
+        tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < inter
@@ -44,5 +50,6 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty(rows.shape[0], inter, dtype=gate_up.dtype, device=gate_up.device)
     if rows.shape[0] and inter:
         _silu_mul_kernel[(rows.shape[0], triton.cdiv(inter, BLOCK))](
-            rows, out, inter, rows.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4)
+            rows, out, inter, rows.stride(0), out.stride(0), BLOCK=BLOCK,
+            EARLY_DEPENDENTS=early_dependents(rows.device), num_warps=4)
     return out.reshape(*gate_up.shape[:-1], inter)
