@@ -231,8 +231,9 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
-    if major < 8:
-        raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 8.0 (mma.sync bf16, "
-                         f"cp.async), this GPU has {major}.{minor}; use kernel=triton")
+    if major < 9:
+        raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 9.0 (its bf16x2 "
+                         f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
+                         "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl)

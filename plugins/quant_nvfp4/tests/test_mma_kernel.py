@@ -192,6 +192,14 @@ def test_the_option_is_refused_where_it_cannot_run_naming_the_alternative():
         select_kernel(NVFP4Options(kernel="mma", activations="w4a4"), "cuda", False)
 
 
+def test_a_gpu_before_hopper_is_refused_naming_its_capability_and_the_alternative(monkeypatch):
+    from hinge_nvfp4 import kernels
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    with pytest.raises(ValueError, match=r"compute capability >= 9.0 .*has 8.0; use kernel=triton"):
+        kernels._mma_launcher(4, 1, "plain", 0)
+
+
 def test_the_repack_in_row_blocks_equals_the_repack_at_once():
     _, _, packed, _, _ = layer_of(80, 128, seed=3)
     assert torch.equal(mma_layout.repack_codes(packed, rows_at_once=32), mma_layout.repack_codes(packed))
