@@ -234,17 +234,14 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parit
         " @!done bra WAIT;\n}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
 }
 
-__device__ __forceinline__ const uint4* wait_for_prerequisites(const uint4* x) {
+__device__ __forceinline__ void wait_for_prerequisites() {
     // programmatic dependent launch (mma_gemv.MmaGemv pdl=True, hinge.devices.early_dependents):
     // the kernel may have started while the one before it runs; it reads x (that kernel's output)
-    // and writes anything only after this. Without the launch attribute it returns at once. x's
-    // address is passed through an empty asm after the wait, so that no read of x (non-coherent
-    // loads, which the memory clobber does not hold back) is moved above it.
+    // and writes anything only after this. Without the launch attribute it returns at once. x is
+    // read through coherent loads then (load_x): ptxas moved read-only ones above the wait.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    asm volatile("" : "+l"(x));
-    return x;
 }
 
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
@@ -288,9 +285,10 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     // (tile, superstep) blocks of 64 uint4 codes and 8 uint4 of scale words, at the strides the
     // launcher passes (in uint4s): tile-major, superstep-major or interleaved (mma_gemv.MmaGemv)
     // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
-    const uint4* c_src = codes + tile * c_tile + first * c_super + lane;
-    const uint4* s_src =
-        reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super + (lane & 7);
+    const uint4* c_block = codes + tile * c_tile + first * c_super;  // the warp's first blocks
+    const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
+    const uint4* c_src = c_block + lane;  // this lane's 16 bytes of them
+    const uint4* s_src = s_block + (lane & 7);
     const int c_step = c_super, s_step = s_super;  // uint4s
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
     // independent), so that every lane loads unconditionally
@@ -301,8 +299,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
     const int x_row = min(g, m - 1);
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
-    const uint4* c_block = codes + tile * c_tile + first * c_super;  // BULK: lane 0's sources
-    const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
     if constexpr (bulk) {
         if (lane == 0) {
 #pragma unroll
@@ -324,7 +320,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         for (int s = 0; s < STAGES - 1; ++s)
             if (!bulk && s < steps && (streams || s == 0))
                 copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
-        x_src = wait_for_prerequisites(x_src);
+        wait_for_prerequisites();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (bulk) break;
