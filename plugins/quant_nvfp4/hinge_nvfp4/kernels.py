@@ -155,6 +155,7 @@ class MmaKernel(TritonKernel):
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None) -> None:
+        from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
         super().__init__(deterministic=False)
@@ -166,8 +167,6 @@ class MmaKernel(TritonKernel):
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
-        from hinge.devices import early_dependents
-
         self._stand_in = gemv
         #: programmatic dependent launch ($HINGE_PDL=1 on Hopper: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
@@ -200,7 +199,7 @@ class MmaKernel(TritonKernel):
             layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
             words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
-            gemv = self._gemv(plan)
+            layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
             if plan.splits > 1:
                 gemv.reserve_counters(n // 16, packed.device)
 
@@ -219,7 +218,7 @@ class MmaKernel(TritonKernel):
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
         part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
                 if plan.splits > 1 else None)
-        return self._gemv(plan)(
+        return layer.nvfp4_mma_gemv(
             words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split, row_scale=layer.row_scale,
             bias=bias, out=out)
 

@@ -85,15 +85,14 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False) -> bytes:
-    """``build_cubin``, kept on disk under a key of the source, the arch, the stages and the
-    prefetch (default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it
-    twice)."""
+    """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
+    default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
     key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}:{prefetch}:{pdl}".encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl) if prefetch or pdl else build_cubin(arch, stages)
+    cubin = build_cubin(arch, stages, prefetch, pdl)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

@@ -61,10 +61,10 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     where given; else warps a tile doubled, then K split in two, until the launch has
     ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
     than ``LONG_RUN`` supersteps and the launch stays within ``MAX_WARPS_PER_SM``, never leaving a
-    warp fewer than ``MIN_RUN`` supersteps; a ring of ``STAGES``. Fewer warps were faster than more past that (H200, 2026-12-02, tenth session,
-    docs/nvfp4.md: gate_up 21.7 us with its 1536 tiles of one warp, 23.0 with 4 warps a tile,
-    44.3 with 4 splits of 4), and warps a tile faster than splits for the same count (qkv 8.6
-    us with 4 warps a tile, 9.8 with 4 splits)."""
+    warp fewer than ``MIN_RUN`` supersteps; a ring of ``STAGES``. Fewer warps were faster than
+    more past that (H200, 2026-12-02, tenth session, docs/nvfp4.md: gate_up 21.7 us with its 1536
+    tiles of one warp, 23.0 with 4 warps a tile, 44.3 with 4 splits of 4), and warps a tile
+    faster than splits for the same count (qkv 8.6 us with 4 warps a tile, 9.8 with 4 splits)."""
     groups = k // 16
     entry = (tuned or {}).get(f"{n}x{k}")
     if entry is not None:

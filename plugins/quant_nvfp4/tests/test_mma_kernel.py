@@ -207,7 +207,8 @@ def test_the_repack_in_row_blocks_equals_the_repack_at_once():
 
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
-    monkeypatch.setattr(mma_gemv, "build_cubin", lambda arch, stages: builds.append((arch, stages)) or b"cubin")
+    monkeypatch.setattr(mma_gemv, "build_cubin",
+                        lambda arch, stages, prefetch, pdl: builds.append((arch, stages)) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
