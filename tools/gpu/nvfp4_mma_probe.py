@@ -56,9 +56,9 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def weights(shapes: list[str] | None):
+def weights(shapes: list[str] | None, layouts: list[str]):
     """Per shape of ``SHAPES`` (those named in ``shapes``, or all): its label, (N, K), ``ROTATE``
-    quantized random weights and their repacks in both memory orders."""
+    quantized random weights and their repacks in each memory order of ``layouts``."""
     from hinge_nvfp4 import format as fp4
 
     for label, (n, k) in SHAPES.items():
@@ -68,7 +68,7 @@ def weights(shapes: list[str] | None):
                  for _ in range(ROTATE)]
         tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8)) for q in quant]
         yield label, (n, k), quant, {order: [mma_layout.in_order(*p, order) for p in tile_major]
-                                     for order in LAYOUTS}
+                                     for order in layouts}
 
 
 def main() -> None:
@@ -118,7 +118,7 @@ def main() -> None:
     print("| shape | M | max rel err (right variants) | Triton us (%) | best MMA us (layout, form, stages, splits, kw, %) | "
           f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, tiling's stages, splits, kw, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for label, (n, k), quant, packs_of in weights(args.shapes):
+    for label, (n, k), quant, packs_of in weights(args.shapes, layouts):
         ones = torch.ones(n, device="cuda")
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
         plan = mma_tiling.tiling(n, k, sms)
@@ -126,12 +126,12 @@ def main() -> None:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             want = x.float() @ ref_w.t()
-            times, worst = {}, 0.0  # (layout, form, stages, splits, kwarps) -> us; the largest right error
+            times, worst = {}, 0.0  # (layout, form, stages, splits, kwarps, prefetch) -> us; the largest right error
             for layout, (form, st, kw, pf) in ((lay, key) for lay in layouts for key in kernels):
                 gemv, packs = kernels[(form, st, kw, pf)], packs_of[layout]
                 for splits in sorted(set(args.splits) | {plan.splits}):
                     groups = k // 16
-                    per_split = ceil_div(ceil_div(groups, splits), 8) * 8  # whole supersteps
+                    per_split = mma_tiling.groups_per_split(groups, splits)
                     count = -(-groups // per_split)
                     part = torch.empty(count, m, n, device="cuda") if count > 1 else None
                     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -203,7 +203,7 @@ def diagnose(args: argparse.Namespace) -> None:
     print("| shape | layout | prefetch | splits | warps a tile | kernel us (%) | memory side alone us "
           "(TB/s) | arithmetic alone us |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for label, (n, k), _, packs_of in weights(args.shapes):
+    for label, (n, k), _, packs_of in weights(args.shapes, args.layouts):
         plan, groups = mma_tiling.tiling(n, k, sms), k // 16
         nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
         roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
