@@ -116,26 +116,39 @@ def test_shapes_the_kernel_cannot_tile_are_refused_naming_them():
         layout.repack_scales(torch.zeros(16, 4, dtype=torch.uint8))
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
-@pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None or not __import__("importlib").util.find_spec("triton"),
+    reason="needs nvcc (the CUDA toolkit) and Triton's cuobjdump")
+
+
+def cuobjdump(option: str, cubin: Path) -> str:
+    """cuobjdump's output (the toolkit's, else the one Triton ships)."""
+    exe = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
+                                           / "backends" / "nvidia" / "bin" / "cuobjdump")
+    return subprocess.run([exe, option, str(cubin)], capture_output=True, text=True).stdout
+
+
+def sass_by_function(cubin: Path) -> dict[str, str]:
+    """The cubin's SASS, a text a kernel."""
+    return {part.split()[0]: part for part in cuobjdump("-sass", cubin).split("Function : ")[1:]}
+
+
+@needs_nvcc
 @pytest.mark.parametrize("stages", [2, 4, 8, 10])
 def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep(tmp_path, stages):
     """At most 80 registers (6 blocks a multiprocessor), no stack; eight MMAs a superstep (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
     ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory; the split
     reduction's fence and atomic count."""
-    cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
-                                                 / "backends" / "nvidia" / "bin" / "cuobjdump")
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
-    usage = subprocess.run([cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
     names = {nvfp4_mma.kernel_name(form, kw): (form, kw) for form in forms for kw in nvfp4_mma.KWARPS}
     assert set(resources) == set(names)
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
-    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    codes = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
+    codes = sass_by_function(cubin)
     for name, (form, kw) in names.items():
         line = resources[name]
         registers = int(re.search(r"REG:(\d+)", line).group(1))
@@ -159,18 +172,14 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
         assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
-@pytest.mark.skipif(not __import__("importlib").util.find_spec("triton"), reason="cuobjdump: Triton's")
+@needs_nvcc
 def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_reads_x_after(tmp_path):
     """Built for programmatic dependent launch, every kernel waits once (griddepcontrol.wait:
     ACQBULK) after its first weight copies and before any load of x, store or atomic; x comes
     through coherent loads (a read-only load, LDG.CONSTANT, was scheduled above the wait)."""
-    cuobjdump = shutil.which("cuobjdump") or str(Path(__import__("triton").__file__).parent
-                                                 / "backends" / "nvidia" / "bin" / "cuobjdump")
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
-    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True).stdout
-    codes = {part.split()[0]: part for part in sass.split("Function : ")[1:]}
+    codes = sass_by_function(cubin)
     assert len(codes) == len(nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS) * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():
         wait = code.index("ACQBULK")
