@@ -1,12 +1,11 @@
 """Programmatic dependent launch from the core's fast kernels (``hinge.devices.early_dependents``):
 compiled for sm_90 (on the CPU: Triton compiles without a GPU), ``add_rmsnorm`` and ``silu_mul``
 trigger their dependents (``griddepcontrol.launch_dependents``) exactly when asked; the switch
-is off unless ``$HINGE_PDL`` is 1, and never on a CPU."""
+is on for Hopper and later unless ``$HINGE_PDL`` is 0, and never on a CPU."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -40,10 +39,14 @@ def test_a_fast_kernel_before_a_gemm_triggers_its_dependents_only_when_asked(nam
     assert "griddepcontrol" not in ptx(name, False)
 
 
-def test_early_dependents_is_off_unless_the_variable_asks_and_never_on_a_cpu(monkeypatch):
+def test_early_dependents_is_on_for_hopper_unless_the_variable_is_0_and_never_on_a_cpu(monkeypatch):
+    capabilities = {"cuda": (9, 0), "cuda:1": (8, 9)}
+    monkeypatch.setattr(devices, "_compute_capability",
+                        lambda device: capabilities.get(str(device), (0, 0)))
     monkeypatch.delenv(devices.PDL_ENV, raising=False)
-    assert not devices.early_dependents("cpu")
-    monkeypatch.setenv(devices.PDL_ENV, "1")
+    assert devices.early_dependents("cuda") and not devices.early_dependents("cuda:1")
     assert not devices.early_dependents("cpu")  # no CUDA device: nothing launches dependents
-    if torch.cuda.is_available():
-        assert devices.early_dependents("cuda") == (torch.cuda.get_device_capability() >= (9, 0))
+    monkeypatch.setenv(devices.PDL_ENV, "0")
+    assert not devices.early_dependents("cuda")
+    monkeypatch.setenv(devices.PDL_ENV, "1")
+    assert devices.early_dependents("cuda") and not devices.early_dependents("cpu")

@@ -160,13 +160,16 @@ class MmaGemv:
     def __call__(self, words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor,
                  part: torch.Tensor | None, groups_per_split: int, *,
                  row_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None,
+                 warm: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """One launch over ``ceil(K / 16 / groups_per_split)`` splits of K, from ``repack``'s
         words and scale codes and x (M, K) bf16 (contiguous, 16-byte aligned). Without ``out``:
         ``part`` (splits, M, N) float32 gets each split's sums; returns it. With ``out`` (M, N)
         bf16 and ``row_scale`` (N,) float32: out = sum * row_scale (+ ``bias`` (N,) bf16), the
         splits added in the kernel through ``part`` (a (splits, M, N) float32 workspace; None
-        for one split) and the reserved counters; returns ``out``."""
+        for one split) and the reserved counters; returns ``out``. ``warm``: the next GEMV's
+        words and scale codes (whole tensors, on this device), asked into L2 by each block once
+        its tiles are done (bulk prefetches: a hint that changes no result; ``warm_units``)."""
         n, k, m = words.shape[0] * 16, x.shape[1], x.shape[0]
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
@@ -192,9 +195,11 @@ class MmaGemv:
             return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
 
         strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
+        warm_words, warm_codes = warm if warm is not None else (None, None)
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(m), *strides, ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
-                ptr(out), ptr(self._counters)]
+                ptr(out), ptr(self._counters), ptr(warm_words), ctypes.c_uint(warm_units(warm_words)),
+                ptr(warm_codes), ctypes.c_uint(warm_units(warm_codes))]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
@@ -208,6 +213,18 @@ class MmaGemv:
                                                  self.x_ring_bytes(m), stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out
+
+
+def warm_units(t: torch.Tensor | None) -> int:
+    """``t``'s 16-byte units for the kernel's L2 warm-up (0 for None); a tensor that is not
+    contiguous, 16-byte aligned and a whole number of units is refused."""
+    if t is None:
+        return 0
+    size = t.numel() * t.element_size()
+    if not t.is_contiguous() or t.data_ptr() % 16 or size % 16 or size // 16 >= 2**32:
+        raise ValueError(f"a weight warmed into L2 must be contiguous, 16-byte aligned and a "
+                         f"multiple of 16 bytes below 64 GiB; got {tuple(t.shape)} {t.dtype}")
+    return size // 16
 
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID
