@@ -236,6 +236,9 @@ bench13)
     b nvfp4_e2e_prof 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
     cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep -E "tokens/s|x over" "$OUT/nvfp4_e2e_warm.log"
     grep -E "^nvfp4: batch|^none: batch|tokens/s|x over" "$OUT/nvfp4_e2e_prof.log"
+    [ -n "${TRITON_TOO:-}" ] && b nvfp4_triton_gpu 220 python3 -m pytest -q -m gpu -p no:cacheprovider \
+        -rfEs plugins/quant_nvfp4/tests --ignore=plugins/quant_nvfp4/tests/test_mma_kernel.py \
+        && tail -3 "$OUT/nvfp4_triton_gpu.log"
     ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \

@@ -220,10 +220,11 @@ class MmaKernel(TritonKernel):
     def _link(self, layer: nn.Module, after: nn.Module) -> None:
         """``after`` is the GEMV run after ``layer``'s: ``layer``'s launches warm its weights
         into L2 when they fit ``warm_bytes``."""
-        words, codes = after.nvfp4_mma_words, after.nvfp4_mma_scales
-        size = words.numel() * words.element_size() + codes.numel() * codes.element_size()
+        from hinge_nvfp4.mma_gemv import warm_ranges
+
+        ranges = warm_ranges(after.nvfp4_mma_words, after.nvfp4_mma_scales)
         layer.nvfp4_mma_next = after
-        layer.nvfp4_mma_warm = (words, codes) if 0 < size <= self.warm_bytes else None
+        layer.nvfp4_mma_warm = ranges if 0 < 16 * sum(u for _, u in ranges) <= self.warm_bytes else None
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:

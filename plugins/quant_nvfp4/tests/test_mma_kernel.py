@@ -89,18 +89,22 @@ def test_each_gemv_warms_the_next_ones_weights_in_prepare_order_then_in_the_orde
     a, b, c = layers["a"], layers["b"], layers["c"]
 
     def warms(layer, target):
-        return layer.nvfp4_mma_warm is not None and layer.nvfp4_mma_warm[0] is target.nvfp4_mma_words
+        return layer.nvfp4_mma_warm == mma_gemv.warm_ranges(target.nvfp4_mma_words, target.nvfp4_mma_scales)
 
     assert a.nvfp4_mma_next is b and warms(a, b) and b.nvfp4_mma_next is c and b.nvfp4_mma_warm is None
     for name in "acb":
         kernel.linear(layers[name], layers[name].x, None, None)
     # a launched before c was seen to follow it (it warmed b), c and b with nothing after them
-    assert launcher.warmed[0][0] is b.nvfp4_mma_words and launcher.warmed[0][1] is b.nvfp4_mma_scales
+    b_ranges = mma_gemv.warm_ranges(b.nvfp4_mma_words, b.nvfp4_mma_scales)
+    # 64 x 2048: 64 KiB of codes, 8 KiB of scales; interleaved, one range of both
+    assert launcher.warmed[0] == b_ranges and (b_ranges[0][1], b_ranges[1][1]) == (65536 // 16, 8192 // 16)
+    one = mma_gemv.warm_ranges(*mma_layout.interleave(b.nvfp4_mma_words, b.nvfp4_mma_scales))
+    assert one[0][1] == (65536 + 8192) // 16 and one[1] == (0, 0)
     assert launcher.warmed[1] is None and launcher.warmed[2] is None
     assert a.nvfp4_mma_next is c and a.nvfp4_mma_warm is None and warms(c, b)
     kernel.linear(a, a.x, None, None)
     kernel.linear(c, c.x, None, None)
-    assert launcher.warmed[-2] is None and launcher.warmed[-1][1] is b.nvfp4_mma_scales
+    assert launcher.warmed[-2] is None and launcher.warmed[-1] == b_ranges
     monkeypatch.setenv("HINGE_NVFP4_MMA_WARM", "0")
     none = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     for layer in (a, b):
