@@ -242,19 +242,15 @@ def decode_e2e(tokens: int = 128) -> None:
         rates = {}
         if ARGS.e2e_layout != "default" or FASTEST:
             use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
-        runs = [("none", paths["none"], None, None)] + [
-            (("nvfp4" if plan == "-" else f"nvfp4 plan {Path(plan).name}")
-             + ("" if warm is None else f" warm {warm}"), paths["nvfp4"], plan, warm)
-            for plan in ARGS.e2e_plan for warm in ARGS.e2e_warm]
-        for quantizer, path, plan, warm in runs:
+        runs = [("none", paths["none"], None)] + [
+            ("nvfp4" if plan == "-" else f"nvfp4 plan {Path(plan).name}", paths["nvfp4"], plan)
+            for plan in ARGS.e2e_plan]
+        for quantizer, path, plan in runs:
             options = {"kernel": ARGS.e2e_kernel} if plan is not None and ARGS.e2e_kernel != "auto" else {}
             if plan is not None:  # kernel: mma's tilings: the built-in plan or a tuned file
                 os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
                 if plan != "-":
                     os.environ["HINGE_NVFP4_MMA_PLAN"] = plan
-            os.environ.pop("HINGE_NVFP4_MMA_WARM", None)
-            if warm is not None:  # kernel: mma's L2 warm-up of the next GEMV's weights
-                os.environ["HINGE_NVFP4_MMA_WARM"] = str(warm)
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
                      quantizer_options=options, load_format="dummy", mem_fraction_static=0.5) as llm:
                 params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
@@ -298,9 +294,6 @@ if __name__ == "__main__":
     parser.add_argument("--e2e-plan", nargs="+", default=["-"],
                         help="kernel: mma tilings files (HINGE_NVFP4_MMA_PLAN) to run the nvfp4 "
                              "side with, each its own run; - is the built-in plan")
-    parser.add_argument("--e2e-warm", nargs="+", type=int, default=[None],
-                        help="kernel: mma L2 warm-up budgets in bytes (HINGE_NVFP4_MMA_WARM), each "
-                             "its own nvfp4 run; default: the kernel's own")
     parser.add_argument("--e2e-profile", action="store_true",
                         help="also the kernels of a few decode steps of each run (step_profile.py)")
     parser.add_argument("--e2e-best", action="store_true",

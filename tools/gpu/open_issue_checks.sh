@@ -24,10 +24,8 @@
 #                                                 # prefetch (~10 min)
 #   bash tools/gpu/open_issue_checks.sh bench11  # every NVFP4 GPU test, the bulk-copy form, end to
 #                                                 # end with the shipped tilings (~8 min)
-#   bash tools/gpu/open_issue_checks.sh bench12  # programmatic dependent launch (HINGE_PDL=1):
+#   bash tools/gpu/open_issue_checks.sh bench12  # programmatic dependent launch (HINGE_PDL=1, now the default):
 #                                                 # its GPU tests, end to end without and with (~8 min)
-#   bash tools/gpu/open_issue_checks.sh bench13  # kernel: mma's L2 warm-up: GPU tests, end to end at
-#                                                 # three budgets, the default profiled (~10 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -225,20 +223,6 @@ bench12)
     b nvfp4_e2e_pdl 200 env HINGE_PDL=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
     cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; tail -3 "$OUT/nvfp4_e2e.log"; tail -3 "$OUT/nvfp4_e2e_pdl.log"
     grep -E "^nvfp4: batch|^none: batch" "$OUT/nvfp4_e2e_pdl.log"
-    ;;
-bench13)
-    # the eleventh session: kernel: mma's L2 warm-up of the next GEMV's weights (and PDL on by
-    # default): its GPU tests, end to end at budgets 0, 16 and 32 MiB, the default profiled
-    b mma_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_early_dependents.py
-    b nvfp4_e2e_warm 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma \
-        --e2e-warm 0 16777216 33554432
-    b nvfp4_e2e_prof 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
-    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep -E "tokens/s|x over" "$OUT/nvfp4_e2e_warm.log"
-    grep -E "^nvfp4: batch|^none: batch|tokens/s|x over" "$OUT/nvfp4_e2e_prof.log"
-    [ -n "${TRITON_TOO:-}" ] && b nvfp4_triton_gpu 220 python3 -m pytest -q -m gpu -p no:cacheprovider \
-        -rfEs plugins/quant_nvfp4/tests --ignore=plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        && tail -3 "$OUT/nvfp4_triton_gpu.log"
     ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \

@@ -147,22 +147,14 @@ class MmaKernel(TritonKernel):
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
     ``tile`` (a tile's supersteps together), ``super`` (``mma_layout.superstep_major``) or
     ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``form``
-    (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``.
-
-    L2 warm-up: each GEMV's blocks, once done, ask L2 for the next decode GEMV's weights (the
-    next layer prepared, corrected by the order the GEMVs run in) when they are at most
-    ``warm_bytes`` (default ``$HINGE_NVFP4_MMA_WARM`` or ``WARM_BYTES``; 0: none), so that the
-    HBM idle between two GEMVs (attention, norms, the launch) fetches them; a hint: no result
-    changes."""
+    (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
 
     name = "mma"
     LAYOUT = "tile"
     FORM = "plain"
-    WARM_BYTES = 16 << 20  #: the fused q/k/v and o weights of an 8B model; not the MLP's
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
-                 form: str | None = None, device_name: str | None = None,
-                 warm_bytes: int | None = None) -> None:
+                 form: str | None = None, device_name: str | None = None) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
@@ -175,8 +167,6 @@ class MmaKernel(TritonKernel):
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
-        self.warm_bytes = _warm_bytes(warm_bytes)
-        self._prepared = self._ran = None  #: the layers last prepared and last run
         self._stand_in = gemv
         #: programmatic dependent launch (on Hopper unless $HINGE_PDL=0: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
@@ -212,19 +202,6 @@ class MmaKernel(TritonKernel):
             layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
             if plan.splits > 1:
                 gemv.reserve_counters(n // 16, packed.device)
-            layer.nvfp4_mma_next = layer.nvfp4_mma_warm = None
-            if self._prepared is not None:  # layers prepare in module order, most models' run order
-                self._link(self._prepared, layer)
-            self._prepared = layer
-
-    def _link(self, layer: nn.Module, after: nn.Module) -> None:
-        """``after`` is the GEMV run after ``layer``'s: ``layer``'s launches warm its weights
-        into L2 when they fit ``warm_bytes``."""
-        from hinge_nvfp4.mma_gemv import warm_ranges
-
-        ranges = warm_ranges(after.nvfp4_mma_words, after.nvfp4_mma_scales)
-        layer.nvfp4_mma_next = after
-        layer.nvfp4_mma_warm = ranges if 0 < 16 * sum(u for _, u in ranges) <= self.warm_bytes else None
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -236,10 +213,6 @@ class MmaKernel(TritonKernel):
                 or x.data_ptr() % 16
                 or (bias is not None and bias.dtype != torch.bfloat16)):
             return super().linear(layer, x, bias, act_scale)
-        ran, self._ran = self._ran, layer
-        if ran is not None and ran is not layer and ran.nvfp4_mma_next is not layer:
-            self._link(ran, layer)  # the run order differs from the prepare order: later launches
-            # (and graphs captured from now) warm what runs next
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
         plan = layer.nvfp4_mma_tiling
         out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
@@ -247,23 +220,7 @@ class MmaKernel(TritonKernel):
                 if plan.splits > 1 else None)
         return layer.nvfp4_mma_gemv(
             words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split, row_scale=layer.row_scale,
-            bias=bias, out=out, warm=layer.nvfp4_mma_warm)
-
-
-def _warm_bytes(given: int | None) -> int:
-    """``given``, else ``$HINGE_NVFP4_MMA_WARM`` (bytes), else ``MmaKernel.WARM_BYTES``."""
-    if given is None:
-        text = os.environ.get("HINGE_NVFP4_MMA_WARM")
-        if text is None:
-            return MmaKernel.WARM_BYTES
-        try:
-            given = int(text)
-        except ValueError:
-            raise ValueError(f"HINGE_NVFP4_MMA_WARM={text!r}: bytes of the next GEMV's weight to warm "
-                             "into L2, an integer (0: none)") from None
-    if given < 0:
-        raise ValueError(f"nvfp4 kernel 'mma' warm_bytes {given}: bytes, >= 0 (0: no L2 warm-up)")
-    return given
+            bias=bias, out=out)
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False) -> Any:

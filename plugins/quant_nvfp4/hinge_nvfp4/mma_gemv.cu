@@ -413,27 +413,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     if constexpr (FORM == RING) acc[0] += (float)(fold & 1u);  // keeps the loads
 }
 
-#define WARM_PIECE_UNITS 2048u  // 32 KiB a bulk prefetch
-
-__device__ __forceinline__ void warm_l2(const uint4* base, const unsigned units) {
-    // once the block's first tile is done: its share of ``units`` 16-byte units at ``base`` (the
-    // next GEMV's weights, mma_gemv.MmaGemv's ``warm``) asked into L2 by bulk prefetches, so
-    // that the memory idle between this launch and that one (its drain, attention, the norms)
-    // fetches them; a hint, no result depends on it (units == 0: nothing)
-    if (units == 0u) return;
-    const unsigned blocks = gridDim.x * gridDim.y, block = blockIdx.y * gridDim.x + blockIdx.x;
-    const unsigned share = (units + blocks - 1u) / blocks;
-    const unsigned end = min(units, (block + 1u) * share);
-    for (unsigned from = block * share; from < end; from += WARM_PIECE_UNITS) {
-        const unsigned bytes = min(WARM_PIECE_UNITS, end - from) * 16u;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + from), "r"(bytes)
-                     : "memory");
-    }
-}
-
 template <int FORM, int KW>
-__device__ __forceinline__ void gemv(GEMV_PARAMS, const uint4* warm_codes, unsigned warm_code_units,
-                                     const uint4* warm_scales, unsigned warm_scale_units) {
+__device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
     // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
     // then holds one fewer in flight). Two diagnostics that give no GEMV (the probe's
@@ -476,10 +457,6 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS, const uint4* warm_codes, unsig
         }
     }
     finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
-    if (warp == 0 && lane == 0) {  // every block's first warp has a tile (the grid covers N)
-        warm_l2(warm_codes, warm_code_units);
-        warm_l2(warm_scales, warm_scale_units);
-    }
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
@@ -489,9 +466,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS, const uint4* warm_codes, unsig
         row_scale, bias, out, counters
 #define GEMV_KERNEL(name, FORM, KW)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM)                     \
-        name(GEMV_PARAMS, const uint4* warm_codes, unsigned warm_code_units,                    \
-             const uint4* warm_scales, unsigned warm_scale_units) {                             \
-        gemv<FORM, KW>(GEMV_ARGS, warm_codes, warm_code_units, warm_scales, warm_scale_units);   \
+        name(GEMV_PARAMS) {                                                                      \
+        gemv<FORM, KW>(GEMV_ARGS);                                                                \
     }
 #define GEMV_KERNELS(name, FORM)                                                                 \
     GEMV_KERNEL(name, FORM, 1) GEMV_KERNEL(name##_kw2, FORM, 2) GEMV_KERNEL(name##_kw4, FORM, 4)

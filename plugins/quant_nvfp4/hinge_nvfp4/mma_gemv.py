@@ -160,15 +160,13 @@ class MmaGemv:
     def __call__(self, words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor,
                  part: torch.Tensor | None, groups_per_split: int, *,
                  row_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None, warm: tuple | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None) -> torch.Tensor:
         """One launch over ``ceil(K / 16 / groups_per_split)`` splits of K, from ``repack``'s
         words and scale codes and x (M, K) bf16 (contiguous, 16-byte aligned). Without ``out``:
         ``part`` (splits, M, N) float32 gets each split's sums; returns it. With ``out`` (M, N)
         bf16 and ``row_scale`` (N,) float32: out = sum * row_scale (+ ``bias`` (N,) bf16), the
         splits added in the kernel through ``part`` (a (splits, M, N) float32 workspace; None
-        for one split) and the reserved counters; returns ``out``. ``warm``: ``warm_ranges`` of
-        the next GEMV's words and scale codes, asked into L2 by each block once its first tile
-        is done (bulk prefetches: a hint that changes no result)."""
+        for one split) and the reserved counters; returns ``out``."""
         n, k, m = words.shape[0] * 16, x.shape[1], x.shape[0]
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
@@ -194,11 +192,9 @@ class MmaGemv:
             return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
 
         strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
-        (w0, u0), (w1, u1) = warm if warm is not None else NO_WARM
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(m), *strides, ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
-                ptr(out), ptr(self._counters), ctypes.c_void_p(w0), ctypes.c_uint(u0),
-                ctypes.c_void_p(w1), ctypes.c_uint(u1)]
+                ptr(out), ptr(self._counters)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
@@ -212,25 +208,6 @@ class MmaGemv:
                                                  self.x_ring_bytes(m), stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out
-
-
-NO_WARM = ((0, 0), (0, 0))  #: no L2 warm-up
-
-
-def warm_ranges(*tensors: torch.Tensor) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The memory under ``tensors`` (a weight's words and scale codes in any memory order: their
-    storages, each once; the interleaved order's two views share one) as the kernel's two L2
-    warm-up ranges, (address, 16-byte units) each, (0, 0) for none. The tensors must outlive
-    every launch given the ranges."""
-    spans: dict[int, int] = {}
-    for t in tensors:
-        storage = t.untyped_storage()
-        spans.setdefault(storage.data_ptr(), storage.nbytes() // 16)
-    if len(spans) > 2 or any(address % 16 or units >= 2**32 for address, units in spans.items()):
-        raise ValueError(f"the kernel warms at most two 16-byte aligned ranges below 64 GiB into L2; "
-                         f"got {[(hex(a), 16 * u) for a, u in spans.items()]} (address, bytes)")
-    ranges = (*spans.items(), *NO_WARM)
-    return ranges[0], ranges[1]
 
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID

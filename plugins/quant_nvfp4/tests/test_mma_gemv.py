@@ -139,7 +139,7 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     """At most 80 registers (6 blocks a multiprocessor), no stack; eight MMAs a superstep (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
     ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory; the split
-    reduction's fence and atomic count; the next GEMV's weights asked into L2 at the end."""
+    reduction's fence and atomic count."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = cuobjdump("-res-usage", cubin)
@@ -170,9 +170,6 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
         assert ("BAR.SYNC" in codes[name]) == (kw > 1), name  # a tile's warps meet to add their sums
         assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
-        # the next GEMV's weights asked into L2 (bulk prefetches) after the last MMA
-        warm = codes[name].find("UBLKPF")
-        assert warm > 0 and "HMMA" not in codes[name][warm:], name
 
 
 @needs_nvcc
@@ -187,7 +184,7 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     for name, code in codes.items():
         wait = code.index("ACQBULK")
         first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
-        assert first_copy < wait < code.index("UBLKPF") and code.count("ACQBULK") == 1, name
+        assert first_copy < wait and code.count("ACQBULK") == 1, name
         for op in ("LDG.E.128", "STG.", "ATOM", "RED."):
             assert op not in code[:wait], (name, op)
         assert "LDG.E.128.CONSTANT" not in code, name

@@ -22,16 +22,15 @@ class EmulatedLauncher:
     sums, added in split order, as the kernel's last warp does); records its arguments."""
 
     def __init__(self):
-        self.calls, self.reserved, self.warmed = [], [], []
+        self.calls, self.reserved = [], []
 
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
 
-    def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out, warm=None):
+    def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out):
         groups = x.shape[1] // 16
         splits = -(-groups // groups_per_split)
         self.calls.append((tuple(x.shape), splits, groups_per_split))
-        self.warmed.append(warm)
         assert scale_codes.dtype == torch.int32 and out.dtype == torch.bfloat16 and groups_per_split % 8 == 0
         assert (part is None) == (splits == 1) and (part is None or part.shape == (splits, *out.shape))
         total = torch.zeros(out.shape, dtype=torch.float64)
@@ -73,48 +72,6 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
         assert got.shape == (rows, 128) and got.dtype == torch.bfloat16
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [c[1] for c in launcher.calls] == [splits] * 3
-
-
-def test_each_gemv_warms_the_next_ones_weights_in_prepare_order_then_in_the_order_they_ran(monkeypatch):
-    # a, b, c prepared in that order: a warms b (small), b warms nothing (c is past the budget);
-    # run a, c, b: a now warms nothing (c), c warms b; a budget of 0 warms nothing
-    launcher = EmulatedLauncher()
-    kernel = MmaKernel(gemv=launcher, num_sms=132, warm_bytes=100_000)
-    shapes = {"a": (64, 1024), "b": (64, 2048), "c": (256, 4096)}  # 37, 74, 590 KB repacked
-    layers = {}
-    for name, (n, k) in shapes.items():
-        layers[name], x, packed, scales, _ = layer_of(n, k, seed=n + k)
-        kernel.prepare_linear(layers[name], packed, scales)
-        layers[name].x = x[:1].contiguous()
-    a, b, c = layers["a"], layers["b"], layers["c"]
-
-    def warms(layer, target):
-        return layer.nvfp4_mma_warm == mma_gemv.warm_ranges(target.nvfp4_mma_words, target.nvfp4_mma_scales)
-
-    assert a.nvfp4_mma_next is b and warms(a, b) and b.nvfp4_mma_next is c and b.nvfp4_mma_warm is None
-    for name in "acb":
-        kernel.linear(layers[name], layers[name].x, None, None)
-    # a launched before c was seen to follow it (it warmed b), c and b with nothing after them
-    b_ranges = mma_gemv.warm_ranges(b.nvfp4_mma_words, b.nvfp4_mma_scales)
-    # 64 x 2048: 64 KiB of codes, 8 KiB of scales; interleaved, one range of both
-    assert launcher.warmed[0] == b_ranges and (b_ranges[0][1], b_ranges[1][1]) == (65536 // 16, 8192 // 16)
-    one = mma_gemv.warm_ranges(*mma_layout.interleave(b.nvfp4_mma_words, b.nvfp4_mma_scales))
-    assert one[0][1] == (65536 + 8192) // 16 and one[1] == (0, 0)
-    assert launcher.warmed[1] is None and launcher.warmed[2] is None
-    assert a.nvfp4_mma_next is c and a.nvfp4_mma_warm is None and warms(c, b)
-    kernel.linear(a, a.x, None, None)
-    kernel.linear(c, c.x, None, None)
-    assert launcher.warmed[-2] is None and launcher.warmed[-1] == b_ranges
-    monkeypatch.setenv("HINGE_NVFP4_MMA_WARM", "0")
-    none = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
-    for layer in (a, b):
-        none.prepare_linear(layer, layer.nvfp4_packed, layer.nvfp4_scales)
-    assert none.warm_bytes == 0 and a.nvfp4_mma_next is b and a.nvfp4_mma_warm is None
-    monkeypatch.setenv("HINGE_NVFP4_MMA_WARM", "16M")
-    with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_WARM='16M'.*integer"):
-        MmaKernel(gemv=launcher, num_sms=132)
-    with pytest.raises(ValueError, match="warm_bytes -1"):
-        MmaKernel(gemv=launcher, num_sms=132, warm_bytes=-1)
 
 
 def test_the_superstep_major_and_interleaved_layouts_compute_the_same_and_a_wrong_layout_is_refused(monkeypatch):
@@ -312,41 +269,6 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
                 want = reference.linear(xr, packed, scales, row_scale, bias)
                 err = (got.float() - want.float()).abs().max() / want.float().abs().max()
                 assert err < 1e-2, (form, kw, order, n, k, rows, float(err))
-
-
-@pytest.mark.gpu
-def test_cuda_a_gemv_that_warms_the_next_weights_into_l2_gives_the_same_bits_eager_and_in_a_graph():
-    # qkv then o prepared in that order: qkv's launches warm o's 10.6 MB; qkv with and without it,
-    # o after either: equal bits (a hint), and o equal to the reference
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
-    runs = {}
-    for warm in (0, 16 << 20):
-        kernel = MmaKernel(warm_bytes=warm)
-        layers = []
-        for n, k in (QWEN3_8B[0], QWEN3_8B[3]):
-            x, packed, scales, row_scale, bias = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
-            layer = torch.nn.Module()
-            layer.row_scale, layer.bias, layer.x = row_scale, bias, x
-            kernel.prepare_linear(layer, packed, scales)
-            layers.append(layer)
-        assert (layers[0].nvfp4_mma_warm is not None) == (warm > 0)
-
-        def step(layers=layers, kernel=kernel):
-            return [kernel.linear(layer, layer.x, layer.bias, None) for layer in layers]
-
-        eager = step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = step()
-        graph.replay()
-        torch.cuda.synchronize()
-        runs[warm] = eager + captured
-        o = layers[1]
-        want = reference.linear(o.x, o.nvfp4_packed, o.nvfp4_scales, o.row_scale, o.bias)
-        err = (eager[1].float() - want.float()).abs().max() / want.float().abs().max()
-        assert err < 1e-2, float(err)
-    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[16 << 20], strict=True))
 
 
 @pytest.mark.gpu
