@@ -1,7 +1,7 @@
 """Core seams the nvfp4 plugin needed, kept generic: a parameter that only some partitions of a
 fused layer store (``checkpoint_shards``), ``Quantizer.load_checkpoint_config`` called before the
-model is built, compressed-tensors' ``format`` as a claimable method, and plugin subcommands
-(hookspec ``register_commands``)."""
+model is built, compressed-tensors' ``format`` as a claimable method, plugin subcommands (hookspec
+``register_commands``), and a quantizer's fused [gate | up] activation (``apply_gated``)."""
 
 from __future__ import annotations
 
@@ -103,3 +103,51 @@ def test_hinge_lists_the_installed_plugin_commands_and_refuses_its_own_names():
     sub.add_parser("generate")
     add_plugin_commands(sub)
     assert "quantize" in sub.choices  # hinge_nvfp4 registers it (installed with hinge-llm)
+
+
+class GatedMarker:
+    """A NoQuantizer whose gated path answers with a marked result (or declines: None) and
+    counts its calls."""
+
+    @staticmethod
+    def build(answer: bool, deterministic: bool = False):
+        import types
+
+        from hinge.builtin.no_quant import NoQuantizer
+
+        class Marked(NoQuantizer):
+            calls = 0
+
+            def apply_gated(self, layer, x, activation):
+                type(self).calls += 1
+                assert activation == "silu" and layer.spec.output_sizes == (48, 48)
+                return torch.full((*x.shape[:-1], 48), 0.5, dtype=x.dtype) if answer else None
+
+        return Marked(build=types.SimpleNamespace(deterministic=deterministic))
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_the_mlp_takes_the_quantizers_gated_path_where_it_answers_and_its_own_activation_where_not(answer):
+    import torch.nn.functional as F
+
+    from hinge.layers.mlp import GatedMLP
+
+    q = GatedMarker.build(answer)
+    mlp = GatedMLP(32, 48, "silu", q, torch.float32, "mlp")
+    gen = torch.Generator().manual_seed(0)
+    for p in (mlp.gate_up_proj.weight, mlp.down_proj.weight):
+        p.data = torch.randn(p.shape, generator=gen)
+    x = torch.randn(3, 32, generator=gen)
+    gu = F.linear(x, mlp.gate_up_proj.weight)
+    inner = torch.full((3, 48), 0.5) if answer else F.silu(gu[:, :48]) * gu[:, 48:]
+    assert torch.allclose(mlp(x), F.linear(inner, mlp.down_proj.weight), atol=1e-5)
+    assert type(q).calls == 1
+
+
+def test_the_deterministic_mlp_never_asks_for_the_gated_path():
+    from hinge.layers.mlp import GatedMLP
+
+    q = GatedMarker.build(True, deterministic=True)
+    mlp = GatedMLP(32, 48, "silu", q, torch.float32, "mlp", deterministic=True)
+    mlp(torch.randn(2, 32))
+    assert type(q).calls == 0

@@ -358,6 +358,20 @@ class Quantizer(ABC):
         """``x`` (..., spec.input_size_per_partition) -> (..., spec.output_size_per_partition), bias
         included (partitions side by side in ``spec.output_sizes`` order). Graph-safe."""
 
+    def apply_gated(self, layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """Optional: a fused ``[gate | up]`` layer's ``act(gate) * up`` in one call, or None.
+
+        ``layer`` has two equal partitions (``spec.output_sizes``: gate, then up); ``activation``
+        is a name of ``hinge.layers.activation.ACTIVATIONS`` (the SwiGLU MLP asks with
+        ``"silu"``). Returns (..., I), where I is one partition's width, equal to ``act(g) * u``
+        computed in float32 from ``apply``'s output ``[g | u]`` and rounded once to its dtype (as
+        ``hinge.layers.fast_triton.silu_mul`` does), or None when this quantizer has no fused
+        path for this call (the caller then runs ``apply`` and the activation). Decided from
+        shapes, dtypes and devices only: graph-safe. The MLP asks outside the deterministic mode
+        only. Default: None (``hinge.testing.QuantizerContract`` checks any answer against
+        ``apply``)."""
+        return None
+
     # -- mixture of experts: all experts of a block at once --------------------------------------
 
     def create_moe_weights(self, layer: nn.Module, spec: MoESpec) -> None:

@@ -36,6 +36,23 @@ class RowCountDependent(NoQuantizer):
         return super().apply(layer, x) * (1 + 1e-6 * x.shape[0])
 
 
+class GatedInFloat32(NoQuantizer):
+    """A fused [gate | up] path done right: apply's output, silu in float32, one rounding."""
+
+    def apply_gated(self, layer, x, activation):
+        y = self.apply(layer, x).float()
+        gate, up = y.chunk(2, dim=-1)
+        return (gate / (1 + torch.exp(-gate)) * up).to(x.dtype)
+
+
+class GatedSwapped(NoQuantizer):
+    """Applies the activation to the wrong half: silu(up) * gate."""
+
+    def apply_gated(self, layer, x, activation):
+        gate, up = self.apply(layer, x).float().chunk(2, dim=-1)
+        return (up / (1 + torch.exp(-up)) * gate).to(x.dtype)
+
+
 class Int8Rows(NoQuantizer):
     """A toy packed format: int8 weights with one float scale per output row (both buffers,
     loaded by partition and rank through the generic linear loader); experts stay unquantized."""
@@ -165,6 +182,21 @@ def test_a_quantizer_that_drops_the_bias_fails():
     contract, _, q = _contract(DropsBias)
     with pytest.raises(AssertionError, match="differs from the reference linear"):
         contract.test_apply_matches_reference_linear(q, torch.float32, "cpu")
+
+
+def test_a_gated_path_on_the_wrong_half_fails_and_a_float32_one_passes():
+    contract, _, q = _contract(GatedSwapped)
+    with pytest.raises(AssertionError, match="differs from silu.gate. . up of apply's output"):
+        contract.test_a_gated_answer_is_the_activation_of_apply_rounded_once(q, torch.float32, "cpu")
+    _, _, good = _contract(GatedInFloat32)
+    for dtype in (torch.float32, torch.bfloat16):
+        contract._check_gated(good, dtype, "cpu")
+
+
+def test_a_quantizer_without_a_gated_path_is_skipped_by_the_gated_check():
+    contract, _, q = _contract(NoQuantizer)
+    with pytest.raises(pytest.skip.Exception, match="declines every call"):
+        contract.test_a_gated_answer_is_the_activation_of_apply_rounded_once(q, torch.float32, "cpu")
 
 
 def test_a_quantizer_claiming_unknown_methods_fails():

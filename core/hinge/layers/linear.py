@@ -121,6 +121,13 @@ class Linear(nn.Module):
                 return gemv.gemv(rows, self.weight).reshape(*x.shape[:-1], self.weight.shape[0])
         return self.quantizer.apply(self, x)
 
+    def gated(self, x: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """``act(gate) * up`` of this fused [gate | up] layer from its quantizer's fused path
+        (``Quantizer.apply_gated``), or None where it has none for this call."""
+        if self.plain:
+            return None
+        return self.quantizer.apply_gated(self, x, activation)
+
     def checkpoint_routes(self, module_name: str) -> dict[str, Route]:
         """``{checkpoint tensor name: Route}`` for every tensor the quantizer registered: tensor
         ``{shard_names[i]}.{name}`` loads into ``{module_name}.{name}`` as partition ``i`` (only

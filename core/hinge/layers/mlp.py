@@ -1,7 +1,8 @@
 """The SwiGLU MLP of Llama, Qwen and LFM2: ``down(act(gate(x)) * up(x))`` with gate and up in
 one GEMM (``gate_up_proj``, column-parallel) and ``down_proj`` row-parallel. With SiLU, on CUDA
 outside the deterministic mode, the activation is one Triton kernel (``fast_triton.silu_mul``:
-one rounding instead of two)."""
+one rounding instead of two), or the quantizer's own GEMM with the activation fused where it has
+one (``Quantizer.apply_gated``: ``kernel: mma`` of ``nvfp4`` at decode)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ class GatedMLP(nn.Module):
         self.is_silu = self.act is ACTIVATIONS["silu"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.is_silu and not self.deterministic:
+            fused = self.gate_up_proj.gated(x, "silu")  # the quantizer's GEMM with the activation
+            if fused is not None:
+                return self.down_proj(fused)
         gate_up = self.gate_up_proj(x)
         if self.deterministic:
             return self.down_proj(batch_invariant.gated_activation(gate_up, self.act))

@@ -130,6 +130,38 @@ class QuantizerContract(MoEContractChecks, ContractBase):
             expected = reference_linear(x, w_ref, b_ref)
         self._assert_close(total, expected, dtype, "sum of row-parallel ranks")
 
+    def test_a_gated_answer_is_the_activation_of_apply_rounded_once(self, component, dtype, device):
+        """Where ``apply_gated`` answers for a [gate | up] layer, it is ``silu(gate) * up`` of
+        ``apply``'s own output (float64 here), within one rounding to the layer's dtype (and
+        float32's arithmetic)."""
+        self._check_gated(component, dtype, device)
+
+    def _check_gated(self, quantizer, dtype, device):
+        half = self.out_features
+        layer, _, _ = self.loaded_linear(quantizer, dtype, device, (half, half), False, seed=8)
+        answered = 0
+        for rows in (1, 3, 8, 21):
+            x = self._inputs((rows,), dtype, device, 8 + rows)
+            got = quantizer.apply_gated(layer, x, "silu")
+            if got is None:
+                continue
+            answered += 1
+            y = quantizer.apply(layer, x).double().cpu()
+            gate, up = y[..., :half], y[..., half:]
+            want = gate / (1 + torch.exp(-gate)) * up
+            assert got.shape == want.shape and got.dtype == dtype, (
+                f"apply_gated gave {tuple(got.shape)} {got.dtype}, expected {tuple(want.shape)} {dtype}")
+            err = (got.double().cpu() - want).abs()
+            # one rounding to dtype, and float32's own exp, add, divide and multiply
+            bound = (torch.finfo(dtype).eps + 8 * torch.finfo(torch.float32).eps) * want.abs() + torch.finfo(dtype).tiny
+            worst = int(torch.argmax(err - bound))
+            assert bool((err <= bound).all()), (
+                f"apply_gated differs from silu(gate) * up of apply's output by {float(err.flatten()[worst]):.3g} "
+                f"at {worst} (value {float(want.flatten()[worst]):.4g}; one rounding allows "
+                f"{float(bound.flatten()[worst]):.3g}), {rows} rows")
+        if not answered:
+            pytest.skip("apply_gated declines every call here (None: the MLP runs apply and the activation)")
+
     def test_every_claimed_dtype(self, spec, build_component, device):
         for name in sorted(spec.capabilities.dtypes):
             dtype = getattr(torch, name)

@@ -195,32 +195,66 @@ class MmaKernel(TritonKernel):
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
         if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
+            layer.nvfp4_mma_pairs = pairs = gate_up_pairs(layer, n)
+            row_scale = layer.row_scale
+            if pairs:  # [gate | up]: tiles in pairs, so that a gated launch can fuse silu_mul
+                order = mma_layout.pair_rows(n).to(packed.device)
+                packed, scales, row_scale = packed[order], scales[order], row_scale[order]
+            layer.nvfp4_mma_row_scale = row_scale.contiguous()
             words, codes = mma_layout.repack(packed, scales)
             layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
             words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
-            if plan.splits > 1:
-                gemv.reserve_counters(n // 16, packed.device)
+            if plan.splits > 1 or pairs:
+                gemv.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
+
+    def _takes(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
+               act_scale: torch.Tensor | None) -> bool:
+        """Whether the tensor-core GEMV runs this call (else the Triton path)."""
+        from hinge_nvfp4 import mma_gemv
+
+        return not (getattr(layer, "nvfp4_mma_words", None) is None or act_scale is not None
+                    or x.dim() != 2 or x.dtype != torch.bfloat16
+                    or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
+                    or x.data_ptr() % 16
+                    or (bias is not None and (bias.dtype != torch.bfloat16 or layer.nvfp4_mma_pairs)))
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
-        from hinge_nvfp4 import mma_gemv
-
-        words = getattr(layer, "nvfp4_mma_words", None)
-        if (words is None or act_scale is not None or x.dim() != 2 or x.dtype != torch.bfloat16
-                or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
-                or x.data_ptr() % 16
-                or (bias is not None and bias.dtype != torch.bfloat16)):
+        if not self._takes(layer, x, bias, act_scale):
             return super().linear(layer, x, bias, act_scale)
+        return self._launch(layer, x, bias, gated=False)
+
+    def gated(self, layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """``silu(gate) * up`` of a paired [gate | up] layer in one launch (the activation in the
+        GEMV's epilogue: ``hinge.layers.fast_triton.silu_mul``'s bits), or None where this call
+        is not the tensor-core GEMV's (the caller then applies the activation itself)."""
+        if activation != "silu" or not getattr(layer, "nvfp4_mma_pairs", 0) or not self._takes(layer, x, None, None):
+            return None
+        return self._launch(layer, x, None, gated=True)
+
+    def _launch(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None, gated: bool) -> torch.Tensor:
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
         plan = layer.nvfp4_mma_tiling
-        out = torch.empty(m, n, dtype=torch.bfloat16, device=x.device)
+        out = torch.empty(m, n // 2 if gated else n, dtype=torch.bfloat16, device=x.device)
         part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
-                if plan.splits > 1 else None)
+                if plan.splits > 1 or gated else None)
         return layer.nvfp4_mma_gemv(
-            words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split, row_scale=layer.row_scale,
-            bias=bias, out=out)
+            layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split,
+            row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out, pair_tiles=layer.nvfp4_mma_pairs,
+            gated=gated)
+
+
+def gate_up_pairs(layer: nn.Module, n: int) -> int:
+    """Tiles a half of a fused [gate | up] layer the MMA GEMV pairs (0: not one): two equal
+    partitions of whole 16-row tiles, all NVFP4, no bias."""
+    spec = getattr(layer, "spec", None)
+    sizes = tuple(spec.output_sizes_per_partition) if spec is not None else ()
+    if (len(sizes) != 2 or sizes[0] != sizes[1] or sum(sizes) != n or n % 32
+            or getattr(layer, "plain_parts", ()) or getattr(layer, "bias", None) is not None):
+        return 0
+    return n // 32
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False) -> Any:

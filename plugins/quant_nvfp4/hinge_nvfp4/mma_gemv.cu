@@ -109,13 +109,52 @@ struct Epilogue {
     // else out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr), written by the
     // one split, or with several by the last warp of a tile to finish: each split's warp stores
     // its sums into part and counts itself in counters[tile]; the last one adds the splits in
-    // order 0, 1, ... (the same bits whichever finishes last) and sets the count back to 0
+    // order 0, 1, ... (the same bits whichever finishes last) and sets the count back to 0.
+    //
+    // pair_tiles > 0: the weight's rows are a fused [gate | up] of pair_tiles tiles each, stored
+    // pairwise (mma_layout.pair_rows: tile 2j is gate tile j, tile 2j + 1 up tile j); row_scale
+    // is in that order. Not gated, out (M, N) gets each row back in its [gate | up] place. Gated,
+    // out (M, N / 2) = silu(gate) * up of the two bf16 results, as hinge's silu_mul computes it
+    // (silu_mul below): the pair's two tiles meet through part[0] (their bf16 values) and
+    // counters[N / 16 + j], the second to finish writing the pair's outputs
     float* part;
     const float* row_scale;
     const uint16_t* bias;
     uint16_t* out;
     int* counters;
+    int pair_tiles;
+    int gated;
 };
+
+__device__ __forceinline__ float rounded(const float sum, const float row_scale, const uint16_t* bias,
+                                         const int row) {
+    // bf16(sum * row_scale (+ bias)) as a float: one rounded multiply (or fused multiply-add)
+    const float y = bias != nullptr
+        ? __fmaf_rn(sum, row_scale, __bfloat162float(__ushort_as_bfloat16(bias[row])))
+        : __fmul_rn(sum, row_scale);
+    return __bfloat162float(__float2bfloat16_rn(y));
+}
+
+__device__ __forceinline__ float silu_mul(const float gate, const float up) {
+    // gate / (1 + exp(-gate)) * up in float32, the instructions Triton emits for
+    // hinge.layers.fast_triton.silu_mul (0 - g, times log2 e, ex2.approx, + 1, div.full, times
+    // up), so that a gated GEMV gives that kernel's bits
+    float t, e, d, q, y;
+    asm("sub.f32 %0, 0f00000000, %1;" : "=f"(t) : "f"(gate));
+    asm("mul.f32 %0, %1, 0f3FB8AA3B;" : "=f"(t) : "f"(t));
+    asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(t));
+    asm("add.f32 %0, %1, 0f3F800000;" : "=f"(d) : "f"(e));
+    asm("div.full.f32 %0, %1, %2;" : "=f"(q) : "f"(gate), "f"(d));
+    asm("mul.f32 %0, %1, %2;" : "=f"(y) : "f"(q), "f"(up));
+    return y;
+}
+
+__device__ __forceinline__ int out_row(const Epilogue& e, const int row) {
+    // a kernel row's place in out: itself, or (pair_tiles) its [gate | up] row
+    if (e.pair_tiles == 0) return row;
+    const int tile = row >> 4;
+    return (tile & 1) * e.pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
+}
 
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
                                        const int lane, float (&acc)[4]) {
@@ -148,13 +187,38 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         }
         if (lane == 0) e.counters[tile] = 0;  // ready for the next launch
     }
+    float y[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) y[i] = cols[i] < m ? rounded(acc[i], e.row_scale[rows[i]], e.bias, rows[i]) : 0.f;
+    if (!e.gated) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (cols[i] < m)
+                e.out[(size_t)cols[i] * n + out_row(e, rows[i])] = __bfloat16_as_ushort(__float2bfloat16_rn(y[i]));
+        return;
+    }
+    // gated: this tile's bf16 values into part[0] (the last split read its own sums of this
+    // tile before), then the pair's second tile to arrive writes silu(gate) * up
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (cols[i] < m) e.part[(size_t)cols[i] * n + rows[i]] = y[i];
+    __threadfence();
+    __syncwarp();
+    const int pair = tile >> 1, other = (tile ^ 1) * 16 - tile * 16;  // the partner's rows: + other
+    int second = 0;
+    if (lane == 0) second = atomicAdd(&e.counters[(n >> 4) + pair], 1) == 1;
+    if (!__shfl_sync(0xFFFFFFFFu, second, 0)) return;
+    __threadfence();
+    const int half = n >> 1;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         if (cols[i] >= m) continue;
-        float y = acc[i] * e.row_scale[rows[i]];
-        if (e.bias != nullptr) y += __bfloat162float(__ushort_as_bfloat16(e.bias[rows[i]]));
-        e.out[(size_t)cols[i] * n + rows[i]] = __bfloat16_as_ushort(__float2bfloat16_rn(y));
+        const float theirs = __ldcg(&e.part[(size_t)cols[i] * n + rows[i] + other]);
+        const float gate = (tile & 1) ? theirs : y[i], up = (tile & 1) ? y[i] : theirs;
+        e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
+            __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
     }
+    if (lane == 0) e.counters[(n >> 4) + pair] = 0;  // ready for the next launch
 }
 
 #ifndef L2_PREFETCH
@@ -256,7 +320,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const uint16_t *__restrict__ x, float *__restrict__ part, int n, int k, int m,           \
         int c_tile, int c_super, int s_tile, int s_super, int groups_per_split,                 \
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
-        uint16_t *__restrict__ out, int *__restrict__ counters
+        uint16_t *__restrict__ out, int *__restrict__ counters, int pair_tiles, int gated
 
 enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK };
 
@@ -442,6 +506,12 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     if (steps > 0) accumulate<FORM>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
                                     first, steps, warp, lane, acc);
+    if constexpr (PDL) {
+        // the weights are read: the kernel after this one may launch (its blocks copy their
+        // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
+        // tiles are past N exited above, which counts as its trigger
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    }
     if constexpr (KW > 1) {
         __shared__ float sums[WARPS][4][32];
         if (slice > 0) {
@@ -456,14 +526,14 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             for (int i = 0; i < 4; ++i) acc[i] += sums[warp + j][i][lane];
         }
     }
-    finish(Epilogue{part, row_scale, bias, out, counters}, m, n, tile, lane, acc);
+    finish(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, acc);
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
 // (mma_gemv.kernel_name: ``_kw2``, ``_kw4``)
 #define GEMV_ARGS                                                                                \
     codes, scales, x, part, n, k, m, c_tile, c_super, s_tile, s_super, groups_per_split,          \
-        row_scale, bias, out, counters
+        row_scale, bias, out, counters, pair_tiles, gated
 #define GEMV_KERNEL(name, FORM, KW)                                                              \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM)                     \
         name(GEMV_PARAMS) {                                                                      \

@@ -150,8 +150,9 @@ class MmaGemv:
             raise RuntimeError(f"{what} failed with CUDA driver error {code}")
 
     def reserve_counters(self, tiles: int, device: torch.device) -> None:
-        """Room for ``tiles`` 16-row tiles' split counters (zeros; each launch leaves them zero):
-        call it outside a CUDA graph capture, for the largest weight a split launch will see."""
+        """Room for ``tiles`` counters (zeros; each launch leaves them zero): a 16-row tile's
+        split count each, and a gated launch's pair counts after them (N / 16 + N / 32). Call it
+        outside a CUDA graph capture, for the largest weight a split or gated launch will see."""
         have = self._counters
         if have is None or have.numel() < tiles or have.device != torch.device(device):
             self._counters = torch.zeros(max(tiles, have.numel() if have is not None else 0),
@@ -160,13 +161,20 @@ class MmaGemv:
     def __call__(self, words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor,
                  part: torch.Tensor | None, groups_per_split: int, *,
                  row_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, pair_tiles: int = 0,
+                 gated: bool = False) -> torch.Tensor:
         """One launch over ``ceil(K / 16 / groups_per_split)`` splits of K, from ``repack``'s
         words and scale codes and x (M, K) bf16 (contiguous, 16-byte aligned). Without ``out``:
         ``part`` (splits, M, N) float32 gets each split's sums; returns it. With ``out`` (M, N)
         bf16 and ``row_scale`` (N,) float32: out = sum * row_scale (+ ``bias`` (N,) bf16), the
         splits added in the kernel through ``part`` (a (splits, M, N) float32 workspace; None
-        for one split) and the reserved counters; returns ``out``."""
+        for one split) and the reserved counters; returns ``out``.
+
+        ``pair_tiles`` (> 0): the words are a fused [gate | up] of that many 16-row tiles a half
+        in ``mma_layout.pair_rows`` order (``row_scale`` too); out's columns are in [gate | up]
+        order again. ``gated``: out is (M, N / 2) = silu(gate) * up as
+        ``hinge.layers.fast_triton.silu_mul`` computes it from the two bf16 results; part is
+        then needed for one split too, and the counters cover N / 16 + N / 32."""
         n, k, m = words.shape[0] * 16, x.shape[1], x.shape[0]
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
@@ -176,16 +184,23 @@ class MmaGemv:
             raise ValueError(f"x must be a contiguous 16-byte aligned ({MAX_ROWS} rows at most, "
                              f"{words.shape[1] * SUPERSTEP} columns) bf16 tensor, got "
                              f"{tuple(x.shape)} {x.dtype}")
+        if (pair_tiles or gated) and (out is None or pair_tiles * 32 != n or bias is not None):
+            raise ValueError(f"a paired [gate | up] launch takes out, no bias and pair_tiles = N / 32 "
+                             f"= {n // 32}; got pair_tiles {pair_tiles}, "
+                             f"{'a bias' if bias is not None else 'no bias'}, "
+                             f"{'no out' if out is None else 'out'}")
         splits = -(-(k // 16) // groups_per_split)
+        width = n // 2 if gated else n
+        counters = n // 16 + (n // 32 if gated else 0)
         if out is not None:
-            if row_scale is None or out.dtype != torch.bfloat16 or out.shape != (m, n):
-                raise ValueError(f"the fused epilogue takes row_scale and a ({m}, {n}) bf16 out; got "
+            if row_scale is None or out.dtype != torch.bfloat16 or out.shape != (m, width):
+                raise ValueError(f"the fused epilogue takes row_scale and a ({m}, {width}) bf16 out; got "
                                  f"{None if row_scale is None else 'row_scale'}, {tuple(out.shape)} {out.dtype}")
-            if splits > 1 and (self._counters is None or self._counters.numel() < n // 16):
-                raise ValueError(f"{splits} splits need counters for {n // 16} tiles: call "
-                                 "reserve_counters first (outside a graph capture)")
-        if (out is None or splits > 1) and (part is None or part.dtype != torch.float32
-                                            or part.shape != (splits, m, n)):
+            if (splits > 1 or gated) and (self._counters is None or self._counters.numel() < counters):
+                raise ValueError(f"{splits} splits{' gated' if gated else ''} need {counters} counters: "
+                                 "call reserve_counters first (outside a graph capture)")
+        if (out is None or splits > 1 or gated) and (part is None or part.dtype != torch.float32
+                                                     or part.shape != (splits, m, n)):
             raise ValueError(f"part must be a ({splits}, {m}, {n}) float32 tensor for {splits} splits")
 
         def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -194,7 +209,7 @@ class MmaGemv:
         strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
         args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
                 ctypes.c_int(m), *strides, ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
-                ptr(out), ptr(self._counters)]
+                ptr(out), ptr(self._counters), ctypes.c_int(pair_tiles), ctypes.c_int(int(gated))]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
         grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)

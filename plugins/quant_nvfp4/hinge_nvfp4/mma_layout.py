@@ -163,6 +163,17 @@ def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> 
     return (x.double() @ dense_weight(words, scale_codes).t()) * 256.0
 
 
+def pair_rows(n: int) -> torch.Tensor:
+    """The weight rows of a fused ``[gate | up]`` (N rows, two halves of N / 2, each a multiple of
+    16) in the kernel's paired order: kernel tile 2j is gate tile j, tile 2j + 1 up tile j, so a
+    gated GEMV (``mma_gemv.cu``'s ``Epilogue``, ``pair_tiles``) finds both halves of output
+    columns 16j .. 16j + 15 in neighbouring tiles. ``weight[pair_rows(n)]`` is that order."""
+    if n % 32:
+        raise ValueError(f"a paired [gate | up] weight has two halves of whole 16-row tiles: "
+                         f"N = {n} is not a multiple of 32")
+    return torch.arange(n).view(2, n // 32, 16).transpose(0, 1).reshape(n)
+
+
 def superstep_major(t: torch.Tensor) -> torch.Tensor:
     """The same (tiles, supersteps, ...) view of ``repack``'s words or scale codes, its memory
     superstep-major: the warps working on one superstep at a moment read one stretch of memory

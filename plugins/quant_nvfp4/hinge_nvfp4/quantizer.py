@@ -102,6 +102,16 @@ class NVFP4Quantizer(Quantizer):
                 y = y + layer.bias
         return y.reshape(*lead, y.shape[-1])
 
+    def apply_gated(self, layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor | None:
+        """The kernel's GEMM with the activation in its epilogue (``kernel: mma`` at decode:
+        ``MmaKernel.gated``), or None (w4a4, a mixed or plain layer, another kernel)."""
+        gated = getattr(self.kernel, "gated", None)
+        if gated is None or self.w4a4 or not layer.nvfp4_parts or layer.plain_parts:
+            return None
+        lead, rows = x.shape[:-1], x.reshape(-1, x.shape[-1])
+        y = gated(layer, rows, activation)
+        return None if y is None else y.reshape(*lead, y.shape[-1])
+
     def _plain(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         if self.deterministic:
             return batch_invariant.linear(x, weight, bias)

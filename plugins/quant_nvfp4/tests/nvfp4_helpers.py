@@ -26,6 +26,27 @@ def nvfp4(dtype=torch.float32, deterministic: bool = False, **options) -> NVFP4Q
     return NVFP4Quantizer(NVFP4Options(**options), build(dtype=dtype, deterministic=deterministic))
 
 
+def nvfp4_mlp(hidden: int, inter: int, kernel: str = "mma", device: str = "cuda", seed: int = 0,
+              quantizer: NVFP4Quantizer | None = None):
+    """A bf16 SwiGLU ``GatedMLP`` over nvfp4 (``kernel``) with seeded random NVFP4 weights."""
+    from hinge.layers.mlp import GatedMLP
+    from hinge.testing import load_linear
+
+    q = quantizer or NVFP4Quantizer(NVFP4Options(kernel=kernel), build(device=device, dtype=torch.bfloat16))
+    with torch.device(device):
+        mlp = GatedMLP(hidden, inter, "silu", q, torch.bfloat16, "mlp")
+    gen = torch.Generator().manual_seed(seed)
+    for layer, sizes in ((mlp.gate_up_proj, (inter, inter)), (mlp.down_proj, (hidden,))):
+        shards = []
+        for size in sizes:
+            w = torch.randn(size, layer.in_features, generator=gen) / layer.in_features ** 0.5
+            packed, scales, scale_2 = fp4.quantize_weight(w.to(torch.bfloat16))
+            shards.append({"weight": packed, "weight_scale": scales, "weight_scale_2": scale_2,
+                           "input_scale": fp4.global_scale(torch.tensor(4.0))})
+        load_linear(layer, shards)
+    return mlp
+
+
 def plain(dtype=torch.float32):
     from hinge.plugins.manager import get_plugin_manager
 

@@ -27,13 +27,15 @@ class EmulatedLauncher:
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
 
-    def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out):
-        groups = x.shape[1] // 16
+    def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out,
+                 pair_tiles=0, gated=False):
+        groups, n = x.shape[1] // 16, words.shape[0] * 16
         splits = -(-groups // groups_per_split)
-        self.calls.append((tuple(x.shape), splits, groups_per_split))
+        self.calls.append((tuple(x.shape), splits, groups_per_split, pair_tiles, gated))
         assert scale_codes.dtype == torch.int32 and out.dtype == torch.bfloat16 and groups_per_split % 8 == 0
-        assert (part is None) == (splits == 1) and (part is None or part.shape == (splits, *out.shape))
-        total = torch.zeros(out.shape, dtype=torch.float64)
+        assert (part is None) == (splits == 1 and not gated)
+        assert part is None or part.shape == (splits, x.shape[0], n)
+        total = torch.zeros(x.shape[0], n, dtype=torch.float64)
         for s in range(splits):
             j0, j1 = s * groups_per_split, min((s + 1) * groups_per_split, groups)
             total += mma_layout.emulate(words[:, j0 // 8:j1 // 8], scale_codes[:, j0 // 8:j1 // 8],
@@ -41,7 +43,13 @@ class EmulatedLauncher:
         y = total * row_scale.double()
         if bias is not None:
             y = y + bias.double()
-        out.copy_(y.to(torch.bfloat16))
+        y = y.to(torch.bfloat16)
+        if pair_tiles:  # kernel rows in pairs of tiles: [gate | up] order again
+            y = y[:, torch.argsort(mma_layout.pair_rows(n))]
+        if gated:
+            gate, up = y.float().chunk(2, dim=-1)
+            y = (gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16)
+        out.copy_(y)
         return out
 
 
@@ -72,6 +80,69 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
         assert got.shape == (rows, 128) and got.dtype == torch.bfloat16
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [c[1] for c in launcher.calls] == [splits] * 3
+    assert layer.nvfp4_mma_pairs == 0  # not a fused [gate | up]
+
+
+def gate_up_layer(half, k, seed=0):
+    layer, x, packed, scales, _ = layer_of(2 * half, k, seed=seed)
+    layer.spec = type("Spec", (), {"output_sizes_per_partition": (half, half)})()
+    layer.plain_parts, layer.bias = (), None
+    return layer, x, packed, scales
+
+
+@pytest.mark.parametrize("num_sms", [132, 1])
+def test_a_gate_up_layer_is_paired_its_output_keeps_its_order_and_its_gated_output_is_silu_mul(num_sms):
+    launcher = EmulatedLauncher()
+    kernel = MmaKernel(gemv=launcher, num_sms=num_sms)
+    layer, x, packed, scales = gate_up_layer(96, 1024)
+    kernel.prepare_linear(layer, packed, scales)
+    order = mma_layout.pair_rows(192)
+    assert layer.nvfp4_mma_pairs == 6 and order[:20].tolist() == [*range(16), 96, 97, 98, 99]
+    words, codes = mma_layout.repack(packed[order], scales[order])
+    assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
+    assert torch.equal(layer.nvfp4_mma_row_scale, layer.row_scale[order])
+    assert launcher.reserved[-1] == 12 + 6  # split counters, then pair counters
+    for rows in (1, 5):
+        xr = x[:rows].contiguous()
+        plain = kernel.linear(layer, xr, None, None)
+        want = reference.linear(xr, packed, scales, layer.row_scale, None)
+        assert (plain.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+        gated = kernel.gated(layer, xr, "silu")
+        gate, up = plain.float().chunk(2, dim=-1)
+        assert torch.equal(gated, (gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16))
+    assert [c[3:] for c in launcher.calls] == [(6, False), (6, True)] * 2
+    assert kernel.gated(layer, x[:1].contiguous(), "gelu") is None  # only silu is fused
+    assert kernel.gated(layer, x.repeat(2, 1).contiguous(), "silu") is None  # 16 rows: Triton's
+
+
+def test_the_mlp_over_the_kernel_runs_the_gated_gemv_then_down_and_equals_the_unfused_formula():
+    from nvfp4_helpers import build, nvfp4_mlp
+
+    from hinge_nvfp4.options import NVFP4Options
+    from hinge_nvfp4.quantizer import NVFP4Quantizer
+
+    launcher = EmulatedLauncher()
+    q = NVFP4Quantizer(NVFP4Options(), build(dtype=torch.bfloat16))
+    q.kernel = MmaKernel(gemv=launcher, num_sms=132)
+    mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    got = mlp(x)
+    assert [c[3:] for c in launcher.calls] == [(32, True), (0, False)]  # gated gate_up, then down
+    gate, up = mlp.gate_up_proj(x).float().chunk(2, dim=-1)
+    assert torch.equal(got, mlp.down_proj((gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16)))
+
+
+def test_a_layer_with_a_bias_or_unequal_or_mixed_partitions_is_not_paired():
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    for change in ({"bias": torch.zeros(192)}, {"plain_parts": (1,)},
+                   {"spec": type("Spec", (), {"output_sizes_per_partition": (128, 64)})()}):
+        layer, _, packed, scales = gate_up_layer(96, 256)
+        for name, value in change.items():
+            setattr(layer, name, value)
+        kernel.prepare_linear(layer, packed, scales)
+        assert layer.nvfp4_mma_pairs == 0 and kernel.gated(layer, torch.zeros(1, 256, dtype=torch.bfloat16), "silu") is None
+    with pytest.raises(ValueError, match="N = 48 is not a multiple of 32"):
+        mma_layout.pair_rows(48)
 
 
 def test_the_superstep_major_and_interleaved_layouts_compute_the_same_and_a_wrong_layout_is_refused(monkeypatch):
@@ -307,6 +378,77 @@ def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_e
             want = reference.linear(static_x, packed, scales, row_scale, bias)
             err = (static_out.float() - want.float()).abs().max() / want.float().abs().max()
             assert err < 1e-2, (n, k, float(err))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
+def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_form_and_tiling(form):
+    # Qwen3-8B's gate_up (one split) and small ones in 1, 3 splits with 1, 2, 4 warps a tile:
+    # the pair's tiles meet through part and the pair counters; eager, then over graph replays
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
+    from hinge.layers.fast_triton.silu_mul import silu_mul
+
+    major, minor = torch.cuda.get_device_capability()
+    for pdl in (False, True):
+        cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=pdl)
+        for n, k, per_split in ((24576, 4096, 256), (192, 2560, 64), (96, 1024, 64), (64, 256, 16)):
+            x, packed, scales, row_scale, _ = problem(8, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
+            order = mma_layout.pair_rows(n).cuda()
+            words, codes = mma_layout.repack(packed[order], scales[order])
+            splits = -(-(k // 16) // per_split)
+            for kw in mma_gemv.KWARPS:
+                gemv = mma_gemv.MmaGemv(cubin, form, 4, kw, pdl)
+                gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
+
+                def run(xr, gated, gemv=gemv, words=words, codes=codes, row_scale=row_scale[order],
+                        n=n, splits=splits, per_split=per_split):
+                    out = torch.empty(xr.shape[0], n // 2 if gated else n, dtype=torch.bfloat16, device="cuda")
+                    part = torch.empty(splits, xr.shape[0], n, device="cuda")
+                    return gemv(words, codes, xr, part if splits > 1 or gated else None, per_split,
+                                row_scale=row_scale, out=out, pair_tiles=n // 32, gated=gated)
+
+                for rows in (1, 3, 8):
+                    xr = x[:rows].contiguous()
+                    plain = run(xr, False)
+                    want = reference.linear(xr, packed, scales, row_scale, None)
+                    err = (plain.float() - want.float()).abs().max() / want.float().abs().max()
+                    assert err < 1e-2, (form, kw, pdl, n, k, rows, float(err))
+                    assert torch.equal(run(xr, True), silu_mul(plain)), (form, kw, pdl, n, k, rows)
+                static = x[:2].contiguous()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = run(static, True)
+                for _ in range(2):
+                    static.copy_(torch.randn_like(static))
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    assert torch.equal(captured, silu_mul(run(static, False))), (form, kw, pdl, n, k)
+
+
+@pytest.mark.gpu
+def test_cuda_the_nvfp4_mlp_with_the_gated_gemv_equals_the_unfused_mlp_eager_and_in_a_graph():
+    # GatedMLP over nvfp4 kernel mma: the fused path (gated gate_up, then down launched early
+    # behind it) gives the bits of gate_up, silu_mul, down
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
+    from nvfp4_helpers import nvfp4_mlp
+
+    from hinge.layers.fast_triton.silu_mul import silu_mul
+
+    mlp = nvfp4_mlp(hidden=1024, inter=3072, kernel="mma")
+    x = torch.randn(1, 1024, dtype=torch.bfloat16, device="cuda")
+    unfused = mlp.down_proj(silu_mul(mlp.gate_up_proj(x)))
+    assert torch.equal(mlp(x), unfused)
+    graph = torch.cuda.CUDAGraph()
+    static = x.clone()
+    with torch.cuda.graph(graph):
+        out = mlp(static)
+    for _ in range(3):
+        static.copy_(torch.randn_like(static))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, mlp.down_proj(silu_mul(mlp.gate_up_proj(static))))
 
 
 def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeypatch, tmp_path):
