@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import json
 import os
 import statistics
 import sys
@@ -252,7 +253,8 @@ def decode_e2e(tokens: int = 128) -> None:
                 if plan != "-":
                     os.environ["HINGE_NVFP4_MMA_PLAN"] = plan
             with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
-                     quantizer_options=options, load_format="dummy", mem_fraction_static=0.5) as llm:
+                     quantizer_options=options, load_format="dummy", mem_fraction_static=0.5,
+                     attention_options=json.loads(ARGS.attention_options)) as llm:
                 params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
                                         detokenize=False)
                 llm.generate([[1, 2, 3, 4]], params)
@@ -298,6 +300,8 @@ if __name__ == "__main__":
                         help="also the kernels of a few decode steps of each run (step_profile.py)")
     parser.add_argument("--e2e-best", action="store_true",
                         help="end to end: each swept shape with its fastest swept tiling")
+    parser.add_argument("--attention-options", default="{}",
+                        help="end to end: attention_options JSON for both sides")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
     parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
     ARGS = parser.parse_args()

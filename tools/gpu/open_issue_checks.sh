@@ -26,6 +26,11 @@
 #                                                 # end with the shipped tilings (~8 min)
 #   bash tools/gpu/open_issue_checks.sh bench12  # programmatic dependent launch (HINGE_PDL=1, now the default):
 #                                                 # its GPU tests, end to end without and with (~8 min)
+#   bash tools/gpu/open_issue_checks.sh gated-tests  # kernel: mma's GPU tests (the gated gate_up GEMV
+#                                                 # against GEMV + silu_mul, the MLP), the fast
+#                                                 # kernels, flashinfer decode options at b1 (~4 min)
+#   bash tools/gpu/open_issue_checks.sh gated-e2e  # end to end with the gated GEMV (profiled) and
+#                                                 # without it (HINGE_NVFP4_MMA_GATED=0) (~6 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -223,6 +228,26 @@ bench12)
     b nvfp4_e2e_pdl 200 env HINGE_PDL=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
     cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; tail -3 "$OUT/nvfp4_e2e.log"; tail -3 "$OUT/nvfp4_e2e_pdl.log"
     grep -E "^nvfp4: batch|^none: batch" "$OUT/nvfp4_e2e_pdl.log"
+    ;;
+gated-tests)
+    # twelfth session: silu_mul in the gate_up GEMV's epilogue (Quantizer.apply_gated), GEMVs
+    # triggering their dependents; then flashinfer's batch-1 decode at the e2e's ~130 keys and at 4k
+    b mma_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py
+    b fi_decode 150 python3 tools/gpu/flashinfer_attention.py --batch 1 --context 130 --layers 36 \
+        --options '{}' '{"decode_tensor_cores": "off"}' '{"decode_split_kv": "never"}' \
+        '{"decode_tensor_cores": "off", "decode_split_kv": "never"}'
+    b fi_decode_4k 90 python3 tools/gpu/flashinfer_attention.py --batch 1 16 --context 4096 --layers 36 \
+        --options '{}' '{"decode_tensor_cores": "off"}'
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep -E "^flashinfer|^ +[0-9]+ " "$OUT/fi_decode.log" "$OUT/fi_decode_4k.log"
+    ;;
+gated-e2e)
+    b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \
+        --attention-options "${ATTN:-{\}}"
+    b nvfp4_e2e_unfused 180 env HINGE_NVFP4_MMA_GATED=0 python3 tools/gpu/nvfp4_gemm.py --skip-table \
+        --e2e-kernel mma --attention-options "${ATTN:-{\}}"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/nvfp4_e2e_gated.log"; tail -3 "$OUT/nvfp4_e2e_unfused.log"
+    grep -E "^nvfp4: batch|^none: batch" "$OUT/nvfp4_e2e_gated.log"
     ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \

@@ -168,6 +168,8 @@ class MmaKernel(TritonKernel):
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
                              f"{', '.join(mma_gemv.KERNELS)} (HINGE_NVFP4_MMA_FORM)")
         self._stand_in = gemv
+        #: [gate | up] layers paired and silu_mul in the GEMV's epilogue ($HINGE_NVFP4_MMA_GATED=0: not)
+        self.fuse_gated = os.environ.get("HINGE_NVFP4_MMA_GATED", "1") != "0"
         #: programmatic dependent launch (on Hopper unless $HINGE_PDL=0: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
@@ -195,7 +197,7 @@ class MmaKernel(TritonKernel):
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
         if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
-            layer.nvfp4_mma_pairs = pairs = gate_up_pairs(layer, n)
+            layer.nvfp4_mma_pairs = pairs = gate_up_pairs(layer, n) if self.fuse_gated else 0
             row_scale = layer.row_scale
             if pairs:  # [gate | up]: tiles in pairs, so that a gated launch can fuse silu_mul
                 order = mma_layout.pair_rows(n).to(packed.device)
