@@ -70,15 +70,19 @@ PDL_ENV = "HINGE_PDL"  #: ``0``: no programmatic dependent launch (``early_depen
 
 
 def early_dependents(device: torch.device | str) -> bool:
-    """Whether the core's fast kernels that come before a layer's GEMMs (``add_rmsnorm``,
-    ``silu_mul``) let their dependents launch early (Hopper's programmatic dependent launch,
-    ``griddepcontrol.launch_dependents`` at their start): ``device`` is CUDA of compute
-    capability >= 9.0 and ``$HINGE_PDL`` is not ``0``. A kernel launched after one of them with the
-    programmatic-stream-serialization attribute may then start while it runs; such a kernel
-    must execute ``griddepcontrol.wait`` before it reads anything an earlier kernel wrote or
-    writes any memory (it may read what no kernel of the step writes, such as weights, before).
-    A kernel launched without the attribute is not affected. On by default since the H200 measured
-    it (docs/gpu-results.md, 2026-12-02: nvfp4 ``kernel: mma`` decode 348.1 -> 356.5 tokens/s)."""
+    """Whether the core's fast kernels use Hopper's programmatic dependent launch: ``device`` is
+    CUDA of compute capability >= 9.0 and ``$HINGE_PDL`` is not ``0``.
+
+    Those before a layer's GEMMs (``add_rmsnorm``, ``silu_mul``) let their dependents launch
+    early (``griddepcontrol.launch_dependents`` at their start); they and ``qk_norm_rope`` are
+    themselves launched with the programmatic-stream-serialization attribute and execute
+    ``griddepcontrol.wait`` before anything else, so they may start while the GEMM before them
+    drains (a GEMM that triggers early, as ``kernel: mma``'s GEMVs do once their weights are
+    read). The rule for any kernel launched with the attribute: ``griddepcontrol.wait`` before it
+    reads anything an earlier kernel wrote or writes any memory (it may read what no kernel of
+    the step writes, such as weights, before). A kernel launched without the attribute is not
+    affected. On by default since the H200 measured it (docs/gpu-results.md, 2026-12-02: nvfp4
+    ``kernel: mma`` decode 348.1 -> 356.5 tokens/s)."""
     return os.environ.get(PDL_ENV) != "0" and _compute_capability(torch.device(device)) >= (9, 0)
 
 

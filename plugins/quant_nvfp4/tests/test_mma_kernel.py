@@ -427,6 +427,57 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
 
 
 @pytest.mark.gpu
+def test_cuda_norms_launched_early_behind_a_triggering_gemv_read_its_output_eager_and_in_a_graph():
+    # the GEMV triggers its dependents once its weights are read; add_rmsnorm and qk_norm_rope,
+    # launched with programmatic serialization, must wait for its output (stale x: wrong result)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
+    from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
+    from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
+
+    kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
+    assert kernel.pdl
+    layers = {}
+    for n, k in ((4096, 12288), (6144, 4096)):
+        x, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
+        layer = torch.nn.Module()
+        layer.row_scale = row_scale
+        kernel.prepare_linear(layer, packed, scales)
+        layers[n] = (layer, x.contiguous())
+    residual = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+    head_w = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
+    cos, sin = torch.rand(1, 1, 128, device="cuda"), torch.rand(1, 1, 128, device="cuda")
+
+    def step():
+        down = kernel.linear(layers[4096][0], layers[4096][1], None, None)
+        normed, _ = add_rmsnorm(down, residual, weight, 1e-6)
+        qkv = kernel.linear(layers[6144][0], layers[6144][1], None, None)
+        q, k = qkv[:, :4096].view(1, 32, 128), qkv[:, 4096:5120].view(1, 8, 128)
+        return (down, qkv), (normed, *qk_norm_rope(q, k, head_w, head_w, 1e-6, cos.to(q.dtype), sin.to(q.dtype)))
+
+    def expected(down, qkv):
+        normed, _ = add_rmsnorm(down.clone(), residual, weight, 1e-6)
+        q, k = qkv[:, :4096].reshape(1, 32, 128), qkv[:, 4096:5120].reshape(1, 8, 128)
+        return (normed, *qk_norm_rope(q.clone(), k.clone(), head_w, head_w, 1e-6, cos.to(q.dtype), sin.to(q.dtype)))
+
+    (inputs, got) = step()
+    torch.cuda.synchronize()
+    for a, b in zip(got, expected(*inputs), strict=True):
+        assert torch.equal(a, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_in, static_out = step()
+    for _ in range(3):
+        for _layer, x in layers.values():
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(static_out, expected(*static_in), strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
 def test_cuda_the_nvfp4_mlp_with_the_gated_gemv_equals_the_unfused_mlp_eager_and_in_a_graph():
     # GatedMLP over nvfp4 kernel mma: the fused path (gated gate_up, then down launched early
     # behind it) gives the bits of gate_up, silu_mul, down

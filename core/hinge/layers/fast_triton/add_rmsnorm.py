@@ -11,7 +11,8 @@ Contract: ``x`` (the sublayer's output) and ``residual`` of one shape (..., D) a
   first, as ``rmsnorm_reference`` forms it (``offset=1.0``: the ``(1 + w)`` variant).
 
 Rows up to ``MAX_WIDTH`` elements; the whole row is one block. Graph-capturable (no host syncs).
-With ``hinge.devices.early_dependents`` it lets the next kernel (a GEMM) launch early.
+With ``hinge.devices.early_dependents`` it lets the next kernel (a GEMM) launch early, and is
+itself launched early (it waits for the kernel before it at its start).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, out_ptr, res_ptr, D, stride_x, stride_r, stride_out,
                         stride_res, eps, offset, BLOCK_D: tl.constexpr, HAS_OFFSET: tl.constexpr,
                         EARLY_DEPENDENTS: tl.constexpr):
-    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights
-        tl.extra.cuda.gdc_launch_dependents()
+    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights,
+        tl.extra.cuda.gdc_launch_dependents()  # and this kernel itself launched early: it waits
+        tl.extra.cuda.gdc_wait()  # for the kernel before it (the GEMM that wrote x) here
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_D)
     mask = offs < D
@@ -77,9 +79,9 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     out = torch.empty(xs.shape, dtype=x.dtype, device=x.device)
     res = torch.empty(xs.shape, dtype=x.dtype, device=x.device)
     if xs.shape[0]:
-        block = triton.next_power_of_2(d)
+        block, early = triton.next_power_of_2(d), early_dependents(x.device)
         _add_rmsnorm_kernel[(xs.shape[0],)](
             xs, rs, weight, out, res, d, xs.stride(0), rs.stride(0), out.stride(0), res.stride(0),
             eps, float(offset), BLOCK_D=block, HAS_OFFSET=bool(offset),
-            EARLY_DEPENDENTS=early_dependents(x.device), num_warps=_num_warps(block))
+            EARLY_DEPENDENTS=early, launch_pdl=early, num_warps=_num_warps(block))
     return out.reshape(x.shape), res.reshape(x.shape)

@@ -16,7 +16,9 @@ H200, docs/benchmarks.md sixth session):
   rounding (torch rounds ``n * cos`` first, so the two differ by about one ulp); ``out[i] = n[i]``
   for ``i >= R``.
 
-One program per (token, head). Graph-capturable (no host syncs).
+One program per (token, head). Graph-capturable (no host syncs). With
+``hinge.devices.early_dependents`` it is launched early (behind the qkv GEMM, which lets it: it
+waits for that kernel at its start).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import early_dependents
+
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -32,7 +36,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, HQ, D, R,
                          stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
                          stride_qot, stride_kot, eps, offset, BLOCK_D: tl.constexpr,
-                         HAS_OFFSET: tl.constexpr):
+                         HAS_OFFSET: tl.constexpr, EARLY: tl.constexpr):
+    if EARLY:  # hinge.devices.early_dependents: launched early behind the qkv GEMM, waits for it
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
@@ -95,10 +101,11 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     q_out = torch.empty(t, hq, d, dtype=q.dtype, device=q.device)
     k_out = torch.empty(t, hk, d, dtype=q.dtype, device=q.device)
     if t:
+        early = early_dependents(q.device)
         _qk_norm_rope_kernel[(t, hq + hk)](
             q, k, q_weight, k_weight, cos2, sin2, q_out, k_out, hq, d, rot, q.stride(0),
             q.stride(1), k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0),
             q_out.stride(0), k_out.stride(0), eps, float(offset),
-            BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset),
-            num_warps=1 if d <= 256 else 4)
+            BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset), EARLY=early,
+            launch_pdl=early, num_warps=1 if d <= 256 else 4)
     return q_out, k_out

@@ -4,7 +4,8 @@ Contract: ``gate_up`` (..., 2 I) with a unit last stride; returns (..., I) in it
 ``out = silu(gate) * up = gate / (1 + exp(-gate)) * up`` computed in float32 and rounded once
 (torch's ``F.silu(gate) * up`` rounds twice, so the two differ by at most about one ulp). One
 program per (row, ``BLOCK`` columns). Graph-capturable (no host syncs). With
-``hinge.devices.early_dependents`` it lets the next kernel (the down GEMM) launch early.
+``hinge.devices.early_dependents`` it lets the next kernel (the down GEMM) launch early, and is
+itself launched early (it waits for the kernel before it at its start).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _silu_mul_kernel(gu_ptr, out_ptr, inter, stride_gu, stride_out, BLOCK: tl.constexpr,
                      EARLY_DEPENDENTS: tl.constexpr):
-    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights
-        tl.extra.cuda.gdc_launch_dependents()
+    if EARLY_DEPENDENTS:  # hinge.devices.early_dependents: the next GEMM may start its weights,
+        tl.extra.cuda.gdc_launch_dependents()  # and this kernel itself launched early: it waits
+        tl.extra.cuda.gdc_wait()  # for the kernel before it (the GEMM that wrote gate_up) here
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < inter
@@ -49,7 +51,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     out = torch.empty(rows.shape[0], inter, dtype=gate_up.dtype, device=gate_up.device)
     if rows.shape[0] and inter:
+        early = early_dependents(rows.device)
         _silu_mul_kernel[(rows.shape[0], triton.cdiv(inter, BLOCK))](
             rows, out, inter, rows.stride(0), out.stride(0), BLOCK=BLOCK,
-            EARLY_DEPENDENTS=early_dependents(rows.device), num_warps=4)
+            EARLY_DEPENDENTS=early, launch_pdl=early, num_warps=4)
     return out.reshape(*gate_up.shape[:-1], inter)
