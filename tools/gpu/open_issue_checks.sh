@@ -223,7 +223,8 @@ bench12)
     # the GPU tests (the PDL GEMV after an early-triggering norm, eager and in a graph; the fast
     # kernels), then end to end without and with it, the second with the step's kernels
     b mma_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py
+        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py \
+        plugins/quant_nvfp4/tests/test_end_to_end.py
     b nvfp4_e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     b nvfp4_e2e_pdl 200 env HINGE_PDL=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
     cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; tail -3 "$OUT/nvfp4_e2e.log"; tail -3 "$OUT/nvfp4_e2e_pdl.log"
@@ -233,7 +234,8 @@ gated-tests)
     # twelfth session: silu_mul in the gate_up GEMV's epilogue (Quantizer.apply_gated), GEMVs
     # triggering their dependents; then flashinfer's batch-1 decode at the e2e's ~130 keys and at 4k
     b mma_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py
+        plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py \
+        plugins/quant_nvfp4/tests/test_end_to_end.py
     b fi_decode 150 python3 tools/gpu/flashinfer_attention.py --batch 1 --context 130 --layers 36 \
         --options '{}' '{"decode_tensor_cores": "off"}' '{"decode_split_kv": "never"}' \
         '{"decode_tensor_cores": "off", "decode_split_kv": "never"}'

@@ -72,3 +72,30 @@ def test_deterministic_logprobs_are_identical_alone_and_batched(arch, checkpoint
         batched = llm.generate(PROMPTS, params)
     for a, b in zip(alone, batched, strict=True):
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+
+
+@pytest.mark.gpu
+def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_launches_as_without(
+        tmp_path, monkeypatch):
+    # a tiny Qwen3 the MMA GEMV takes (K % 128 == 0): greedy tokens and logprobs through the
+    # engine's CUDA graphs with silu_mul fused into gate_up and programmatic dependent launch,
+    # and with neither (HINGE_NVFP4_MMA_GATED=0, HINGE_PDL=0): bit for bit, since the fused
+    # epilogue computes silu_mul's bits and early launches wait for their inputs
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
+    src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
+                               head_dim=64, num_attention_heads=4, num_key_value_heads=2)
+    write_byte_tokenizer(src)
+    dst = tmp_path / "nvfp4"
+    quantize_checkpoint(src, dst, calib_samples=2, progress=False)
+    params = SamplingParams(max_new_tokens=16, temperature=0.0, logprobs=True)
+    runs = {}
+    for label, gated, pdl in (("fused", "1", "1"), ("unfused", "0", "0")):
+        monkeypatch.setenv("HINGE_NVFP4_MMA_GATED", gated)
+        monkeypatch.setenv("HINGE_PDL", pdl)
+        with LLM(str(dst), device="cuda", dtype="bfloat16", quantizer_options={"kernel": "mma"}) as llm:
+            pairs = {m.nvfp4_mma_pairs for name, m in llm.engine.model.named_modules()
+                     if name.endswith("gate_up_proj")}
+            assert pairs == ({32} if gated == "1" else {0}), pairs
+            runs[label] = [(o.token_ids, o.logprobs) for o in llm.generate(PROMPTS, params)]
+    assert runs["fused"] == runs["unfused"]
