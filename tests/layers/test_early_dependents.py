@@ -2,7 +2,7 @@
 compiled for sm_90 (on the CPU: Triton compiles without a GPU), ``add_rmsnorm`` and ``silu_mul``
 trigger their dependents (``griddepcontrol.launch_dependents``) exactly when asked; they and
 ``qk_norm_rope``, launched early themselves, wait for the kernel before them
-(``griddepcontrol.wait``) before any load or store, and are launched with the attribute exactly
+(``griddepcontrol.wait``) before any load or store, as does ``kv_write``, and are launched with the attribute exactly
 when asked; the switch is on for Hopper and later unless ``$HINGE_PDL`` is 0, and never on a CPU."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from hinge import devices  # noqa: E402
-from hinge.layers.fast_triton import add_rmsnorm, qk_norm_rope, silu_mul  # noqa: E402
+from hinge.layers.fast_triton import add_rmsnorm, kv_write, qk_norm_rope, silu_mul  # noqa: E402
 
 KERNELS = {
     "silu_mul": (silu_mul._silu_mul_kernel,
@@ -31,9 +31,13 @@ KERNELS = {
                                             "stride_kh", "stride_ct", "stride_st", "stride_qot",
                                             "stride_kot")},
                       "eps": "fp32", "offset": "fp32"}, {"BLOCK_D": 128, "HAS_OFFSET": False}),
+    "kv_write": (kv_write._kv_write_kernel,
+                 {**{p: "*bf16" for p in ("k_ptr", "v_ptr", "kc_ptr", "vc_ptr")}, "loc_ptr": "*i64",
+                  **{p: "i32" for p in ("stride_kt", "stride_kh", "stride_vt", "stride_vh", "width")}},
+                 {"D": 128, "BLOCK": 1024}),
 }
-TRIGGERS = ("silu_mul", "add_rmsnorm")  #: those before a GEMM (qk_norm_rope is before attention)
-FLAG = {"qk_norm_rope": "EARLY"}  #: the constexpr's name where it is not EARLY_DEPENDENTS
+TRIGGERS = ("silu_mul", "add_rmsnorm", "qk_norm_rope")  #: those whose next kernel launches early
+FLAG = {"qk_norm_rope": "EARLY", "kv_write": "EARLY"}  #: the constexpr where not EARLY_DEPENDENTS
 
 
 def compiled(name: str, early: bool, what: str = "ptx"):
@@ -96,7 +100,8 @@ def test_the_fast_kernels_are_launched_with_the_attribute_exactly_when_early_dep
                 seen.append((kwargs["launch_pdl"], kwargs[FLAG.get(name, "EARLY_DEPENDENTS")]))
             return launch
 
-    module = {"silu_mul": silu_mul, "add_rmsnorm": add_rmsnorm, "qk_norm_rope": qk_norm_rope}[name]
+    module = {"silu_mul": silu_mul, "add_rmsnorm": add_rmsnorm, "qk_norm_rope": qk_norm_rope,
+              "kv_write": kv_write}[name]
     kernel_name = next(k for k in vars(module) if k.startswith("_") and k.endswith("_kernel"))
     monkeypatch.setattr(module, kernel_name, Grid(getattr(module, kernel_name)))
     for early in (True, False):
@@ -106,6 +111,9 @@ def test_the_fast_kernels_are_launched_with_the_attribute_exactly_when_early_dep
             module.silu_mul(x)
         elif name == "add_rmsnorm":
             module.add_rmsnorm(x, x, torch.ones(128), 1e-6)
+        elif name == "kv_write":
+            module.kv_write(torch.zeros(4, 2, 128), torch.zeros(4, 2, 128), torch.zeros(1, dtype=torch.long),
+                            x, x)
         else:
             module.qk_norm_rope(x, x, torch.ones(128), torch.ones(128), 1e-6, torch.ones(1, 1, 128),
                                 torch.zeros(1, 1, 128))

@@ -27,8 +27,10 @@
 #   bash tools/gpu/open_issue_checks.sh bench12  # programmatic dependent launch (HINGE_PDL=1, now the default):
 #                                                 # its GPU tests, end to end without and with (~8 min)
 #   bash tools/gpu/open_issue_checks.sh gated-tests  # kernel: mma's GPU tests (the gated gate_up GEMV
-#                                                 # against GEMV + silu_mul, the MLP), the fast
-#                                                 # kernels, flashinfer decode options at b1 (~4 min)
+#                                                 # against GEMV + silu_mul, the MLP, end to end),
+#                                                 # the fast kernels, fa4's split tests (~5 min)
+#   bash tools/gpu/open_issue_checks.sh gated-attn  # flashinfer decode options at b1, fa4 b1 split
+#                                                 # decode with and without early launch (~5 min)
 #   bash tools/gpu/open_issue_checks.sh gated-e2e  # end to end with the gated GEMV (profiled) and
 #                                                 # without it (HINGE_NVFP4_MMA_GATED=0) (~6 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
@@ -232,16 +234,27 @@ bench12)
     ;;
 gated-tests)
     # twelfth session: silu_mul in the gate_up GEMV's epilogue (Quantizer.apply_gated), GEMVs
-    # triggering their dependents; then flashinfer's batch-1 decode at the e2e's ~130 keys and at 4k
-    b mma_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+    # triggering their dependents, the core's norms / KV write and fa4's split kernels launched
+    # early; their GPU tests (~5 min)
+    b mma_tests 220 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py tests/layers/test_fast_triton.py \
-        plugins/quant_nvfp4/tests/test_end_to_end.py
+        tests/layers/test_kv_write.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    b fa4_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/attn_fa4/tests/test_fa4_gpu.py -k "merge or three or captured or alone or tiny"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; tail -3 "$OUT/fa4_tests.log"
+    ;;
+gated-attn)
+    # flashinfer's batch-1 decode options at the e2e's ~130 keys and at 4k; fa4's batch-1 split
+    # decode with and without early launches (~5 min)
     b fi_decode 150 python3 tools/gpu/flashinfer_attention.py --batch 1 --context 130 --layers 36 \
         --options '{}' '{"decode_tensor_cores": "off"}' '{"decode_split_kv": "never"}' \
         '{"decode_tensor_cores": "off", "decode_split_kv": "never"}'
     b fi_decode_4k 90 python3 tools/gpu/flashinfer_attention.py --batch 1 16 --context 4096 --layers 36 \
         --options '{}' '{"decode_tensor_cores": "off"}'
-    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_tests.log"; grep -E "^flashinfer|^ +[0-9]+ " "$OUT/fi_decode.log" "$OUT/fi_decode_4k.log"
+    b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512
+    b fa4_split_nopdl 90 env HINGE_PDL=0 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512
+    cat "$OUT/rc.txt"; grep -E "^flashinfer|^ +[0-9]+ " "$OUT/fi_decode.log" "$OUT/fi_decode_4k.log"
+    grep -E "^\| 1 " "$OUT/fa4_split.log" "$OUT/fa4_split_nopdl.log"
     ;;
 gated-e2e)
     b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \

@@ -7,6 +7,8 @@ max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights 
 tree of 8) and added block after block in slot order; divide; write the row in the output
 dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
 rows or on the slot count. Imported on CUDA only (the CPU path is torch; tests interpret it).
+With ``hinge.devices.early_dependents`` launched early (it waits for the attention call first)
+and letting the o projection launch early.
 """
 
 from __future__ import annotations
@@ -15,13 +17,19 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import early_dependents
+
 BLOCK_S = 8  #: parts per load: a constant (a row's bits must not depend on the step's slot count)
 
 
 @triton.jit
 def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
                   so_v, so_h, sl_v, sl_h, sd_t, sd_h,
-                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr):
+                  D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
+                  EARLY: tl.constexpr):
+    if EARLY:  # hinge.devices.early_dependents: the o projection may launch (and start on its
+        tl.extra.cuda.gdc_launch_dependents()  # weights) now; this kernel, launched early
+        tl.extra.cuda.gdc_wait()  # itself, waits for the attention call here
     t = tl.program_id(0)
     h = tl.program_id(1)
     n = tl.load(parts_ptr + t)
@@ -64,9 +72,10 @@ def merge_parts_triton(out_parts: torch.Tensor, lse_parts: torch.Tensor, num_par
     rows = v // num_slots
     dst = torch.empty(rows, heads, dim, dtype=out_dtype, device=out_parts.device)
     acc = tl.float64 if lse_parts.dtype == torch.float64 else tl.float32
+    early = early_dependents(out_parts.device)
     _merge_kernel[(rows, heads)](
         out_parts, lse_parts, num_parts, dst, num_slots, heads,
         out_parts.stride(0), out_parts.stride(1), lse_parts.stride(0), lse_parts.stride(1),
         dst.stride(0), dst.stride(1), D=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_S=BLOCK_S,
-        ACC=acc, num_warps=1)
+        ACC=acc, EARLY=early, launch_pdl=early, num_warps=1)
     return dst

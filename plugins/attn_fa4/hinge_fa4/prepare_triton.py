@@ -3,7 +3,8 @@ KV-pool slots (``hinge.layers.kv_write``'s contract) and each query row once per
 (``hinge_fa4.split.expand_queries``'s), so a split layer launches three kernels (this, the
 attention call, the merge) instead of four. Copies only: the same bits as the two it replaces.
 One program per (token, ``BLOCK`` elements of its heads x head dim). Imported on CUDA only (the
-CPU path is the two torch copies; tests interpret it).
+CPU path is the two torch copies; tests interpret it). With ``hinge.devices.early_dependents``
+launched early (it waits for the kernel before it first).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinge.devices import early_dependents
 from hinge.layers.fast_triton import kv_write as kv_copy
 
 MAX_BLOCK = 1024
@@ -20,7 +22,9 @@ MAX_BLOCK = 1024
 @triton.jit
 def _prepare_kernel(q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, qx_ptr, stride_qt, stride_qh,
                     stride_kt, stride_kh, stride_vt, stride_vh, q_width, kv_width, num_slots,
-                    D: tl.constexpr, BLOCK: tl.constexpr):
+                    D: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr):
+    if EARLY:  # hinge.devices.early_dependents: launched early (behind qk_norm_rope): wait for it
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     kv_copy.store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh,
@@ -52,9 +56,9 @@ def write_kv_and_expand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cac
     q_width, kv_width = heads * dim, k.shape[1] * dim
     width = max(q_width, kv_width)
     if t:
-        block = min(triton.next_power_of_2(width), MAX_BLOCK)
+        block, early = min(triton.next_power_of_2(width), MAX_BLOCK), early_dependents(q.device)
         _prepare_kernel[(t, triton.cdiv(width, block))](
             q, k, v, k_cache, v_cache, loc, out, q.stride(0), q.stride(1), k.stride(0),
             k.stride(1), v.stride(0), v.stride(1), q_width, kv_width, num_slots, D=dim,
-            BLOCK=block, num_warps=4)
+            BLOCK=block, EARLY=early, launch_pdl=early, num_warps=4)
     return out

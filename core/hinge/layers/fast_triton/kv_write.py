@@ -5,7 +5,8 @@ of a fused qkv projection are fine), ``k_cache`` and ``v_cache`` (slots, Hk, D) 
 four of one dtype, ``loc`` (T,) integer slots. Afterwards ``k_cache[loc[t]] == k[t]`` and
 ``v_cache[loc[t]] == v[t]`` bit for bit (a copy: no rounding, so deterministic mode may take it).
 One program per (token, ``BLOCK`` elements of its Hk x D), each writing the keys then the values:
-one launch where ``index_copy_`` takes two. Graph-capturable (no host syncs).
+one launch where ``index_copy_`` takes two. Graph-capturable (no host syncs). With
+``hinge.devices.early_dependents`` it is launched early (it waits for the kernel before it first).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from hinge.devices import early_dependents
 
 MAX_BLOCK = 1024
 
@@ -35,7 +38,9 @@ def store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, strid
 
 @triton.jit
 def _kv_write_kernel(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, stride_kt, stride_kh, stride_vt,
-                     stride_vh, width, D: tl.constexpr, BLOCK: tl.constexpr):
+                     stride_vh, width, D: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr):
+    if EARLY:  # hinge.devices.early_dependents: launched early (behind qk_norm_rope): wait for it
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh, stride_vt,
@@ -65,7 +70,7 @@ def kv_write(k_cache: torch.Tensor, v_cache: torch.Tensor, loc: torch.Tensor, k:
     width = heads * dim
     if t == 0 or width == 0:
         return
-    block = min(triton.next_power_of_2(width), MAX_BLOCK)
+    block, early = min(triton.next_power_of_2(width), MAX_BLOCK), early_dependents(k.device)
     _kv_write_kernel[(t, triton.cdiv(width, block))](
         k, v, k_cache, v_cache, loc, k.stride(0), k.stride(1), v.stride(0), v.stride(1), width,
-        D=dim, BLOCK=block, num_warps=4)
+        D=dim, BLOCK=block, EARLY=early, launch_pdl=early, num_warps=4)

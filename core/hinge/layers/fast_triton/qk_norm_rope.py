@@ -18,7 +18,7 @@ H200, docs/benchmarks.md sixth session):
 
 One program per (token, head). Graph-capturable (no host syncs). With
 ``hinge.devices.early_dependents`` it is launched early (behind the qkv GEMM, which lets it: it
-waits for that kernel at its start).
+waits for that kernel at its start) and lets the kernel after it (the KV write) launch early.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
                          stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
                          stride_qot, stride_kot, eps, offset, BLOCK_D: tl.constexpr,
                          HAS_OFFSET: tl.constexpr, EARLY: tl.constexpr):
-    if EARLY:  # hinge.devices.early_dependents: launched early behind the qkv GEMM, waits for it
-        tl.extra.cuda.gdc_wait()
+    if EARLY:  # hinge.devices.early_dependents: the KV write after it may launch now, and this
+        tl.extra.cuda.gdc_launch_dependents()  # kernel, launched early behind the qkv GEMM,
+        tl.extra.cuda.gdc_wait()  # waits for it here
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     offs = tl.arange(0, BLOCK_D)
