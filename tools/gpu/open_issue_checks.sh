@@ -251,8 +251,8 @@ gated-attn)
         '{"decode_tensor_cores": "off", "decode_split_kv": "never"}'
     b fi_decode_4k 90 python3 tools/gpu/flashinfer_attention.py --batch 1 16 --context 4096 --layers 36 \
         --options '{}' '{"decode_tensor_cores": "off"}'
-    b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512
-    b fa4_split_nopdl 90 env HINGE_PDL=0 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512
+    b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64
+    b fa4_split_nopdl 90 env HINGE_PDL=0 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64
     cat "$OUT/rc.txt"; grep -E "^flashinfer|^ +[0-9]+ " "$OUT/fi_decode.log" "$OUT/fi_decode_4k.log"
     grep -E "^\| 1 " "$OUT/fa4_split.log" "$OUT/fa4_split_nopdl.log"
     ;;
