@@ -256,6 +256,18 @@ gated-attn)
     cat "$OUT/rc.txt"; grep -E "^flashinfer|^ +[0-9]+ " "$OUT/fi_decode.log" "$OUT/fi_decode_4k.log"
     grep -E "^\| 1 " "$OUT/fa4_split.log" "$OUT/fa4_split_nopdl.log"
     ;;
+gated-ab)
+    # the gated GEMV's pair exchange in shared memory: its GPU tests, then end to end fused /
+    # unfused / fused with flashinfer's CUDA-core decode, unprofiled (~4 min)
+    b mma_gated_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "gated or early"
+    b e2e_fused 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_unfused 120 env HINGE_NVFP4_MMA_GATED=0 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_fused_cuda_core 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma \
+        --attention-options '{"decode_tensor_cores": "off"}'
+    cat "$OUT/rc.txt"; tail -3 "$OUT/mma_gated_tests.log"
+    grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log
+    ;;
 gated-e2e)
     b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \
         --attention-options "${ATTN:-{\}}"

@@ -115,7 +115,8 @@ struct Epilogue {
     // pairwise (mma_layout.pair_rows: tile 2j is gate tile j, tile 2j + 1 up tile j); row_scale
     // is in that order. Not gated, out (M, N) gets each row back in its [gate | up] place. Gated,
     // out (M, N / 2) = silu(gate) * up of the two bf16 results, as hinge's silu_mul computes it
-    // (silu_mul below): the pair's two tiles meet through part[0] (their bf16 values) and
+    // (silu_mul below): the pair's two tiles meet in shared memory when one block holds both
+    // (one split, two or four tiles a block), else through part[0] (their bf16 values) and
     // counters[N / 16 + j], the second to finish writing the pair's outputs
     float* part;
     const float* row_scale;
@@ -157,7 +158,7 @@ __device__ __forceinline__ int out_row(const Epilogue& e, const int row) {
 }
 
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
-                                       const int lane, float (&acc)[4]) {
+                                       const int lane, const int kw, float (&acc)[4]) {
     // lane (g, t) holds D's (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows, x rows
     const int g = lane >> 2, t = lane & 3;
     const bool direct = e.out != nullptr && gridDim.y == 1;
@@ -197,19 +198,42 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
                 e.out[(size_t)cols[i] * n + out_row(e, rows[i])] = __bfloat16_as_ushort(__float2bfloat16_rn(y[i]));
         return;
     }
-    // gated: this tile's bf16 values into part[0] (the last split read its own sums of this
-    // tile before), then the pair's second tile to arrive writes silu(gate) * up
+    const int pair = tile >> 1, half = n >> 1;
+    if (direct && (WARPS / kw) % 2 == 0) {
+        // gated, one split, the pair's two tiles in this block (tiles 2j, 2j + 1 are its warps'
+        // local tiles 2i, 2i + 1): the gate tile's warp hands its values over in shared memory
+        // and goes, the up tile's waits for them (named barrier past the tiles', 64 threads)
+        // and writes the outputs. The global exchange below costs two fences and an atomic's
+        // round trip at the tail of every warp (measured: 2.6 us a layer on the H200)
+        __shared__ float gates[WARPS / 2][4][32];
+        const int slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
+        if ((tile & 1) == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) gates[slot][i][lane] = y[i];
+            asm volatile("bar.arrive %0, 64;" ::"r"(id) : "memory");
+            return;
+        }
+        asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (cols[i] < m)
+                e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
+                    __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gates[slot][i][lane], y[i])));
+        return;
+    }
+    // gated otherwise (splits, or a tile a block): this tile's bf16 values into part[0] (the
+    // last split read its own sums of this tile before), then the pair's second tile to arrive
+    // writes silu(gate) * up
 #pragma unroll
     for (int i = 0; i < 4; ++i)
         if (cols[i] < m) e.part[(size_t)cols[i] * n + rows[i]] = y[i];
     __threadfence();
     __syncwarp();
-    const int pair = tile >> 1, other = (tile ^ 1) * 16 - tile * 16;  // the partner's rows: + other
+    const int other = (tile ^ 1) * 16 - tile * 16;  // the partner's rows: + other
     int second = 0;
     if (lane == 0) second = atomicAdd(&e.counters[(n >> 4) + pair], 1) == 1;
     if (!__shfl_sync(0xFFFFFFFFu, second, 0)) return;
     __threadfence();
-    const int half = n >> 1;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         if (cols[i] >= m) continue;
@@ -526,7 +550,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             for (int i = 0; i < 4; ++i) acc[i] += sums[warp + j][i][lane];
         }
     }
-    finish(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, acc);
+    finish(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, KW, acc);
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile

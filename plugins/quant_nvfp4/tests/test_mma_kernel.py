@@ -384,7 +384,8 @@ def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_e
 @pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
 def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_form_and_tiling(form):
     # Qwen3-8B's gate_up (one split) and small ones in 1, 3 splits with 1, 2, 4 warps a tile:
-    # the pair's tiles meet through part and the pair counters; eager, then over graph replays
+    # the pair's tiles meet in shared memory (one split, 1 or 2 warps a tile) or through part and
+    # the pair counters (splits, 4 warps a tile); eager, then over graph replays
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
     from hinge.layers.fast_triton.silu_mul import silu_mul
