@@ -268,6 +268,11 @@ gated-ab)
     cat "$OUT/rc.txt"; tail -3 "$OUT/mma_gated_tests.log"
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log
     ;;
+gated-mlp)
+    # the MLP at batch 1 gated / unfused, and gate_up's parts, replayed in turn (~1 min)
+    b gated_mlp 150 python3 tools/gpu/gated_mlp.py --layers 36 --distinct 4
+    cat "$OUT/rc.txt"; tail -12 "$OUT/gated_mlp.log"
+    ;;
 gated-e2e)
     b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \
         --attention-options "${ATTN:-{\}}"

@@ -1,0 +1,126 @@
+"""nvfp4 kernel ``mma``'s SwiGLU MLP at batch 1, gated (silu_mul in gate_up's epilogue) or not.
+
+Builds ``--distinct`` Qwen3-8B MLPs (hidden 4096, intermediate 12288: more bytes than L2 holds)
+twice from the same NVFP4 weights, once paired and gated and once as ``HINGE_NVFP4_MMA_GATED=0``
+builds them, captures ``--layers`` MLP calls (the distinct ones in turn, each one's output the
+next one's input) in one CUDA graph per variant, and replays the variants in turn for
+``--rounds`` rounds. Prints the median us a layer of each, and of gate_up alone (paired, plain
+output) and gate_up + silu_mul, so that the epilogue's cost shows by itself.
+
+    python tools/gpu/gated_mlp.py --layers 36 --distinct 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+import torch
+
+from hinge.layers.fast_triton.silu_mul import silu_mul
+from hinge.layers.mlp import GatedMLP
+from hinge.plugins import BuildContext
+from hinge.testing import load_linear
+from hinge_nvfp4 import format as fp4
+from hinge_nvfp4.options import NVFP4Options
+from hinge_nvfp4.quantizer import NVFP4Quantizer
+
+
+def quantizer(gated: bool) -> NVFP4Quantizer:
+    os.environ["HINGE_NVFP4_MMA_GATED"] = "1" if gated else "0"  # read when the kernel is built
+    ctx = BuildContext(device="cuda", dtype=torch.bfloat16, deterministic=False, page_size=16)
+    return NVFP4Quantizer(NVFP4Options(kernel="mma"), ctx)
+
+
+def shards(hidden: int, inter: int, seed: int) -> list[list[dict]]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    out = []
+    for k, sizes in ((hidden, (inter, inter)), (inter, (hidden,))):
+        parts = []
+        for size in sizes:
+            w = torch.randn(size, k, generator=gen, device="cuda") / k**0.5
+            packed, scales, scale_2 = fp4.quantize_weight(w.to(torch.bfloat16))
+            parts.append({"weight": packed, "weight_scale": scales, "weight_scale_2": scale_2,
+                          "input_scale": fp4.global_scale(torch.tensor(4.0, device="cuda"))})
+        out.append(parts)
+    return out
+
+
+def mlp(q: NVFP4Quantizer, weights: list[list[dict]], hidden: int, inter: int) -> GatedMLP:
+    with torch.device("cuda"):
+        m = GatedMLP(hidden, inter, "silu", q, torch.bfloat16, "mlp")
+    load_linear(m.gate_up_proj, weights[0])
+    load_linear(m.down_proj, weights[1])
+    return m
+
+
+def graphed(fn, x: torch.Tensor) -> torch.cuda.CUDAGraph:
+    for _ in range(2):
+        fn(x)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(x)
+    return graph
+
+
+def timed(graph: torch.cuda.CUDAGraph, layers: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    start.record()
+    for _ in range(10):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / 10 / layers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=36)
+    ap.add_argument("--distinct", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--inter", type=int, default=12288)
+    args = ap.parse_args()
+    weights = [shards(args.hidden, args.inter, seed) for seed in range(args.distinct)]
+    gated_q, plain_q = quantizer(True), quantizer(False)
+    gated = [mlp(gated_q, w, args.hidden, args.inter) for w in weights]
+    plain = [mlp(plain_q, w, args.hidden, args.inter) for w in weights]
+    assert gated[0].gate_up_proj.nvfp4_mma_pairs and not plain[0].gate_up_proj.nvfp4_mma_pairs
+    x = torch.randn(1, args.hidden, dtype=torch.bfloat16, device="cuda")
+
+    def chain(mlps, step):
+        def run(x0):
+            y = x0
+            for i in range(args.layers):
+                y = step(mlps[i % len(mlps)], y)
+            return y
+        return run
+
+    variants = {
+        "MLP, gated GEMV": chain(gated, lambda m, y: m(y)),
+        "MLP, GEMV + silu_mul": chain(plain, lambda m, y: m(y)),
+        "gate_up paired (plain out)": chain(gated, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]),
+        "gate_up gated alone": chain(gated, lambda m, y: m.gate_up_proj.gated(y, "silu")[:, : args.hidden]),
+        "gate_up + silu_mul": chain(plain, lambda m, y: silu_mul(m.gate_up_proj(y))[:, : args.hidden]),
+        "gate_up alone (unpaired)": chain(plain, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]),
+    }
+    with torch.no_grad():
+        assert torch.equal(gated[0](x), plain[0](x)), "the gated MLP's bits differ from the unfused"
+        graphs = {name: graphed(fn, x.clone()) for name, fn in variants.items()}
+        times = {name: [] for name in graphs}
+        for _ in range(args.rounds):
+            for name, graph in graphs.items():
+                times[name].append(timed(graph, args.layers))
+    print(f"{torch.cuda.get_device_name()}, hidden {args.hidden}, intermediate {args.inter}, batch 1, "
+          f"{args.layers} calls over {args.distinct} distinct layers, PDL {gated_q.kernel.pdl}")
+    print("| variant | us a layer (median) | min | max |")
+    print("| --- | --- | --- | --- |")
+    for name, ts in times.items():
+        print(f"| {name} | {statistics.median(ts):.2f} | {min(ts):.2f} | {max(ts):.2f} |")
+
+
+if __name__ == "__main__":
+    main()
