@@ -5,7 +5,7 @@ twice from the same NVFP4 weights, once paired and gated and once as ``HINGE_NVF
 builds them, captures ``--layers`` MLP calls (the distinct ones in turn, each one's output the
 next one's input) in one CUDA graph per variant, and replays the variants in turn for
 ``--rounds`` rounds. Prints the median us a layer of each, and of gate_up alone (paired, plain
-output) and gate_up + silu_mul, so that the epilogue's cost shows by itself.
+output) and gate_up + silu_mul, and the MLP without early launches, so that the epilogue's cost shows by itself.
 
     python tools/gpu/gated_mlp.py --layers 36 --distinct 4
 """
@@ -27,10 +27,16 @@ from hinge_nvfp4.options import NVFP4Options
 from hinge_nvfp4.quantizer import NVFP4Quantizer
 
 
-def quantizer(gated: bool) -> NVFP4Quantizer:
+def quantizer(gated: bool, pdl: bool = True) -> NVFP4Quantizer:
     os.environ["HINGE_NVFP4_MMA_GATED"] = "1" if gated else "0"  # read when the kernel is built
+    pdl_env(pdl)
     ctx = BuildContext(device="cuda", dtype=torch.bfloat16, deterministic=False, page_size=16)
     return NVFP4Quantizer(NVFP4Options(kernel="mma"), ctx)
+
+
+def pdl_env(pdl: bool) -> None:
+    # hinge.devices.early_dependents reads it as kernels are built and Triton's are launched
+    os.environ["HINGE_PDL"] = "1" if pdl else "0"
 
 
 def shards(hidden: int, inter: int, seed: int) -> list[list[dict]]:
@@ -88,6 +94,8 @@ def main() -> None:
     gated_q, plain_q = quantizer(True), quantizer(False)
     gated = [mlp(gated_q, w, args.hidden, args.inter) for w in weights]
     plain = [mlp(plain_q, w, args.hidden, args.inter) for w in weights]
+    gated_serial = [mlp(quantizer(True, pdl=False), w, args.hidden, args.inter) for w in weights]
+    plain_serial = [mlp(quantizer(False, pdl=False), w, args.hidden, args.inter) for w in weights]
     assert gated[0].gate_up_proj.nvfp4_mma_pairs and not plain[0].gate_up_proj.nvfp4_mma_pairs
     x = torch.randn(1, args.hidden, dtype=torch.bfloat16, device="cuda")
 
@@ -102,6 +110,8 @@ def main() -> None:
     variants = {
         "MLP, gated GEMV": chain(gated, lambda m, y: m(y)),
         "MLP, GEMV + silu_mul": chain(plain, lambda m, y: m(y)),
+        "MLP, gated GEMV, HINGE_PDL=0": chain(gated_serial, lambda m, y: m(y)),
+        "MLP, GEMV + silu_mul, HINGE_PDL=0": chain(plain_serial, lambda m, y: m(y)),
         "gate_up paired (plain out)": chain(gated, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]),
         "gate_up gated alone": chain(gated, lambda m, y: m.gate_up_proj.gated(y, "silu")[:, : args.hidden]),
         "gate_up + silu_mul": chain(plain, lambda m, y: silu_mul(m.gate_up_proj(y))[:, : args.hidden]),
@@ -109,7 +119,10 @@ def main() -> None:
     }
     with torch.no_grad():
         assert torch.equal(gated[0](x), plain[0](x)), "the gated MLP's bits differ from the unfused"
-        graphs = {name: graphed(fn, x.clone()) for name, fn in variants.items()}
+        graphs = {}
+        for name, fn in variants.items():
+            pdl_env("HINGE_PDL=0" not in name)
+            graphs[name] = graphed(fn, x.clone())
         times = {name: [] for name in graphs}
         for _ in range(args.rounds):
             for name, graph in graphs.items():
