@@ -1,11 +1,13 @@
 """nvfp4 kernel ``mma``'s SwiGLU MLP at batch 1, gated (silu_mul in gate_up's epilogue) or not.
 
 Builds ``--distinct`` Qwen3-8B MLPs (hidden 4096, intermediate 12288: more bytes than L2 holds)
-twice from the same NVFP4 weights, once paired and gated and once as ``HINGE_NVFP4_MMA_GATED=0``
-builds them, captures ``--layers`` MLP calls (the distinct ones in turn, each one's output the
-next one's input) in one CUDA graph per variant, and replays the variants in turn for
-``--rounds`` rounds. Prints the median us a layer of each, and of gate_up alone (paired, plain
-output) and gate_up + silu_mul, and the MLP without early launches, so that the epilogue's cost shows by itself.
+from the same NVFP4 weights paired and gated, and as ``HINGE_NVFP4_MMA_GATED=0`` builds them,
+each with and without early launches (``HINGE_PDL``), captures ``--layers`` MLP calls (the
+distinct ones in turn, each one's output the next one's input; with or without the decoder's
+add_rmsnorm between them) in one CUDA graph per variant, and replays the variants in turn for
+``--rounds`` rounds. Prints the median us a layer of each variant: the MLP gated or not, with
+early launches, without, or with down (gate_up) launched only after the kernel before it ends;
+and gate_up alone, paired, gated, or followed by silu_mul (the epilogue's cost by itself).
 
     python tools/gpu/gated_mlp.py --layers 36 --distinct 4
 """
@@ -18,6 +20,7 @@ import statistics
 
 import torch
 
+from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
 from hinge.layers.fast_triton.silu_mul import silu_mul
 from hinge.layers.mlp import GatedMLP
 from hinge.plugins import BuildContext
@@ -99,29 +102,49 @@ def main() -> None:
     assert gated[0].gate_up_proj.nvfp4_mma_pairs and not plain[0].gate_up_proj.nvfp4_mma_pairs
     x = torch.randn(1, args.hidden, dtype=torch.bfloat16, device="cuda")
 
-    def chain(mlps, step):
+    norm_w = torch.ones(args.hidden, dtype=torch.bfloat16, device="cuda")
+
+    def chain(mlps, step, norm=False):
         def run(x0):
-            y = x0
+            y, residual = x0, torch.zeros_like(x0)
             for i in range(args.layers):
+                if norm:  # the decoder's add_rmsnorm between the MLPs (it lets the GEMV launch early)
+                    y, residual = add_rmsnorm(y, residual, norm_w, 1e-6)
                 y = step(mlps[i % len(mlps)], y)
             return y
         return run
 
+    def mlp_step(m, y):
+        return m(y)
+
+    # name: (calls, early launches at all, down launched early, gate_up launched early)
     variants = {
-        "MLP, gated GEMV": chain(gated, lambda m, y: m(y)),
-        "MLP, GEMV + silu_mul": chain(plain, lambda m, y: m(y)),
-        "MLP, gated GEMV, HINGE_PDL=0": chain(gated_serial, lambda m, y: m(y)),
-        "MLP, GEMV + silu_mul, HINGE_PDL=0": chain(plain_serial, lambda m, y: m(y)),
-        "gate_up paired (plain out)": chain(gated, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]),
-        "gate_up gated alone": chain(gated, lambda m, y: m.gate_up_proj.gated(y, "silu")[:, : args.hidden]),
-        "gate_up + silu_mul": chain(plain, lambda m, y: silu_mul(m.gate_up_proj(y))[:, : args.hidden]),
-        "gate_up alone (unpaired)": chain(plain, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]),
+        "MLP, gated GEMV": (chain(gated, mlp_step), True, True, True),
+        "MLP, GEMV + silu_mul": (chain(plain, mlp_step), True, True, True),
+        "MLP, gated GEMV, HINGE_PDL=0": (chain(gated_serial, mlp_step), False, True, True),
+        "MLP, GEMV + silu_mul, HINGE_PDL=0": (chain(plain_serial, mlp_step), False, True, True),
+        "MLP, gated GEMV, down after it": (chain(gated, mlp_step), True, False, True),
+        "MLP, gated GEMV, gate_up after down": (chain(gated, mlp_step), True, True, False),
+        "norm + MLP, gated GEMV": (chain(gated, mlp_step, True), True, True, True),
+        "norm + MLP, gated GEMV, down after it": (chain(gated, mlp_step, True), True, False, True),
+        "norm + MLP, GEMV + silu_mul": (chain(plain, mlp_step, True), True, True, True),
+        "norm + MLP, GEMV + silu_mul, down after it": (chain(plain, mlp_step, True), True, False, True),
+        "norm + MLP, gated GEMV, HINGE_PDL=0": (chain(gated_serial, mlp_step, True), False, True, True),
+        "norm + MLP, GEMV + silu_mul, HINGE_PDL=0": (chain(plain_serial, mlp_step, True), False, True, True),
+        "gate_up paired (plain out)": (chain(gated, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]), True, True, True),
+        "gate_up gated alone": (chain(gated, lambda m, y: m.gate_up_proj.gated(y, "silu")[:, : args.hidden]),
+                                True, True, True),
+        "gate_up + silu_mul": (chain(plain, lambda m, y: silu_mul(m.gate_up_proj(y))[:, : args.hidden]),
+                               True, True, True),
+        "gate_up alone (unpaired)": (chain(plain, lambda m, y: m.gate_up_proj(y)[:, : args.hidden]), True, True, True),
     }
     with torch.no_grad():
         assert torch.equal(gated[0](x), plain[0](x)), "the gated MLP's bits differ from the unfused"
         graphs = {}
-        for name, fn in variants.items():
-            pdl_env("HINGE_PDL=0" not in name)
+        for name, (fn, pdl, down_early, gate_up_early) in variants.items():
+            pdl_env(pdl)
+            for m in (*gated, *plain):  # read as each GEMV is launched (captured)
+                m.down_proj.nvfp4_mma_early, m.gate_up_proj.nvfp4_mma_early = down_early, gate_up_early
             graphs[name] = graphed(fn, x.clone())
         times = {name: [] for name in graphs}
         for _ in range(args.rounds):

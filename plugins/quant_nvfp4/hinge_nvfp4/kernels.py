@@ -245,7 +245,7 @@ class MmaKernel(TritonKernel):
         return layer.nvfp4_mma_gemv(
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split,
             row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out, pair_tiles=layer.nvfp4_mma_pairs,
-            gated=gated)
+            gated=gated, early=getattr(layer, "nvfp4_mma_early", True))
 
 
 def gate_up_pairs(layer: nn.Module, n: int) -> int:

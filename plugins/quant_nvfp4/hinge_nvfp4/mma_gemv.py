@@ -162,7 +162,7 @@ class MmaGemv:
                  part: torch.Tensor | None, groups_per_split: int, *,
                  row_scale: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                  out: torch.Tensor | None = None, pair_tiles: int = 0,
-                 gated: bool = False) -> torch.Tensor:
+                 gated: bool = False, early: bool = True) -> torch.Tensor:
         """One launch over ``ceil(K / 16 / groups_per_split)`` splits of K, from ``repack``'s
         words and scale codes and x (M, K) bf16 (contiguous, 16-byte aligned). Without ``out``:
         ``part`` (splits, M, N) float32 gets each split's sums; returns it. With ``out`` (M, N)
@@ -174,7 +174,10 @@ class MmaGemv:
         in ``mma_layout.pair_rows`` order (``row_scale`` too); out's columns are in [gate | up]
         order again. ``gated``: out is (M, N / 2) = silu(gate) * up as
         ``hinge.layers.fast_triton.silu_mul`` computes it from the two bf16 results; part is
-        then needed for one split too, and the counters cover N / 16 + N / 32."""
+        then needed for one split too, and the counters cover N / 16 + N / 32.
+
+        ``early`` (a PDL build): launched so that it may start before the kernel before it ends
+        (it waits for it after copying its first weights); False: launched after it ends."""
         n, k, m = words.shape[0] * 16, x.shape[1], x.shape[0]
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
@@ -214,7 +217,7 @@ class MmaGemv:
                                                     for a in args])
         grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        if self.pdl:
+        if self.pdl and early:
             config = launch_config(grid, (32 * WARPS, 1, 1), self.x_ring_bytes(m), stream)
             self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), self.function, pointers, None),
                         "cuLaunchKernelEx")

@@ -28,7 +28,7 @@ class EmulatedLauncher:
         self.reserved.append(tiles)
 
     def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out,
-                 pair_tiles=0, gated=False):
+                 pair_tiles=0, gated=False, early=True):
         groups, n = x.shape[1] // 16, words.shape[0] * 16
         splits = -(-groups // groups_per_split)
         self.calls.append((tuple(x.shape), splits, groups_per_split, pair_tiles, gated))
