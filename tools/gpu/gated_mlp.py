@@ -97,6 +97,7 @@ def main() -> None:
     gated_q, plain_q = quantizer(True), quantizer(False)
     gated = [mlp(gated_q, w, args.hidden, args.inter) for w in weights]
     plain = [mlp(plain_q, w, args.hidden, args.inter) for w in weights]
+    gated_q.kernel.early_after_gated = True  # down as its nvfp4_mma_early flag says (below)
     gated_serial = [mlp(quantizer(True, pdl=False), w, args.hidden, args.inter) for w in weights]
     plain_serial = [mlp(quantizer(False, pdl=False), w, args.hidden, args.inter) for w in weights]
     assert gated[0].gate_up_proj.nvfp4_mma_pairs and not plain[0].gate_up_proj.nvfp4_mma_pairs

@@ -172,6 +172,10 @@ class MmaKernel(TritonKernel):
         self.fuse_gated = os.environ.get("HINGE_NVFP4_MMA_GATED", "1") != "0"
         #: programmatic dependent launch (on Hopper unless $HINGE_PDL=0: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
+        #: the GEMV right behind a gated one (the MLP's down) launched early too
+        #: ($HINGE_NVFP4_MMA_AFTER_GATED=early), or only once the gated GEMV has ended (after)
+        self.early_after_gated = os.environ.get("HINGE_NVFP4_MMA_AFTER_GATED", "after") == "early"
+        self._behind_gated = False  #: the last launch was a gated GEMV's
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
@@ -225,6 +229,7 @@ class MmaKernel(TritonKernel):
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
         if not self._takes(layer, x, bias, act_scale):
+            self._behind_gated = False
             return super().linear(layer, x, bias, act_scale)
         return self._launch(layer, x, bias, gated=False)
 
@@ -238,6 +243,8 @@ class MmaKernel(TritonKernel):
 
     def _launch(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None, gated: bool) -> torch.Tensor:
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
+        early = getattr(layer, "nvfp4_mma_early", True) and (self.early_after_gated or not self._behind_gated)
+        self._behind_gated = gated
         plan = layer.nvfp4_mma_tiling
         out = torch.empty(m, n // 2 if gated else n, dtype=torch.bfloat16, device=x.device)
         part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
@@ -245,7 +252,7 @@ class MmaKernel(TritonKernel):
         return layer.nvfp4_mma_gemv(
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split,
             row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out, pair_tiles=layer.nvfp4_mma_pairs,
-            gated=gated, early=getattr(layer, "nvfp4_mma_early", True))
+            gated=gated, early=early)
 
 
 def gate_up_pairs(layer: nn.Module, n: int) -> int:

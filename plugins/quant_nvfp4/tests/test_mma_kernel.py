@@ -22,7 +22,7 @@ class EmulatedLauncher:
     sums, added in split order, as the kernel's last warp does); records its arguments."""
 
     def __init__(self):
-        self.calls, self.reserved = [], []
+        self.calls, self.reserved, self.early = [], [], []
 
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
@@ -32,6 +32,7 @@ class EmulatedLauncher:
         groups, n = x.shape[1] // 16, words.shape[0] * 16
         splits = -(-groups // groups_per_split)
         self.calls.append((tuple(x.shape), splits, groups_per_split, pair_tiles, gated))
+        self.early.append(early)
         assert scale_codes.dtype == torch.int32 and out.dtype == torch.bfloat16 and groups_per_split % 8 == 0
         assert (part is None) == (splits == 1 and not gated)
         assert part is None or part.shape == (splits, x.shape[0], n)
@@ -130,6 +131,34 @@ def test_the_mlp_over_the_kernel_runs_the_gated_gemv_then_down_and_equals_the_un
     assert [c[3:] for c in launcher.calls] == [(32, True), (0, False)]  # gated gate_up, then down
     gate, up = mlp.gate_up_proj(x).float().chunk(2, dim=-1)
     assert torch.equal(got, mlp.down_proj((gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16)))
+
+
+def test_the_gemv_behind_a_gated_one_launches_after_it_ends_unless_told_to_launch_early(monkeypatch):
+    # measured on the H200 (tools/gpu/gated_mlp.py): down launched early behind the gated GEMV
+    # costs more than it saves; every other launch may start early; the per-layer flag wins
+    from nvfp4_helpers import build, nvfp4_mlp
+
+    from hinge_nvfp4.options import NVFP4Options
+    from hinge_nvfp4.quantizer import NVFP4Quantizer
+
+    x = torch.randn(1, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
+    for env, want in ((None, [True, False, True, True, True, False]), ("early", [True] * 6)):
+        if env is None:
+            monkeypatch.delenv("HINGE_NVFP4_MMA_AFTER_GATED", raising=False)
+        else:
+            monkeypatch.setenv("HINGE_NVFP4_MMA_AFTER_GATED", env)
+        launcher = EmulatedLauncher()
+        q = NVFP4Quantizer(NVFP4Options(), build(dtype=torch.bfloat16))
+        q.kernel = MmaKernel(gemv=launcher, num_sms=132)
+        mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
+        mlp(x)  # gated gate_up, down
+        mlp.gate_up_proj(x)  # plain gate_up: not gated, so what follows may launch early
+        mlp.down_proj(x.repeat(1, 2).contiguous())
+        mlp(x)
+        assert launcher.early == want, env
+    mlp.down_proj.nvfp4_mma_early = False
+    mlp.down_proj(x.repeat(1, 2).contiguous())
+    assert launcher.early[-1] is False
 
 
 def test_a_layer_with_a_bias_or_unequal_or_mixed_partitions_is_not_paired():
