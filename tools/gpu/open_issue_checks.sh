@@ -273,6 +273,22 @@ gated-mlp)
     b gated_mlp 150 python3 tools/gpu/gated_mlp.py --layers 36 --distinct 4
     cat "$OUT/rc.txt"; tail -12 "$OUT/gated_mlp.log"
     ;;
+gated-final)
+    # which edges launch early in the MLP, then end to end: fused with down after the gated GEMV
+    # (the default), fused with down early, unfused, fused with CUDA-core decode; the gated
+    # GPU tests (~6 min)
+    b gated_mlp 120 python3 tools/gpu/gated_mlp.py --layers 36 --distinct 4
+    b e2e_fused 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_fused_down_early 100 env HINGE_NVFP4_MMA_AFTER_GATED=early python3 tools/gpu/nvfp4_gemm.py \
+        --skip-table --e2e-kernel mma
+    b e2e_unfused 100 env HINGE_NVFP4_MMA_GATED=0 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_fused_cuda_core 100 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma \
+        --attention-options '{"decode_tensor_cores": "off"}'
+    b mma_gated_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "gated or early"
+    cat "$OUT/rc.txt"; tail -20 "$OUT/gated_mlp.log"; tail -2 "$OUT/mma_gated_tests.log"
+    grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
+    ;;
 gated-e2e)
     b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \
         --attention-options "${ATTN:-{\}}"
