@@ -289,6 +289,18 @@ gated-final)
     cat "$OUT/rc.txt"; tail -20 "$OUT/gated_mlp.log"; tail -2 "$OUT/mma_gated_tests.log"
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
     ;;
+launch-orders)
+    # next session: which GEMVs gain by launching early (behind a norm, the attention's merge)
+    # and which lose, as down behind the gated GEMV did; end to end each (~5 min)
+    for late in "" qkv_proj o_proj gate_up_proj qkv_proj,o_proj,gate_up_proj; do
+        b "e2e_late_${late:-none}" 100 env HINGE_NVFP4_MMA_LATE="$late" python3 tools/gpu/nvfp4_gemm.py \
+            --skip-table --e2e-kernel mma
+    done
+    b e2e_pdl_off 100 env HINGE_PDL=0 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_profile 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile
+    cat "$OUT/rc.txt"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    grep -E "^nvfp4: batch|^none: batch" "$OUT/e2e_profile.log"
+    ;;
 gated-e2e)
     b nvfp4_e2e_gated 230 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma --e2e-profile \
         --attention-options "${ATTN:-{\}}"

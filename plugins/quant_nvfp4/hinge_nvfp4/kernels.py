@@ -176,6 +176,9 @@ class MmaKernel(TritonKernel):
         #: ($HINGE_NVFP4_MMA_AFTER_GATED=early), or only once the gated GEMV has ended (after)
         self.early_after_gated = os.environ.get("HINGE_NVFP4_MMA_AFTER_GATED", "after") == "early"
         self._behind_gated = False  #: the last launch was a gated GEMV's
+        #: module-name endings whose GEMVs launch only once the kernel before them ends
+        #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
+        self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
@@ -212,6 +215,9 @@ class MmaKernel(TritonKernel):
             words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
+            prefix = getattr(getattr(layer, "spec", None), "prefix", "")
+            if self.late and prefix.endswith(self.late):
+                layer.nvfp4_mma_early = False
             if plan.splits > 1 or pairs:
                 gemv.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
 

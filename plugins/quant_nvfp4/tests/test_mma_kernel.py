@@ -159,6 +159,11 @@ def test_the_gemv_behind_a_gated_one_launches_after_it_ends_unless_told_to_launc
     mlp.down_proj.nvfp4_mma_early = False
     mlp.down_proj(x.repeat(1, 2).contiguous())
     assert launcher.early[-1] is False
+    monkeypatch.setenv("HINGE_NVFP4_MMA_LATE", "mlp.gate_up_proj,nothing")  # by module-name ending
+    q.kernel = MmaKernel(gemv=launcher, num_sms=132)
+    mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
+    mlp(x)
+    assert launcher.early[-2:] == [False, True]  # gate_up late; down right behind it early (env)
 
 
 def test_a_layer_with_a_bias_or_unequal_or_mixed_partitions_is_not_paired():
