@@ -99,6 +99,12 @@ class AttentionBackend(ABC):
         :param v: (T, num_kv_heads, head_dim).
         :returns: (T, num_heads, head_dim). Query row ``t`` of request ``i`` at absolute position
             ``p`` sees keys ``0..p`` of request ``i`` (causal), limited by ``layer.sliding_window``.
+
+        A backend whose capabilities claim ``kv_written_by_layer`` also takes the keyword
+        ``kv_saved``: True when the layer has already stored ``k``/``v`` at ``batch.out_loc``
+        (fused into its rotary kernel); it then writes nothing to the pool and reads this step's
+        keys and values from it (``k`` and ``v`` may be anything: the contract kit passes NaN).
+        Others are never passed the keyword.
         """
 
     def warmup(self, layers: Sequence[AttentionLayer], kv: KVCache) -> None:

@@ -160,6 +160,32 @@ def test_qk_norm_rope_equals_float64_per_head_norm_then_rotation(interpreted, dt
         assert_close_to(out, rope64(normed, positions, rotary.rotary_dim), dtype)
 
 
+@pytest.mark.usefixtures("interpreter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_qk_norm_rope_with_a_kv_target_also_stores_its_keys_and_the_values_in_their_slots_only(interpreted, dtype):
+    from hinge.layers.rotary import RotaryEmbedding
+
+    t, hq, hk, d = 3, 4, 2, 16
+    rotary = RotaryEmbedding(d, {"rope_theta": 10000.0, "rope_type": "default"})
+    qkv = randn(t, (hq + 2 * hk) * d, seed=18, dtype=dtype, scale=2.0)
+    q = qkv[:, : hq * d].view(t, hq, d)
+    k = qkv[:, hq * d : (hq + hk) * d].view(t, hk, d)
+    v = qkv[:, (hq + hk) * d :].view(t, hk, d)  # views of the fused projection, as the model has
+    qw, kw = (randn(d, seed=s, dtype=dtype, scale=0.2) + 1 for s in (19, 20))
+    cos, sin = rotary(torch.tensor([0, 5, 77]), 100, dtype=dtype)
+    k_cache, v_cache = (torch.full((10, hk, d), float("nan"), dtype=dtype) for _ in range(2))
+    loc = torch.tensor([7, 2, 4])
+    kernel = interpreted.qk_norm_rope
+    want_q, want_k = kernel.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
+    out_q, out_k = kernel.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, kv_target=(v, k_cache, v_cache, loc))
+    assert torch.equal(out_q, want_q) and torch.equal(out_k, want_k)  # the same bits as without
+    assert torch.equal(k_cache[loc], out_k) and torch.equal(v_cache[loc], v)
+    others = [i for i in range(10) if i not in loc.tolist()]
+    assert k_cache[others].isnan().all() and v_cache[others].isnan().all()  # nothing else written
+    with pytest.raises(ValueError, match="KV write takes v of k's shape.*hinge.layers.kv_write"):
+        kernel.qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, kv_target=(v, k_cache[:, :1], v_cache, loc))
+
+
 # -- the selector and the CPU / deterministic paths ----------------------------------------------
 
 
@@ -312,6 +338,39 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
     assert not torch.equal(fast, plain)  # the kernels ran (one rounding fewer in silu_mul)
     err = (fast - plain).abs().max() / plain.abs().max()
     assert err < 0.05, f"relative logit difference {err:.3g}"
+
+
+@pytest.mark.usefixtures("interpreter")
+def test_the_rope_kernel_writing_the_kv_gives_the_bits_of_the_kv_write_and_launches_it_no_more(
+        tiny, interpreted, monkeypatch):
+    """HINGE_ROPE_KV_WRITE=1 over a backend claiming kv_written_by_layer (torch): q/k norm + rope
+    stores the step's KV, the KV write is never called, and the logits keep their bits (the
+    pool holds the same values, which the backend reads); over a backend that does not claim
+    it, the KV write runs as before."""
+    from hinge.builtin.torch_attention import TorchAttentionBackend
+
+    torch.set_num_threads(1)
+    model, build = bf16_model(tiny("qwen3"))
+    ids = [int(t) for t in torch.randint(0, 256, (14,), generator=torch.Generator().manual_seed(15))]
+    calls = {"qk_norm_rope": 0, "kv_write": 0}
+    fake = types.SimpleNamespace(qk_norm_rope=counting(interpreted.qk_norm_rope, "qk_norm_rope", calls),
+                                 kv_write=counting(interpreted.kv_write, "kv_write", calls),
+                                 add_rmsnorm=interpreted.add_rmsnorm, silu_mul=interpreted.silu_mul)
+    monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
+                        invariant or not deterministic)
+    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    separate = prefill_and_decode(model, build, ids, decode_steps=2)
+    assert calls["kv_write"] == calls["qk_norm_rope"] > 0
+    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "1")
+    calls.update(qk_norm_rope=0, kv_write=0)
+    fused = prefill_and_decode(model, build, ids, decode_steps=2)
+    assert calls["kv_write"] == 0 and calls["qk_norm_rope"] > 0
+    assert torch.equal(fused, separate)
+    caps = TorchAttentionBackend.capabilities.model_copy(update={"kv_written_by_layer": False})
+    monkeypatch.setattr(TorchAttentionBackend, "capabilities", caps)
+    calls.update(qk_norm_rope=0, kv_write=0)
+    assert torch.equal(prefill_and_decode(model, build, ids, decode_steps=2), separate)
+    assert calls["kv_write"] == calls["qk_norm_rope"] > 0
 
 
 # -- CUDA ----------------------------------------------------------------------------------------

@@ -128,3 +128,38 @@ def test_a_claimed_page_size_is_run_with_that_page_size():
     contract, spec = _contract_for(IgnoresPageTable, page_sizes=frozenset({1}))
     with pytest.raises(AssertionError, match="page_size 1"):
         contract.test_every_claimed_page_size(spec, _check(contract))
+
+
+class WritesThePassedKV(TorchAttentionBackend):
+    """Claims kv_written_by_layer but stores the k/v it is passed anyway."""
+
+    def forward(self, q, k, v, layer, kv, batch, *, kv_saved=False):
+        return super().forward(q, k, v, layer, kv, batch)
+
+
+class AttendsOverThePassedKV(TorchAttentionBackend):
+    """Claims kv_written_by_layer but attends over the k/v passed (here: the new rows' copy)."""
+
+    def forward(self, q, k, v, layer, kv, batch, *, kv_saved=False):
+        out = super().forward(q, k, v, layer, kv, batch, kv_saved=kv_saved)
+        return out + 0 * (k.sum() + v.sum())  # NaN k/v reach the output
+
+
+@pytest.mark.parametrize("cls, ok", [(TorchAttentionBackend, True), (WritesThePassedKV, False),
+                                     (AttendsOverThePassedKV, False)])
+def test_the_kv_written_by_layer_claim_holds_for_the_torch_backend_and_fails_for_broken_ones(cls, ok):
+    contract, spec = _contract_for(cls, kv_written_by_layer=True)
+    if ok:
+        contract.test_kv_written_by_the_layer_is_attended_and_not_written_again(
+            spec, backend(cls), 16, 16, torch.float32, "cpu")
+        return
+    with pytest.raises(AssertionError):
+        contract.test_kv_written_by_the_layer_is_attended_and_not_written_again(
+            spec, backend(cls), 16, 16, torch.float32, "cpu")
+
+
+def test_a_kv_written_by_layer_claim_that_is_not_made_is_not_tested():
+    contract, spec = _contract_for(TorchAttentionBackend, kv_written_by_layer=False)
+    with pytest.raises(pytest.skip.Exception):
+        contract.test_kv_written_by_the_layer_is_attended_and_not_written_again(
+            spec, backend(), 16, 16, torch.float32, "cpu")

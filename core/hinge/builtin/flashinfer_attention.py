@@ -127,8 +127,9 @@ class FlashInferAttentionBackend(AttentionBackend):
     # -- per layer ----------------------------------------------------------------------------
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
-        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+                kv: KVCache, batch: ForwardBatch, *, kv_saved: bool = False) -> torch.Tensor:
+        if not kv_saved:  # else the layer stored them (capabilities.kv_written_by_layer)
+            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         meta = batch.attn_metadata
         if not isinstance(meta, FlashInferMetadata):

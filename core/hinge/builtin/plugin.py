@@ -29,6 +29,7 @@ TORCH_ATTENTION = AttentionBackendSpec(
         sliding_window=True,
         logit_softcap=True,
         batch_invariant=True,
+        kv_written_by_layer=True,
         graph_note="reference backend: builds its metadata on the host every step",
     ),
     description="reference paged attention in plain torch (GQA, causal, sliding window, "
@@ -43,6 +44,7 @@ TRITON_ATTENTION = AttentionBackendSpec(
         min_compute_capability=(8, 0),
         sliding_window=True,
         batch_invariant=True,
+        kv_written_by_layer=True,
         decode_graph=True,
         # NOTE: on the H200 (2026-12-01) a prefill graph's replay differed from eager (three
         # requests of 200/50/6 new tokens over 0/1000/3 cached) and an index assert followed
@@ -63,6 +65,7 @@ FLASHINFER_ATTENTION = AttentionBackendSpec(
         dtypes=frozenset({"bfloat16", "float16"}),
         head_dims=frozenset({64, 128, 256}),
         sliding_window=True,
+        kv_written_by_layer=True,
         prefill_graph=True,
         decode_graph=True,
         draft_graph=True,

@@ -134,8 +134,11 @@ class TorchAttentionBackend(AttentionBackend):
         layer: AttentionLayer,
         kv: KVCache,
         batch: ForwardBatch,
+        *,
+        kv_saved: bool = False,
     ) -> torch.Tensor:
-        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+        if not kv_saved:  # else the layer stored them (capabilities.kv_written_by_layer)
+            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         meta = batch.attn_metadata
         if meta is None:

@@ -118,6 +118,8 @@ class TritonAttentionBackend(AttentionBackend):
         layer: AttentionLayer,
         kv: KVCache,
         batch: ForwardBatch,
+        *,
+        kv_saved: bool = False,
     ) -> torch.Tensor:
         if not layer.causal:
             raise ValueError(f"triton attention: layer {layer.kv_layer_id} is not causal; use "
@@ -128,7 +130,8 @@ class TritonAttentionBackend(AttentionBackend):
                                "Triton's interpreter (TRITON_INTERPRET=1, for tests)")
         assert kv.page_size == self.page_size, (
             f"backend built for page_size {self.page_size}, KV pool has {kv.page_size}")
-        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+        if not kv_saved:  # else the layer stored them (capabilities.kv_written_by_layer)
+            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         meta = batch.attn_metadata
         if meta is None:

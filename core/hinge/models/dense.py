@@ -12,6 +12,7 @@ the LM head are replicated.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -82,6 +83,32 @@ def norm_rope(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torc
     return rotary.apply_qk(q_norm(q), k_norm(k), cos, sin)
 
 
+#: ``1``: a backend that lets the layer write the step's KV (``kv_written_by_layer``) gets it from
+#: the q/k-norm + rope kernel (one launch fewer a layer); off until measured on a GPU
+ROPE_KV_ENV = "HINGE_ROPE_KV_WRITE"
+
+
+def norm_rope_attend(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
+                     k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     layer: AttentionLayer, ctx: ForwardContext) -> torch.Tensor:
+    """``norm_rope`` then ``ctx.attn.forward``. With ``$HINGE_ROPE_KV_WRITE=1``, the fused kernel
+    (``norm_rope``'s conditions) and a backend claiming ``kv_written_by_layer``, the kernel also
+    stores the step's keys and values at ``out_loc`` and the backend is called with
+    ``kv_saved=True``: the same KV bits, the KV write's launch saved."""
+    caps = getattr(ctx.attn, "capabilities", None)
+    if (os.environ.get(ROPE_KV_ENV) == "1" and getattr(caps, "kv_written_by_layer", False)
+            and q_norm.offset == k_norm.offset
+            and fast_triton.enabled(q, q_norm.deterministic, invariant=True)):
+        fused = fast_triton.kernels().qk_norm_rope
+        target = (v, ctx.kv.k[layer.kv_layer_id], ctx.kv.v[layer.kv_layer_id], ctx.batch.out_loc)
+        if fused.supports(q, k, cos) and fused.writes_kv(q, k, *target):
+            q, k = fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,
+                                      q_norm.offset, kv_target=target)
+            return ctx.attn.forward(q, k, v, layer, ctx.kv, ctx.batch, kv_saved=True)
+    q, k = norm_rope(q_norm, k_norm, rotary, q, k, cos, sin)
+    return ctx.attn.forward(q, k, v, layer, ctx.kv, ctx.batch)
+
+
 class DecoderAttention(nn.Module):
     def __init__(
         self,
@@ -130,9 +157,9 @@ class DecoderAttention(nn.Module):
         k = k.view(t, self.num_kv_heads, self.head_dim)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q, k = norm_rope(self.q_norm, self.k_norm, self.rotary[0], q, k, cos, sin)
-        else:
-            q, k = self.rotary[0].apply_qk(q, k, cos, sin)
+            o = norm_rope_attend(self.q_norm, self.k_norm, self.rotary[0], q, k, v, cos, sin, self.layer, ctx)
+            return self.o_proj(o.reshape(t, self.num_heads * self.head_dim))
+        q, k = self.rotary[0].apply_qk(q, k, cos, sin)
         return self._attend(q, k, v, t, ctx)
 
     def _attend(self, q, k, v, t: int, ctx: ForwardContext) -> torch.Tensor:

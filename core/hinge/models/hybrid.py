@@ -14,7 +14,7 @@ from torch import nn
 from hinge.contracts import AttentionLayer
 from hinge.forward import PositionStates
 from hinge.layers import SINGLE, Linear, RMSNorm, RotaryEmbedding, TensorParallel
-from hinge.models.dense import head_dim_of, logit_softcap_of, norm_rope, qkv_linear
+from hinge.models.dense import head_dim_of, logit_softcap_of, norm_rope_attend, qkv_linear
 from hinge.models.stack import DecoderStackLM
 
 if TYPE_CHECKING:
@@ -57,11 +57,11 @@ class HybridAttention(nn.Module):
         q, k, v = self.qkv_proj(h).split(self.sizes, dim=-1)
         if self.gated:
             q, gate = q.reshape(t, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
-        q, k = norm_rope(self.q_norm, self.k_norm, self.rotary[0],
-                         q.reshape(t, self.num_heads, self.head_dim),
-                         k.reshape(t, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        o = ctx.attn.forward(q, k, v, self.layer, ctx.kv, ctx.batch).reshape(t, -1)
+        o = norm_rope_attend(self.q_norm, self.k_norm, self.rotary[0],
+                             q.reshape(t, self.num_heads, self.head_dim),
+                             k.reshape(t, self.num_kv_heads, self.head_dim),
+                             v.reshape(t, self.num_kv_heads, self.head_dim), cos, sin, self.layer,
+                             ctx).reshape(t, -1)
         if self.gated:
             o = o * torch.sigmoid(gate.reshape(t, -1))
         return self.o_proj(o)

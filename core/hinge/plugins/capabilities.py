@@ -90,6 +90,10 @@ class AttentionCapabilities(Capabilities):
     reads_page_tails: bool = False
     #: ``AttentionLayer.logit_softcap``: scores become ``cap * tanh(scores / cap)``
     logit_softcap: bool = False
+    #: ``forward(..., kv_saved=True)``: the layer has already stored this step's keys and values
+    #: at ``batch.out_loc`` (its rotary kernel writes them: one launch fewer a layer); the
+    #: backend then reads them from the pool only and writes nothing there (``AttentionBackend.forward``)
+    kv_written_by_layer: bool = False
     #: batches it can run: prefill, decode, mixed (both in one step), verify (k+1 per request)
     phases: frozenset[Literal["prefill", "decode", "mixed", "verify"]] = frozenset(
         {"prefill", "decode", "mixed", "verify"}

@@ -1,6 +1,6 @@
 """AttentionBackendContract: a backend matches the float64 oracle on every batch shape, and
 every capability it claims (page sizes, dtypes, sliding window, logit softcap, batch
-invariance, graphs) is exercised; its availability check answers None or a reason."""
+invariance, graphs, KV written by the layer) is exercised; its availability check answers None or a reason."""
 
 from __future__ import annotations
 
@@ -146,6 +146,32 @@ class AttentionBackendContract(ContractBase):
         check([0, 30, 40], [37, 1, 6], logit_softcap=1.5)
         if spec.capabilities.sliding_window:
             check([0, 30, 40], [37, 1, 6], logit_softcap=1.5, sliding_window=8)
+
+    def test_kv_written_by_the_layer_is_attended_and_not_written_again(self, spec, component, head_dim,
+                                                                        page_size, dtype, device):
+        """The claim ``kv_written_by_layer``: with the step's keys and values already at
+        ``out_loc`` and ``kv_saved=True``, the output is the oracle's although ``k`` and ``v``
+        are NaN (they are read from the pool), and the pool keeps the layer's values."""
+        if not spec.capabilities.kv_written_by_layer:
+            pytest.skip(f"{spec.name!r} does not claim kv_written_by_layer")
+        layer = make_layer(head_dim)
+        for prefix_lens, extend_lens in (([0, 16, 7], [5, 9, 20]), ([1, 15, 40], [1, 1, 1]),
+                                         ([10, 0, 33], [1, 12, 1])):
+            case = build_batch(prefix_lens, extend_lens, layer=layer, device=device, page_size=page_size,
+                               dtype=dtype, page_tail_fill=page_tail_fill(spec.capabilities))
+            expected = reference_attention(case.q, case.kv, case.layer, case.batch, k=case.k, v=case.v)
+            k_cache, v_cache = case.kv.k[layer.kv_layer_id], case.kv.v[layer.kv_layer_id]
+            loc = case.batch.out_loc
+            k_cache[loc], v_cache[loc] = case.k.to(k_cache.dtype), case.v.to(v_cache.dtype)  # the layer's write
+            case.batch.attn_metadata = component.prepare_metadata(case.batch)
+            nan = torch.full_like(case.k, float("nan"))
+            out = component.forward(case.q, nan, nan.clone(), layer, case.kv, case.batch, kv_saved=True)
+            worst = float((out.double().cpu() - expected).abs().max())
+            assert worst <= TOLERANCE[dtype], (
+                f"kv_saved=True (prefix {prefix_lens}, extend {extend_lens}): max |out - reference| = "
+                f"{worst:.3g}: the backend attended over the k/v it was passed, not the pool's")
+            assert torch.equal(k_cache[loc], case.k.to(k_cache.dtype)) and torch.equal(
+                v_cache[loc], case.v.to(v_cache.dtype)), "kv_saved=True, yet the backend wrote k/v into the pool"
 
     def test_availability_check_answers_none_or_a_reason(self, spec):
         """``spec.availability`` (when given) returns None or a non-empty reason on a machine

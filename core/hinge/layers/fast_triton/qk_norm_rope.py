@@ -16,6 +16,11 @@ H200, docs/benchmarks.md sixth session):
   rounding (torch rounds ``n * cos`` first, so the two differ by about one ulp); ``out[i] = n[i]``
   for ``i >= R``.
 
+With ``v``, ``k_cache``, ``v_cache`` and ``loc`` (``hinge.layers.fast_triton.kv_write``'s
+contract: caches (slots, Hk, D) contiguous in q's dtype, ``loc`` (T,) integer slots) the key
+heads' programs also store ``k'`` and copy ``v`` into slot ``loc[t]`` (the step's KV write in
+this launch: ``k_cache[loc[t]]`` gets the returned ``k'``'s bits, ``v_cache[loc[t]]`` v's).
+
 One program per (token, head). Graph-capturable (no host syncs). With
 ``hinge.devices.early_dependents`` it is launched early (behind the qkv GEMM, which lets it: it
 waits for that kernel at its start) and lets the kernel after it (the KV write) launch early.
@@ -35,8 +40,9 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 @triton.jit
 def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, HQ, D, R,
                          stride_qt, stride_qh, stride_kt, stride_kh, stride_ct, stride_st,
-                         stride_qot, stride_kot, eps, offset, BLOCK_D: tl.constexpr,
-                         HAS_OFFSET: tl.constexpr, EARLY: tl.constexpr):
+                         stride_qot, stride_kot, eps, offset, v_ptr, kc_ptr, vc_ptr, loc_ptr,
+                         stride_vt, stride_vh, HK, BLOCK_D: tl.constexpr,
+                         HAS_OFFSET: tl.constexpr, EARLY: tl.constexpr, WRITE_KV: tl.constexpr):
     if EARLY:  # hinge.devices.early_dependents: the KV write after it may launch now, and this
         tl.extra.cuda.gdc_launch_dependents()  # kernel, launched early behind the qkv GEMM,
         tl.extra.cuda.gdc_wait()  # waits for it here
@@ -70,8 +76,14 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, qo_ptr,
     n_partner = (xp * rstd * wp).to(dtype).to(tl.float32)
     c = tl.load(cos_ptr + t * stride_ct + offs, mask=in_r, other=1.0).to(tl.float32)
     s = tl.load(sin_ptr + t * stride_st + offs, mask=in_r, other=0.0).to(tl.float32)
-    out = tl.where(in_r, n * c + n_partner * s, n)
-    tl.store(dst + offs, out.to(dtype), mask=in_d)
+    out = tl.where(in_r, n * c + n_partner * s, n).to(dtype)
+    tl.store(dst + offs, out, mask=in_d)
+    if WRITE_KV:
+        if h >= HQ:  # a key head: k' and this head's values into the token's KV slot
+            slot = tl.load(loc_ptr + t).to(tl.int64) * HK * D + (h - HQ) * D
+            tl.store(kc_ptr + slot + offs, out, mask=in_d)
+            values = tl.load(v_ptr + t * stride_vt + (h - HQ) * stride_vh + offs, mask=in_d)
+            tl.store(vc_ptr + slot + offs, values, mask=in_d)
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
@@ -83,10 +95,30 @@ def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
             and q.device == k.device == cos.device)
 
 
+def writes_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+              v_cache: torch.Tensor, loc: torch.Tensor) -> bool:
+    """Whether ``qk_norm_rope`` can also write this step's KV (the module docstring's caches)."""
+    return (v.shape == k.shape and v.stride(-1) == 1 and v.dtype == q.dtype
+            and k_cache.dtype == v_cache.dtype == q.dtype and k_cache.dim() == 3
+            and k_cache.shape == v_cache.shape and tuple(k_cache.shape[1:]) == tuple(k.shape[1:])
+            and k_cache.is_contiguous() and v_cache.is_contiguous() and loc.dim() == 1
+            and loc.shape[0] == k.shape[0] and not loc.is_floating_point()
+            and v.device == k_cache.device == v_cache.device == loc.device == q.device)
+
+
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                 eps: float, cos: torch.Tensor, sin: torch.Tensor, offset: float = 0.0
+                 eps: float, cos: torch.Tensor, sin: torch.Tensor, offset: float = 0.0,
+                 kv_target: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rope(norm_q(q)), rope(norm_k(k)))`` as the module docstring says."""
+    """``(rope(norm_q(q)), rope(norm_k(k)))`` as the module docstring says; with ``kv_target``
+    ``(v, k_cache, v_cache, loc)`` also the step's KV write."""
+    if kv_target is not None and not writes_kv(q, k, *kv_target):
+        v, k_cache, _, loc = kv_target
+        raise ValueError(
+            f"qk_norm_rope's KV write takes v of k's shape {tuple(k.shape)} and contiguous caches "
+            f"(slots, {k.shape[1]}, {k.shape[2]}) in {q.dtype} with one integer slot a token; got v "
+            f"{tuple(v.shape)} {v.dtype}, cache {tuple(k_cache.shape)} {k_cache.dtype}, loc "
+            f"{tuple(loc.shape)} {loc.dtype}; write the KV with hinge.layers.kv_write instead")
     if not supports(q, k, cos):
         raise ValueError(
             f"qk_norm_rope takes q (T, Hq, D), k (T, Hk, D) of one dtype in {DTYPES} with unit last "
@@ -103,10 +135,12 @@ def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_wei
     k_out = torch.empty(t, hk, d, dtype=q.dtype, device=q.device)
     if t:
         early = early_dependents(q.device)
+        v, k_cache, v_cache, loc = kv_target if kv_target is not None else (k, k_out, k_out, cos2)
         _qk_norm_rope_kernel[(t, hq + hk)](
             q, k, q_weight, k_weight, cos2, sin2, q_out, k_out, hq, d, rot, q.stride(0),
             q.stride(1), k.stride(0), k.stride(1), cos2.stride(0), sin2.stride(0),
-            q_out.stride(0), k_out.stride(0), eps, float(offset),
-            BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset), EARLY=early,
-            launch_pdl=early, num_warps=1 if d <= 256 else 4)
+            q_out.stride(0), k_out.stride(0), eps, float(offset), v, k_cache, v_cache, loc,
+            v.stride(0), v.stride(1), hk, BLOCK_D=triton.next_power_of_2(d), HAS_OFFSET=bool(offset),
+            EARLY=early, WRITE_KV=kv_target is not None, launch_pdl=early,
+            num_warps=1 if d <= 256 else 4)
     return q_out, k_out
