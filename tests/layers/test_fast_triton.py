@@ -451,6 +451,48 @@ def test_cuda_qk_norm_rope_matches_the_norms_then_apply_qk(t, d, factor, offset)
         assert_close_to(out, ref.double(), dt)
 
 
+@pytest.mark.parametrize("t", [1, 16])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_qk_norm_rope_with_a_kv_target_stores_the_kv_writes_bits_eager_and_in_a_graph(t):
+    """Qwen3-8B heads: the fused KV write leaves the pool as qk_norm_rope then kv_write do, and
+    writes no other slot, eagerly and over graph replays with new inputs and slots."""
+    from hinge.layers.fast_triton.kv_write import kv_write
+    from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
+    from hinge.layers.rotary import RotaryEmbedding
+
+    dt, d, slots = torch.bfloat16, 128, 4096
+    rotary = RotaryEmbedding(d, {"rope_theta": 1000000.0, "rope_type": "default"})
+    qkv = randn(t, 48 * d, seed=21, dtype=dt, device="cuda")
+    q, k, v = qkv[:, : 32 * d].view(t, 32, d), qkv[:, 32 * d : 40 * d].view(t, 8, d), qkv[:, 40 * d :].view(t, 8, d)
+    qw, kw = (randn(d, seed=s, dtype=dt, scale=0.2, device="cuda") + 1 for s in (22, 23))
+    cos, sin = rotary(torch.arange(t, device="cuda") * 37, 37 * t + 1, dtype=dt)
+    loc = torch.randperm(slots, device="cuda")[:t]
+    pools = [torch.full((slots, 8, d), float("nan"), dtype=dt, device="cuda") for _ in range(4)]
+
+    def both():
+        fused = qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin, kv_target=(v, pools[0], pools[1], loc))
+        separate = qk_norm_rope(q, k, qw, kw, 1e-6, cos, sin)
+        kv_write(pools[2], pools[3], loc, separate[1], v)
+        return fused, separate
+
+    def check(fused, separate):
+        assert all(torch.equal(a, b) for a, b in zip(fused, separate, strict=True))
+        for mine, theirs in ((pools[0], pools[2]), (pools[1], pools[3])):
+            assert torch.equal(mine.nan_to_num(7.0), theirs.nan_to_num(7.0))
+
+    check(*both())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = both()
+    for seed in (24, 25):
+        qkv.copy_(randn(t, 48 * d, seed=seed, dtype=dt, device="cuda"))
+        loc.copy_(torch.randperm(slots, device="cuda")[:t])
+        graph.replay()
+        torch.cuda.synchronize()
+        check(*outs)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_fast_kernels_replay_in_a_cuda_graph_with_new_inputs():

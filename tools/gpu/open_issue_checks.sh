@@ -289,6 +289,15 @@ gated-final)
     cat "$OUT/rc.txt"; tail -20 "$OUT/gated_mlp.log"; tail -2 "$OUT/mma_gated_tests.log"
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
     ;;
+rope-kv)
+    # next session: the rope kernel writing the KV (HINGE_ROPE_KV_WRITE=1): its GPU tests, then
+    # end to end with and without it (~4 min)
+    b rope_kv_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/layers/test_fast_triton.py tests/engine/test_rope_kv_write_gpu.py -k "kv_target or rope_kv or graph"
+    b e2e_rope_kv 100 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_rope_kv_off 100 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    cat "$OUT/rc.txt"; tail -3 "$OUT/rope_kv_tests.log"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    ;;
 launch-orders)
     # next session: which GEMVs gain by launching early (behind a norm, the attention's merge)
     # and which lose, as down behind the gated GEMV did; end to end each (~5 min)
