@@ -104,6 +104,11 @@ __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const 
     }
 }
 
+// each warp's ring of STAGES supersteps of codes (accumulate), at file scope so that a gated
+// epilogue can hand a tile's values to its pair's warp through the ring the first one has done
+// with (finish): no shared memory beyond the rings
+__shared__ __align__(128) uint4 ring_codes[WARPS][STAGES][2][32];
+
 struct Epilogue {
     // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
     // else out[m, n] = bf16(sum * row_scale[n] + bias[n]) (bias may be nullptr), written by the
@@ -201,25 +206,26 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     const int pair = tile >> 1, half = n >> 1;
     if (direct && (WARPS / kw) % 2 == 0) {
         // gated, one split, the pair's two tiles in this block (tiles 2j, 2j + 1 are its warps'
-        // local tiles 2i, 2i + 1): the gate tile's warp hands its values over in shared memory
-        // and goes, the up tile's waits for them (named barrier past the tiles', 64 threads)
-        // and writes the outputs. The global exchange below costs two fences and an atomic's
+        // local tiles 2i, 2i + 1): the gate tile's warp hands its values over in its own ring
+        // (its copies are all consumed: the main loop is over) and goes, the up tile's warp
+        // waits for them (named barrier past the tiles', 64 threads) and writes the outputs. The global exchange below costs two fences and an atomic's
         // round trip at the tail of every warp (end to end on the H200, Qwen3-8B batch 1: 359.6
         // tokens/s with it, 364.7 with this; docs/nvfp4.md, twelfth session)
-        __shared__ float gates[WARPS / 2][4][32];
-        const int slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
+        const int warp = threadIdx.x >> 5, slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
         if ((tile & 1) == 0) {
+            float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) gates[slot][i][lane] = y[i];
+            for (int i = 0; i < 4; ++i) mine[i * 32 + lane] = y[i];
             asm volatile("bar.arrive %0, 64;" ::"r"(id) : "memory");
             return;
         }
         asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
+        const float* gates = reinterpret_cast<const float*>(&ring_codes[warp - kw][0][0][0]);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
             if (cols[i] < m)
                 e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
-                    __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gates[slot][i][lane], y[i])));
+                    __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gates[i * 32 + lane], y[i])));
         return;
     }
     // gated otherwise (splits, or a tile a block): this tile's bf16 values into part[0] (the
@@ -367,7 +373,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
-    __shared__ __align__(128) uint4 ring_codes[WARPS][STAGES][2][32];
     __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][32];
     __shared__ uint64_t ring_bars[bulk ? WARPS : 1][STAGES];  // BULK: a barrier a slot
     const int g = lane >> 2, t = lane & 3;

@@ -138,8 +138,8 @@ def sass_by_function(cubin: Path) -> dict[str, str]:
 def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep(tmp_path, stages):
     """At most 80 registers (6 blocks a multiprocessor), no stack; eight MMAs a superstep (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
-    ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory; the split
-    reduction's fence and atomic count."""
+    ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory (and nothing
+    more: a gated pair's exchange reuses the ring); the split reduction's fence and atomic count."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = cuobjdump("-res-usage", cubin)
@@ -168,7 +168,10 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
         else:
             assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
-        assert ("BAR.SYNC" in codes[name]) == (kw > 1), name  # a tile's warps meet to add their sums
+        # named barriers: a tile's warps meet to add their sums (kw > 1); a gated pair's two
+        # warps meet in the block (kw < 4: two tiles or more a block), the gate one only arriving
+        assert codes[name].count("BAR.SYNC") == (kw > 1) + (kw < 4), name
+        assert ("BAR.ARV" in codes[name]) == (kw < 4), name
         assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
 
 
