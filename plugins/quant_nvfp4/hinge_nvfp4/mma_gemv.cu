@@ -214,6 +214,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         const int warp = threadIdx.x >> 5, slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
         if ((tile & 1) == 0) {
             float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
+            __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
             for (int i = 0; i < 4; ++i) mine[i * 32 + lane] = y[i];
             asm volatile("bar.arrive %0, 64;" ::"r"(id) : "memory");
