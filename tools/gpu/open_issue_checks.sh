@@ -289,6 +289,23 @@ gated-final)
     cat "$OUT/rc.txt"; tail -20 "$OUT/gated_mlp.log"; tail -2 "$OUT/mma_gated_tests.log"
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
     ;;
+next13)
+    # the thirteenth session's first call (~8 min): the gated GEMV's bits with the pair exchange
+    # in the ring (not GPU-run yet), the rope kernel's KV write (tests, then end to end), and
+    # which GEMVs should launch late; every e2e line is decode tokens/s nvfp4 vs bf16
+    b mma_gated_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "gated or early"
+    b rope_kv_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/layers/test_fast_triton.py tests/engine/test_rope_kv_write_gpu.py -k "kv_target or rope_kv"
+    b e2e_default 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_rope_kv 80 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    for late in qkv_proj gate_up_proj; do
+        b "e2e_late_$late" 80 env HINGE_NVFP4_MMA_LATE="$late" python3 tools/gpu/nvfp4_gemm.py \
+            --skip-table --e2e-kernel mma
+    done
+    cat "$OUT/rc.txt"; tail -2 "$OUT/mma_gated_tests.log"; tail -2 "$OUT/rope_kv_tests.log"
+    grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    ;;
 rope-kv)
     # next session: the rope kernel writing the KV (HINGE_ROPE_KV_WRITE=1): its GPU tests, then
     # end to end with and without it (~4 min)
