@@ -15,9 +15,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 PROMPTS = ["def fibonacci(n):\n    return", "import os\nfor x in range(10):\n", "class Foo:\n    def"]
 
 
-@pytest.mark.parametrize("attention", ["flashinfer", "triton"])
+@pytest.mark.parametrize("attention", ["flashinfer", "triton", "fa4"])
 def test_the_rope_kernel_writing_the_kv_decodes_the_bits_of_the_separate_kv_write(tmp_path, monkeypatch,
                                                                                    attention):
+    if attention == "fa4":
+        pytest.importorskip("flash_attn.cute", reason="fa4 needs flash-attn-4 (the gpu extra)")
     src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
                                head_dim=64, num_attention_heads=4, num_key_value_heads=2)
     write_byte_tokenizer(src)

@@ -109,7 +109,7 @@ class FA4AttentionBackend(AttentionBackend):
     # -- per layer ----------------------------------------------------------------------------
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                kv: KVCache, batch: ForwardBatch) -> torch.Tensor:
+                kv: KVCache, batch: ForwardBatch, *, kv_saved: bool = False) -> torch.Tensor:
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         meta = batch.attn_metadata
         if meta is None:
@@ -118,8 +118,9 @@ class FA4AttentionBackend(AttentionBackend):
         kp, vp = k_cache.view(pages), v_cache.view(pages)
         window = layer.sliding_window - 1 if layer.sliding_window is not None else None
         if meta.split is not None and window is None:
-            return self._split_forward(q, k, v, kp, vp, layer, kv, batch, meta)
-        write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+            return self._split_forward(q, k, v, kp, vp, layer, kv, batch, meta, kv_saved)
+        if not kv_saved:  # else the layer stored them (capabilities.kv_written_by_layer)
+            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
         out, _ = self.kernel.varlen(
             q, kp, vp, cu_seqlens_q=meta.cu_seqlens_q, seqused_k=meta.seqused_k,
             page_table=meta.page_table, max_seqlen_q=meta.max_seqlen_q, softmax_scale=layer.scale,
@@ -127,15 +128,16 @@ class FA4AttentionBackend(AttentionBackend):
         return out
 
     def _split_forward(self, q, k, v, kp, vp, layer: AttentionLayer, kv: KVCache,
-                       batch: ForwardBatch, meta: FA4Metadata) -> torch.Tensor:
+                       batch: ForwardBatch, meta: FA4Metadata, kv_saved: bool) -> torch.Tensor:
         s = meta.split
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
         if fast_triton.enabled(q, invariant=True) and self._prepare().supports(
                 q, k, v, k_cache, v_cache, batch.out_loc):
             rows = self._prepare().write_kv_and_expand(q, k, v, k_cache, v_cache, batch.out_loc,
-                                                       s.num_slots)  # both copies, one launch
+                                                       s.num_slots, write_kv=not kv_saved)  # one launch
         else:
-            write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
+            if not kv_saved:
+                write_kv(kv, layer.kv_layer_id, batch.out_loc, k, v)
             rows = expand_queries(q, s.num_slots)
         out, lse = self.kernel.split_decode(
             rows, kp, vp, seqused_k=s.seqused_k, page_table=s.page_table,

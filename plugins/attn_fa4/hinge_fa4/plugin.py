@@ -27,6 +27,9 @@ FA4_CAPABILITIES = AttentionCapabilities(
     # NOTE: a key tile is a page: slots past a request's length are loaded and masked in the
     # scores, so they must be finite (the KV pool is zero-filled; NaN there gives NaN out)
     reads_page_tails=True,
+    # forward(..., kv_saved=True): the rope kernel stored the KV; the split path's prepare then
+    # only expands the queries
+    kv_written_by_layer=True,
     prefill_graph=True,
     decode_graph=True,
     # NOTE: a request's bits are the same alone or batched (fixed split sizes), but a prefill row

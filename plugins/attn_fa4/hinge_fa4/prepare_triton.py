@@ -22,13 +22,14 @@ MAX_BLOCK = 1024
 @triton.jit
 def _prepare_kernel(q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, qx_ptr, stride_qt, stride_qh,
                     stride_kt, stride_kh, stride_vt, stride_vh, q_width, kv_width, num_slots,
-                    D: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr):
+                    D: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr, WRITE_KV: tl.constexpr):
     if EARLY:  # hinge.devices.early_dependents: launched early (behind qk_norm_rope): wait for it
         tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    kv_copy.store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh,
-                           stride_vt, stride_vh, kv_width, D)
+    if WRITE_KV:  # else the layer stored them (AttentionCapabilities.kv_written_by_layer)
+        kv_copy.store_token_kv(k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, t, e, stride_kt, stride_kh,
+                               stride_vt, stride_vh, kv_width, D)
     in_q = e < q_width
     rows = tl.load(q_ptr + t * stride_qt + (e // D) * stride_qh + e % D, mask=in_q)
     for s in range(0, num_slots):  # row t's slots are rows t * S .. t * S + S - 1
@@ -44,8 +45,10 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.T
 
 
 def write_kv_and_expand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                        v_cache: torch.Tensor, loc: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """``k_cache[loc] = k``, ``v_cache[loc] = v``; returns ``expand_queries(q, num_slots)``."""
+                        v_cache: torch.Tensor, loc: torch.Tensor, num_slots: int,
+                        write_kv: bool = True) -> torch.Tensor:
+    """``k_cache[loc] = k``, ``v_cache[loc] = v`` (not with ``write_kv=False``: the layer
+    stored them); returns ``expand_queries(q, num_slots)``."""
     if not supports(q, k, v, k_cache, v_cache, loc):
         raise ValueError(f"write_kv_and_expand takes q, k, v (T, H, D) with unit last strides and "
                          f"contiguous caches of one dtype; got q {tuple(q.shape)} {q.dtype}, k "
@@ -60,5 +63,5 @@ def write_kv_and_expand(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cac
         _prepare_kernel[(t, triton.cdiv(width, block))](
             q, k, v, k_cache, v_cache, loc, out, q.stride(0), q.stride(1), k.stride(0),
             k.stride(1), v.stride(0), v.stride(1), q_width, kv_width, num_slots, D=dim,
-            BLOCK=block, EARLY=early, launch_pdl=early, num_warps=4)
+            BLOCK=block, EARLY=early, WRITE_KV=write_kv, launch_pdl=early, num_warps=4)
     return out

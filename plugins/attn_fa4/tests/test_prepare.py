@@ -62,6 +62,14 @@ def test_the_fused_copies_are_the_bits_of_write_kv_and_expand_queries(prepare, d
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), "NaN slots untouched too"
 
 
+def test_without_the_kv_write_the_prepare_kernel_expands_the_queries_and_leaves_the_pool(prepare):
+    q, k, v = qkv_views(3, 8, 2, 16, torch.bfloat16, seed=7)
+    caches = [torch.full((40, 2, 16), float("nan")).to(torch.bfloat16) for _ in range(2)]
+    rows = prepare.write_kv_and_expand(q, k, v, *caches, torch.tensor([5, 9, 2]), 4, write_kv=False)
+    assert torch.equal(rows, expand_queries(q, 4))
+    assert all(c.isnan().all() for c in caches)  # the layer wrote (here: nobody did)
+
+
 def test_the_fused_copies_refuse_a_cast_and_name_the_two_calls_instead(prepare):
     q, k, v = qkv_views(2, 8, 2, 16, torch.bfloat16, seed=1)
     caches = [torch.zeros(8, 2, 16) for _ in range(2)]  # float32 pool: a cast
@@ -75,8 +83,9 @@ def test_a_split_decode_with_fast_kernels_on_takes_the_fused_copies_and_attends_
         prepare, monkeypatch):
     calls = []
 
-    def counted(*args):
+    def counted(*args, write_kv=True):
         calls.append(args[-1])
+        assert write_kv
         return prepare.write_kv_and_expand(*args)
 
     fused = type("Fused", (), {"supports": staticmethod(prepare.supports),
