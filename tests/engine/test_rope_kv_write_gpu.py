@@ -38,3 +38,16 @@ def test_the_rope_kernel_writing_the_kv_decodes_the_bits_of_the_separate_kv_writ
         launches[fused] = len(writes)  # eager steps and graph captures (a backend's warm-up may
     assert launches["1"] < launches["0"], launches  # write through write_kv itself)
     assert runs["1"] == runs["0"]
+
+
+def test_a_hybrid_model_with_the_rope_kernel_writing_the_kv_decodes_the_same_bits(tmp_path, monkeypatch):
+    # Qwen3.5's gated attention layers (q/k norms with (1 + w), a quarter rotated) over flashinfer
+    src = make_tiny_checkpoint("qwen3_5", tmp_path / "src", head_dim=64)  # a head flashinfer takes
+    write_byte_tokenizer(src)
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, logprobs=True)
+    runs = {}
+    for fused in ("1", "0"):
+        monkeypatch.setenv("HINGE_ROPE_KV_WRITE", fused)
+        with LLM(str(src), device="cuda", dtype="bfloat16", attention="flashinfer") as llm:
+            runs[fused] = [(o.token_ids, o.logprobs) for o in llm.generate(PROMPTS, params)]
+    assert runs["1"] == runs["0"]
