@@ -69,43 +69,45 @@ def qkv_linear(hidden: int, sizes: tuple[int, int, int], bias: bool, quantizer: 
                   shard_names=tuple(f"{prefix}.{n}_proj" for n in "qkv"), parallel="column", tp=tp)
 
 
-def norm_rope(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
-              k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-head q/k RMSNorm then the rotation: one kernel on CUDA (``fast_triton.qk_norm_rope``,
-    ``(1 + w)`` norms too; one program per (token, head), so deterministic mode too), the norms
-    and ``apply_qk`` elsewhere."""
-    if q_norm.offset == k_norm.offset and fast_triton.enabled(q, q_norm.deterministic,
-                                                              invariant=True):
-        fused = fast_triton.kernels().qk_norm_rope
-        if fused.supports(q, k, cos):
-            return fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,
-                                      q_norm.offset)
-    return rotary.apply_qk(q_norm(q), k_norm(k), cos, sin)
-
-
 #: ``1``: a backend that lets the layer write the step's KV (``kv_written_by_layer``) gets it from
 #: the q/k-norm + rope kernel (one launch fewer a layer); off until measured on a GPU
 ROPE_KV_ENV = "HINGE_ROPE_KV_WRITE"
 
 
+def norm_rope(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
+              k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              kv_target: tuple[torch.Tensor, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Per-head q/k RMSNorm then the rotation: one kernel on CUDA (``fast_triton.qk_norm_rope``,
+    ``(1 + w)`` norms too; one program per (token, head), so deterministic mode too), the norms
+    and ``apply_qk`` elsewhere. ``kv_target`` ``(v, k_cache, v_cache, loc)``: the kernel also
+    stores the step's KV where it can; the returned bool says whether it did."""
+    if q_norm.offset == k_norm.offset and fast_triton.enabled(q, q_norm.deterministic,
+                                                              invariant=True):
+        fused = fast_triton.kernels().qk_norm_rope
+        if fused.supports(q, k, cos):
+            if kv_target is not None and not fused.writes_kv(q, k, *kv_target):
+                kv_target = None
+            q, k = fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,
+                                      q_norm.offset, kv_target=kv_target)
+            return q, k, kv_target is not None
+    q, k = rotary.apply_qk(q_norm(q), k_norm(k), cos, sin)
+    return q, k, False
+
+
 def norm_rope_attend(q_norm: RMSNorm, k_norm: RMSNorm, rotary: RotaryEmbedding, q: torch.Tensor,
                      k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                      layer: AttentionLayer, ctx: ForwardContext) -> torch.Tensor:
-    """``norm_rope`` then ``ctx.attn.forward``. With ``$HINGE_ROPE_KV_WRITE=1``, the fused kernel
-    (``norm_rope``'s conditions) and a backend claiming ``kv_written_by_layer``, the kernel also
-    stores the step's keys and values at ``out_loc`` and the backend is called with
-    ``kv_saved=True``: the same KV bits, the KV write's launch saved."""
+    """``norm_rope`` then ``ctx.attn.forward``. With ``$HINGE_ROPE_KV_WRITE=1`` and a backend
+    claiming ``kv_written_by_layer``, the fused kernel (where ``norm_rope`` takes it) also stores
+    the step's keys and values at ``out_loc`` and the backend is called with ``kv_saved=True``:
+    the same KV bits, the KV write's launch saved."""
     caps = getattr(ctx.attn, "capabilities", None)
-    if (os.environ.get(ROPE_KV_ENV) == "1" and getattr(caps, "kv_written_by_layer", False)
-            and q_norm.offset == k_norm.offset
-            and fast_triton.enabled(q, q_norm.deterministic, invariant=True)):
-        fused = fast_triton.kernels().qk_norm_rope
+    target = None
+    if os.environ.get(ROPE_KV_ENV) == "1" and getattr(caps, "kv_written_by_layer", False):
         target = (v, ctx.kv.k[layer.kv_layer_id], ctx.kv.v[layer.kv_layer_id], ctx.batch.out_loc)
-        if fused.supports(q, k, cos) and fused.writes_kv(q, k, *target):
-            q, k = fused.qk_norm_rope(q, k, q_norm.weight, k_norm.weight, q_norm.eps, cos, sin,
-                                      q_norm.offset, kv_target=target)
-            return ctx.attn.forward(q, k, v, layer, ctx.kv, ctx.batch, kv_saved=True)
-    q, k = norm_rope(q_norm, k_norm, rotary, q, k, cos, sin)
+    q, k, saved = norm_rope(q_norm, k_norm, rotary, q, k, cos, sin, kv_target=target)
+    if saved:
+        return ctx.attn.forward(q, k, v, layer, ctx.kv, ctx.batch, kv_saved=True)
     return ctx.attn.forward(q, k, v, layer, ctx.kv, ctx.batch)
 
 

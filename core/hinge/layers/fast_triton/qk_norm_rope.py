@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from hinge.devices import early_dependents
+from hinge.layers.fast_triton import kv_write as kv_copy
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -97,12 +98,9 @@ def supports(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> bool:
 
 def writes_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
               v_cache: torch.Tensor, loc: torch.Tensor) -> bool:
-    """Whether ``qk_norm_rope`` can also write this step's KV (the module docstring's caches)."""
-    return (v.shape == k.shape and v.stride(-1) == 1 and v.dtype == q.dtype
-            and k_cache.dtype == v_cache.dtype == q.dtype and k_cache.dim() == 3
-            and k_cache.shape == v_cache.shape and tuple(k_cache.shape[1:]) == tuple(k.shape[1:])
-            and k_cache.is_contiguous() and v_cache.is_contiguous() and loc.dim() == 1
-            and loc.shape[0] == k.shape[0] and not loc.is_floating_point()
+    """Whether ``qk_norm_rope`` can also write this step's KV (the module docstring's caches):
+    what ``kv_write`` takes, in q's dtype and on q's device."""
+    return (kv_copy.supports(k_cache, v_cache, loc, k, v) and v.dtype == q.dtype
             and v.device == k_cache.device == v_cache.device == loc.device == q.device)
 
 
