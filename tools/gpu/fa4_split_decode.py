@@ -69,7 +69,7 @@ FORMS = {  # --forms: split_call, split_tile_m, split_tile_n, split_pack_gqa, in
 
 
 def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
-             forms: list[tuple]) -> list[dict]:
+             forms: list[tuple], kv_saved: tuple[bool, ...] = (False,)) -> list[dict]:
     from flash_attn.cute import flash_attn_varlen_func
 
     from hinge_fa4.backend import FA4AttentionBackend
@@ -106,12 +106,13 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
             attn.prepare_for_capture(holder.batch)
             attn.prepare_for_replay(step, batch_size)
 
-            def one(i: int, a=attn, static=holder.batch) -> None:
-                a.forward(q, k, k, layers[i], kv, static)
+            name = (f"fa4 split {size}, {form}, tile {tile_m}x{tile_n}" + ("" if pack else ", no pack_gqa")
+                    + ("" if overlap else ", no overlap") + ("" if rs else ", P via smem"))
+            for saved in kv_saved:
+                def one(i: int, a=attn, static=holder.batch, saved=saved) -> None:
+                    a.forward(q, k, k, layers[i], kv, static, kv_saved=saved)
 
-            variants.append((f"fa4 split {size}, {form}, tile {tile_m}x{tile_n}"
-                             + ("" if pack else ", no pack_gqa") + ("" if overlap else ", no overlap")
-                             + ("" if rs else ", P via smem"), one))
+                variants.append((name + (", KV stored by the layer" if saved else ""), one))
     out = []
     for name, layer_fn in variants:
         try:
@@ -132,10 +133,15 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=4096)
     parser.add_argument("--split-sizes", type=int, nargs="+", default=[256, 512, 1024])
     parser.add_argument("--forms", nargs="+", choices=sorted(FORMS), default=["batched", "varlen", "tile64"])
+    parser.add_argument("--kv-saved", action="store_true",
+                        help="also each split row with kv_saved=True (the KV written by the layer's "
+                        "rope kernel, HINGE_ROPE_KV_WRITE=1): no KV write in the attention, and at "
+                        "batch 1 the query row as a stride-0 view")
     args = parser.parse_args()
     copy = copy_gbps()
     forms = [FORMS[f] for f in args.forms]
-    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy, forms)]
+    saved = (False, True) if args.kv_saved else (False,)
+    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy, forms, saved)]
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, {args.context} keys per request\n")
     print("| batch | what | us/layer | GB/s | of copy | kernels/layer |\n| --- | --- | --- | --- | --- | --- |")
     for r in rows:

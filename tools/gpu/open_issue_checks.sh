@@ -289,6 +289,33 @@ gated-final)
     cat "$OUT/rc.txt"; tail -20 "$OUT/gated_mlp.log"; tail -2 "$OUT/mma_gated_tests.log"
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
     ;;
+t14)
+    # the fourteenth session's tests (~5 min): the gated GEMV's pair exchange in the ring and the
+    # rope kernel's KV write (both written after the twelfth session's device time), fa4's split
+    # with the long tail, the 16-part merge and the stride-0 query view; engine tests in one lane
+    ( b engines 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        tests/engine/test_rope_kv_write_gpu.py -k "gated or early or rope_kv" ) &
+    ( b kernels 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/layers/test_fast_triton.py plugins/attn_fa4/tests/test_fa4_gpu.py \
+        -k "kv_target or split or merge or alone or captured or kv_written or restatement" ) &
+    wait
+    cat "$OUT/rc.txt"; tail -4 "$OUT/engines.log"; tail -4 "$OUT/kernels.log"
+    ;;
+b14)
+    # the fourteenth session's benchmarks (~8 min): fa4 batch-1 split decode by split size with
+    # and without the KV stored by the layer; nvfp4 end to end with the rope kernel's KV write
+    # and with each of two GEMV kinds launched late
+    b fa4_split 150 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 384 512 \
+        --forms tile64 --kv-saved
+    b e2e_default 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_rope_kv 80 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    for late in qkv_proj gate_up_proj; do
+        b "e2e_late_$late" 80 env HINGE_ROPE_KV_WRITE=1 HINGE_NVFP4_MMA_LATE="$late" \
+            python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    done
+    cat "$OUT/rc.txt"; grep -E "^\| (1|4) " "$OUT/fa4_split.log"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    ;;
 next13)
     # the thirteenth session's first call (~8 min): the gated GEMV's bits with the pair exchange
     # in the ring (not GPU-run yet), the rope kernel's KV write (tests, then end to end), and

@@ -156,7 +156,7 @@ class AttentionBackendContract(ContractBase):
             pytest.skip(f"{spec.name!r} does not claim kv_written_by_layer")
         layer = make_layer(head_dim)
         for prefix_lens, extend_lens in (([0, 16, 7], [5, 9, 20]), ([1, 15, 40], [1, 1, 1]),
-                                         ([10, 0, 33], [1, 12, 1])):
+                                         ([10, 0, 33], [1, 12, 1]), ([300], [1])):  # batch-1 decode
             case = build_batch(prefix_lens, extend_lens, layer=layer, device=device, page_size=page_size,
                                dtype=dtype, page_tail_fill=page_tail_fill(spec.capabilities))
             expected = reference_attention(case.q, case.kv, case.layer, case.batch, k=case.k, v=case.v)

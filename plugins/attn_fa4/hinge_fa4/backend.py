@@ -13,7 +13,9 @@ every query's fixed-size chunks and its tail as virtual requests of one query in
 (non-causal: a query sees all of each part), then merges them by log-sum-exp in a fixed order in
 one Triton kernel (``hinge_fa4.combine``). A split layer launches three kernels on CUDA: the KV
 write and the query copy into the slots as one (``hinge_fa4.prepare_triton``), the attention
-call, the merge; everything index-like is laid out once per step. Layers with a sliding window never split (their keys are few).
+call, the merge; everything index-like is laid out once per step. Where the layer stored the KV
+itself (``kv_saved``) and the step has one query row (batch-1 decode), the slots read that row
+through a stride-0 view: two kernels, the attention call and the merge. Layers with a sliding window never split (their keys are few).
 
 CUDA graphs: the metadata of every captured shape views static buffers (``FA4GraphBuffers``);
 ``prepare_for_replay`` refills them from the runner's static inputs with device copies (no host
@@ -38,7 +40,7 @@ from hinge_fa4.kernel import make_kernel
 from hinge_fa4.metadata import FA4GraphBuffers, FA4Metadata
 from hinge_fa4.options import FA4Options
 from hinge_fa4.plugin import FA4_SPEC
-from hinge_fa4.split import expand_queries, max_chunks, part_width, split_tensors
+from hinge_fa4.split import expand_queries, full_chunks, max_chunks, part_width, split_tensors
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -98,7 +100,7 @@ class FA4AttentionBackend(AttentionBackend):
                 and all(e == q_len for e in ext) and self.wants_split(len(ext))):
             o = self.options
             last = max((p + e - 1 for p, e in zip(batch.prefix_lens_cpu, ext, strict=True)), default=0)
-            chunks = min(max(last // o.split_size, 0), o.max_splits)
+            chunks = full_chunks(last, o.split_size, o.max_splits)
             if chunks:
                 meta.uniform = True
                 meta.split = split_tensors(seq_lens, batch.page_table, q_len=q_len,
@@ -131,7 +133,9 @@ class FA4AttentionBackend(AttentionBackend):
                        batch: ForwardBatch, meta: FA4Metadata, kv_saved: bool) -> torch.Tensor:
         s = meta.split
         k_cache, v_cache = kv.k[layer.kv_layer_id], kv.v[layer.kv_layer_id]
-        if fast_triton.enabled(q, invariant=True) and self._prepare().supports(
+        if kv_saved and q.shape[0] == 1 and self.options.split_query_view:
+            rows = q.expand(s.num_slots, *q.shape[1:])  # one query row: no copy, no launch
+        elif fast_triton.enabled(q, invariant=True) and self._prepare().supports(
                 q, k, v, k_cache, v_cache, batch.out_loc):
             rows = self._prepare().write_kv_and_expand(q, k, v, k_cache, v_cache, batch.out_loc,
                                                        s.num_slots, write_kv=not kv_saved)  # one launch

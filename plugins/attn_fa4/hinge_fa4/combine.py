@@ -9,7 +9,7 @@ Layout (``hinge_fa4.split``): row ``t`` owns virtual rows ``t S + s`` for slots 
 first ``num_parts[t]`` slots are its parts (the tail, then chunks by position), the rest are
 never read. Order: the max first (exact in any order), then the weighted sums in a fixed order
 of the row's parts alone, per (row, head): a row's bits depend on its own parts only, never on
-the batch or on ``S`` (batch invariance of the merge). The Triton kernel sums blocks of 8 parts
+the batch or on ``S`` (batch invariance of the merge). The Triton kernel sums blocks of 16 parts
 (a fixed tree within a block, blocks in slot order), the torch one part after another: the same
 merge, not the same bits.
 

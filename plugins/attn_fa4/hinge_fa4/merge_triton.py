@@ -1,10 +1,10 @@
 """The split decode's merge as one Triton kernel (``hinge_fa4.combine`` states the sums and the
-order): one program per (query row, head) reads its row's used parts only, ``BLOCK_S`` (8) at a
-time: one load of 8 lses and of 8 head rows of outputs per block instead of one dependent load
+order): one program per (query row, head) reads its row's used parts only, ``BLOCK_S`` (16) at a
+time: one load of 16 lses and of 16 head rows of outputs per block instead of one dependent load
 per part (the per-part loops took 3.6 us at batch 1 on the H200, a fifth of a split layer), the
-first block's outputs loaded with its lses (one wait for a row of at most 8 parts). The
+first block's outputs loaded with its lses (one wait for a row of at most 16 parts: a 4k-key split at 256-key chunks). The
 max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights summed (a fixed
-tree of 8) and added block after block in slot order; divide; write the row in the output
+tree of 16) and added block after block in slot order; divide; write the row in the output
 dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
 rows or on the slot count. Imported on CUDA only (the CPU path is torch; tests interpret it).
 With ``hinge.devices.early_dependents`` launched early (it waits for the attention call first)
@@ -19,7 +19,7 @@ import triton.language as tl
 
 from hinge.devices import early_dependents
 
-BLOCK_S = 8  #: parts per load: a constant (a row's bits must not depend on the step's slot count)
+BLOCK_S = 16  #: parts per load: a constant (a row's bits must not depend on the step's slot count)
 
 
 @triton.jit
@@ -37,7 +37,7 @@ def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
     mask_d = d < D
     slots = t * num_slots + tl.arange(0, BLOCK_S)
     # NOTE: the first block's lses and outputs are loaded together, up front: a row of at most
-    # BLOCK_S parts (every split at 4k keys and 512-key chunks) waits for memory once, not twice
+    # BLOCK_S parts (every split at 4k keys and 256-key chunks or longer) waits for memory once, not twice
     used = tl.arange(0, BLOCK_S) < n
     lse0 = tl.load(lse_ptr + slots * sl_v + h * sl_h, mask=used, other=float("-inf")).to(ACC)
     o0 = tl.load(out_ptr + slots[:, None] * so_v + h * so_h + d[None, :],

@@ -53,6 +53,11 @@ class FA4Options(BaseModel):
     split_mma_pv_is_rs: bool = Field(
         True, description="split calls: P V's MMA reads P from registers (flash-attn's sm_90 "
         "choice); False = through shared memory")
+    split_query_view: bool = Field(
+        True, description="a split step of one query row whose KV the layer stored "
+        "(kv_written_by_layer: batch-1 decode with the rope kernel writing the KV) passes the "
+        "row to every slot as a stride-0 view instead of copying it: one launch fewer a layer; "
+        "False = always copy (A/B)")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(

@@ -5,10 +5,16 @@ A decode (or verify) step gives every request ``q`` query tokens at positions ``
 seq - 1``. Each query row ``t`` (query ``j`` of request ``r``, ``t = r q + j``) sees keys
 ``0 .. p`` with ``p = seq - q + j``; they are cut into::
 
-    [ chunk 0 | chunk 1 | ... | chunk n-1 | tail          ]
-    0         C         2C    (n-1)C      nC              p + 1
-    n = min(p // C, max_splits) full chunks; tail = [n C, p + 1): at least one key, at most C
-    (more only past the max_splits cap)
+    [ chunk 0 | chunk 1 | ... | chunk n-1 | tail                ]
+    0         C         2C    (n-1)C      nC                    p + 1
+    n = min(max((p + 1) // C - 1, 0), max_splits) full chunks; tail = [n C, p + 1): at least C
+    keys and fewer than 2 C once the query sees C keys (more only past the max_splits cap)
+
+The tail is never a sliver: it takes the last whole chunk with it, so a query of ``m C + 1``
+keys has ``m`` parts, not ``m + 1`` of which one holds a single key. The parts are then as even as
+the page grid allows and one fewer: at 4097 keys and ``C = 256`` a request's 16 parts x 8 KV
+heads are 128 programs, one wave on 132 SMs, where ``p // C`` chunks made 17 x 8 = 136, a second
+wave for four programs of one key (measured slower: docs/benchmarks.md, thirteenth session).
 
 ``C`` (``split_size``, a multiple of the page size) and ``max_splits`` are fixed for the engine,
 so a query's parts depend on its own position only, never on the batch. Every part is one
@@ -50,21 +56,25 @@ class SplitTensors:
         return self.num_slots - 1
 
 
-def full_chunks(positions: torch.Tensor, split_size: int, max_splits: int) -> torch.Tensor:
-    """Full chunks of queries at ``positions``: ``min(p // C, max_splits)``, at least 0."""
-    return (positions // split_size).clamp(min=0, max=max_splits)
+def full_chunks(positions: torch.Tensor | int, split_size: int, max_splits: int) -> torch.Tensor | int:
+    """Full chunks of queries at ``positions`` (a tensor, or one int):
+    ``min(max((p + 1) // C - 1, 0), max_splits)``: the tail keeps the last whole chunk."""
+    if isinstance(positions, int):
+        return min(max((positions + 1) // split_size - 1, 0), max_splits)
+    return ((positions + 1) // split_size - 1).clamp(min=0, max=max_splits)
 
 
 def max_chunks(max_pages: int, page_size: int, split_size: int, max_splits: int) -> int:
     """Chunk slots a row can ever need: a query sits at position < ``max_pages * page_size``."""
-    return min(max_splits, max(max_pages * page_size - 1, 0) // split_size)
+    return full_chunks(max_pages * page_size - 1, split_size, max_splits)
 
 
 def part_width(max_pages: int, page_size: int, split_size: int, max_splits: int) -> int:
-    """Pages a part's page-table row needs: a chunk's ``C / page_size``, a tail at most as
-    many, unless ``max_splits`` capped it (then up to the rest of the request's pages)."""
+    """Pages a part's page-table row needs: a chunk's ``C / page_size``, a tail's fewer than
+    ``2 C`` keys twice as many, unless ``max_splits`` capped it (then up to the rest of the
+    request's pages)."""
     per_chunk = split_size // page_size
-    return min(max_pages, max(per_chunk, max_pages - max_splits * per_chunk))
+    return min(max_pages, max(2 * per_chunk, max_pages - max_splits * per_chunk))
 
 
 def query_positions(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:

@@ -206,3 +206,30 @@ def test_a_split_decode_through_the_triton_merge_equals_one_attention_in_float64
     want = reference_attention(case.q, case.kv, LAYER, case.batch, k=case.k, v=case.v)
     out, meta = run(attn, case)
     assert meta.split is not None and (out - want).abs().max() < 1e-10
+
+
+@pytest.mark.parametrize("view", [True, False])
+def test_one_query_row_with_its_kv_stored_reaches_the_kernel_as_a_stride0_view_and_stays_exact(view):
+    """Batch-1 decode with the KV written by the layer (``kv_saved``): the slots read the one
+    query row through a stride-0 view (no copy, no launch), and the output is the float64
+    attention over all keys; ``split_query_view = False`` copies the row instead."""
+    attn = backend(split_kv="always", split_size=32, max_splits=4, split_query_view=view)
+    case = build_batch([300], [1], layer=LAYER, page_size=16, dtype=torch.float64, phase="decode",
+                       page_tail_fill=PAGE_TAIL_FILL)
+    want = reference_attention(case.q, case.kv, LAYER, case.batch, k=case.k, v=case.v)
+    k_cache, v_cache = case.kv.k[0], case.kv.v[0]
+    k_cache[case.batch.out_loc], v_cache[case.batch.out_loc] = case.k, case.v  # the layer's write
+    seen = []
+    split_decode = attn.kernel.split_decode
+
+    def spy(q, *args, **kwargs):
+        seen.append(q.stride(0))
+        return split_decode(q, *args, **kwargs)
+
+    attn.kernel.split_decode = spy
+    case.batch.attn_metadata = attn.prepare_metadata(case.batch)
+    nan = torch.full_like(case.k, float("nan"))
+    out = attn.forward(case.q, nan, nan.clone(), LAYER, case.kv, case.batch, kv_saved=True)
+    assert case.batch.attn_metadata.split.num_slots == 5, "4 chunks (capped) and a tail"
+    assert seen == [0 if view else LAYER.num_heads * LAYER.head_dim]
+    assert (out - want).abs().max() < 1e-10

@@ -23,7 +23,7 @@ KERNELS = {
     "merge": (merge_triton._merge_kernel,
               {"out_ptr": "*fp32", "lse_ptr": "*fp32", "parts_ptr": "*i32", "dst_ptr": "*bf16",
                **{p: "i32" for p in ("num_slots", "heads", "so_v", "so_h", "sl_v", "sl_h", "sd_t", "sd_h")}},
-              {"D": 128, "BLOCK_D": 128, "BLOCK_S": 8, "ACC": triton.language.float32}),
+              {"D": 128, "BLOCK_D": 128, "BLOCK_S": 16, "ACC": triton.language.float32}),
 }
 
 

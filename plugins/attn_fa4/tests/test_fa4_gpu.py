@@ -175,10 +175,13 @@ def test_the_triton_merge_equals_the_float64_merge_to_bf16_rounding_and_replays_
     assert torch.equal(replayed, got)
 
 
-def test_a_split_layer_launches_three_kernels():
+@pytest.mark.parametrize("kv_saved", [False, True])
+def test_a_split_layer_launches_three_kernels_or_two_with_its_kv_stored(kv_saved):
     """The KV write and the query copy into the slots in one launch (``prepare_triton``), the
     attention call, the merge: the profile of one split decode layer at 4096 keys (was ~45 with
-    two calls and torch merges, then 5 with two KV copies and the query copy)."""
+    two calls and torch merges, then 5 with two KV copies and the query copy). With the KV
+    stored by the layer, batch 1's query row is a stride-0 view: the attention call and the
+    merge only, and the output is the three-kernel one's."""
     from torch.profiler import ProfilerActivity, profile
 
     lay = layer(128)
@@ -186,17 +189,20 @@ def test_a_split_layer_launches_three_kernels():
                     page_tail_fill=PAGE_TAIL_FILL)
     attn = backend(split_kv="always", split_size=512)
     c.batch.attn_metadata = attn.prepare_metadata(c.batch)
-    assert c.batch.attn_metadata.split.num_slots == 9
-    attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)  # compiles
+    assert c.batch.attn_metadata.split.num_slots == 8, "7 chunks and a 513-key tail"
+    want = attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)  # writes the KV; compiles
+    k, v = (torch.full_like(c.k, float("nan")), torch.full_like(c.v, float("nan"))) if kv_saved else (c.k, c.v)
+    got = attn.forward(c.q, k, v, lay, c.kv, c.batch, kv_saved=kv_saved)
     torch.cuda.synchronize()
+    assert torch.equal(got, want), "the stride-0 query view gives the copied query's bits"
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)
+        attn.forward(c.q, k, v, lay, c.kv, c.batch, kv_saved=kv_saved)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "fa4_split_kernels.json"), "w") as f:
+        with open(os.path.join(os.environ["OUT"], f"fa4_split_kernels_{int(kv_saved)}.json"), "w") as f:
             json.dump(kernels, f, indent=2)
-    assert len(kernels) <= 3, f"{len(kernels)} kernels per split layer: {kernels}"
+    assert len(kernels) <= (2 if kv_saved else 3), f"{len(kernels)} kernels per split layer: {kernels}"
 
 
 # -- split decode under graphs, and batch invariance ------------------------------------------------

@@ -12,9 +12,10 @@ from hinge_fa4.split import expand_queries, max_chunks, part_width, split_tensor
 
 def enumerate_parts(position: int, size: int, cap: int) -> list[tuple[int, int]]:
     """A query's parts, written out: its tail first, then chunk c = [c size, (c+1) size) while
-    the query sees all of it (at most ``cap``); the tail is the rest up to the query's key."""
+    the query sees all of it and a whole chunk more (at most ``cap``); the tail is the rest up
+    to the query's key."""
     chunks = []
-    while len(chunks) < cap and (len(chunks) + 1) * size <= position:
+    while len(chunks) < cap and (len(chunks) + 2) * size <= position + 1:
         chunks.append((len(chunks) * size, (len(chunks) + 1) * size))
     return [(len(chunks) * size, position + 1), *chunks]
 
@@ -32,7 +33,7 @@ def test_the_layout_matches_the_enumeration(seq_lens, q, size, cap):
     max_pages = max(-(-s // page) for s in seq_lens) + 2
     gen = torch.Generator().manual_seed(0)
     table = torch.randint(1, 500, (len(seq_lens), max_pages), generator=gen)
-    slots = 1 + max(min((s - 1) // size, cap) for s in seq_lens)
+    slots = 1 + max(min(max(s // size - 1, 0), cap) for s in seq_lens)
     s = split_tensors(torch.tensor(seq_lens), table, q_len=q, page_size=page, split_size=size,
                       max_splits=cap, num_slots=slots)
     used, pages = s.seqused_k.view(-1, slots), s.page_table.view(-1, slots, s.page_table.shape[1])
@@ -50,14 +51,25 @@ def test_the_layout_matches_the_enumeration(seq_lens, q, size, cap):
         assert t.dtype == torch.int32 and t.is_contiguous(), "flash-attn asserts int32, contiguous"
 
 
-def test_a_querys_parts_cover_its_keys_once_and_a_tail_is_at_most_a_chunk_below_the_cap():
-    for position in range(0, 200):
+def test_a_querys_parts_cover_its_keys_once_and_a_tail_holds_one_to_two_chunks_below_the_cap():
+    for position in range(0, 300):
         parts = enumerate_parts(position, 32, 4)
         (tail_start, tail_end), chunks = parts[0], parts[1:]
         bounds = [b for c in chunks for b in c] + [tail_start, tail_end]
         assert bounds[0] == 0 and bounds[-1] == position + 1
         assert all(bounds[k] == bounds[k + 1] for k in range(1, len(bounds) - 1, 2)), "contiguous"
-        assert 1 <= tail_end - tail_start and (len(chunks) == 4 or tail_end - tail_start <= 32)
+        tail = tail_end - tail_start
+        assert 1 <= tail and (len(chunks) == 4 or tail < 64), "below the cap: under two chunks"
+        assert position + 1 < 32 or tail >= 32, "never a sliver once the query sees a chunk"
+
+
+def test_the_backends_host_count_and_the_device_layout_agree_on_the_chunks():
+    from hinge_fa4.split import full_chunks
+
+    positions = torch.arange(-1, 400)
+    on_device = full_chunks(positions, 32, 5)
+    assert on_device.tolist() == [full_chunks(int(p), 32, 5) for p in positions]
+    assert full_chunks(4096, 256, 64) == 15, "4097 keys: 15 chunks + a 257-key tail = 16 parts"
 
 
 def test_a_requests_layout_does_not_depend_on_the_batch():
@@ -97,7 +109,7 @@ def test_graph_buffers_are_filled_in_place():
 def test_slots_and_part_widths_never_exceed_the_page_table():
     assert max_chunks(max_pages=10, page_size=16, split_size=32, max_splits=64) == 4  # 159 // 32
     assert max_chunks(max_pages=10, page_size=16, split_size=32, max_splits=2) == 2
-    assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=64) == 2, "a chunk's pages"
+    assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=64) == 4, "a long tail's"
     assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=2) == 6, "a capped tail's"
     assert part_width(max_pages=1, page_size=16, split_size=32, max_splits=2) == 1
 
