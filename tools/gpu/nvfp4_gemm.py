@@ -252,7 +252,7 @@ def decode_e2e(tokens: int = 128) -> None:
                 os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
                 if plan != "-":
                     os.environ["HINGE_NVFP4_MMA_PLAN"] = plan
-            with LLM(path, device="cuda", dtype="bfloat16", attention="auto", quantizer="auto",
+            with LLM(path, device="cuda", dtype="bfloat16", attention=ARGS.attention, quantizer="auto",
                      quantizer_options=options, load_format="dummy", mem_fraction_static=0.5,
                      attention_options=json.loads(ARGS.attention_options)) as llm:
                 params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True,
@@ -300,6 +300,8 @@ if __name__ == "__main__":
                         help="also the kernels of a few decode steps of each run (step_profile.py)")
     parser.add_argument("--e2e-best", action="store_true",
                         help="end to end: each swept shape with its fastest swept tiling")
+    parser.add_argument("--attention", default="auto",
+                        help="end to end: the attention backend of both sides (auto: flashinfer on CUDA)")
     parser.add_argument("--attention-options", default="{}",
                         help="end to end: attention_options JSON for both sides")
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")

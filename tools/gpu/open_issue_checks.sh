@@ -306,14 +306,14 @@ b14)
     # the fourteenth session's benchmarks (~8 min): fa4 batch-1 split decode by split size with
     # and without the KV stored by the layer; nvfp4 end to end with the rope kernel's KV write
     # and with each of two GEMV kinds launched late
-    b fa4_split 150 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 384 512 \
+    b fa4_split 120 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 384 512 \
         --forms tile64 --kv-saved
     b e2e_default 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     b e2e_rope_kv 80 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
-    for late in qkv_proj gate_up_proj; do
-        b "e2e_late_$late" 80 env HINGE_ROPE_KV_WRITE=1 HINGE_NVFP4_MMA_LATE="$late" \
-            python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
-    done
+    b e2e_fa4_rope_kv 150 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table \
+        --e2e-kernel mma --attention fa4
+    b e2e_late_qkv_proj 80 env HINGE_ROPE_KV_WRITE=1 HINGE_NVFP4_MMA_LATE=qkv_proj \
+        python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     cat "$OUT/rc.txt"; grep -E "^\| (1|4) " "$OUT/fa4_split.log"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
     ;;
 next13)
