@@ -302,6 +302,23 @@ t14)
     wait
     cat "$OUT/rc.txt"; tail -4 "$OUT/engines.log"; tail -4 "$OUT/kernels.log"
     ;;
+all14)
+    # t14 and a trimmed b14 in one call (~9.5 min), for a session short of device time
+    ( b engines 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        tests/engine/test_rope_kv_write_gpu.py -k "gated or early or rope_kv" ) &
+    ( b kernels 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/layers/test_fast_triton.py plugins/attn_fa4/tests/test_fa4_gpu.py \
+        -k "kv_target or split or merge or alone or captured or kv_written" ) &
+    wait
+    b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 256 384 512 \
+        --forms tile64 --kv-saved
+    b e2e_rope_kv 80 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    b e2e_fa4_rope_kv 130 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table \
+        --e2e-kernel mma --attention fa4
+    cat "$OUT/rc.txt"; tail -3 "$OUT/engines.log"; tail -3 "$OUT/kernels.log"
+    grep -E "^\| 1 " "$OUT/fa4_split.log"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    ;;
 b14)
     # the fourteenth session's benchmarks (~8 min): fa4 batch-1 split decode by split size with
     # and without the KV stored by the layer; nvfp4 end to end with the rope kernel's KV write
