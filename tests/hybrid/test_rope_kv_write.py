@@ -1,5 +1,5 @@
 """Qwen3.5's gated attention with the q/k norm + rope kernel writing the step's KV
-(``HINGE_ROPE_KV_WRITE=1``, interpreted on CPU): the logits of a chunked prefill and decode keep
+(the default; ``HINGE_ROPE_KV_WRITE=0`` turns it off; interpreted on CPU): the logits of a chunked prefill and decode keep
 the bits of the separate KV write, and the separate write is not called."""
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ def test_the_gated_attention_with_the_rope_kernel_writing_the_kv_keeps_its_logit
     monkeypatch.setattr(dense, "fast_triton", SimpleNamespace(
         enabled=lambda x, deterministic=False, invariant=False: invariant, kernels=lambda: fused_kernels))
     model = load_hinge(hybrid_checkpoints("Qwen3_5ForCausalLM"))
+    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "0")
     separate = run(StepHarness(model))
     assert calls == {"kv_target": 0, "plain": 10}  # 2 attention layers x 5 steps
-    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "1")
+    monkeypatch.delenv("HINGE_ROPE_KV_WRITE")  # the default: the rope kernel writes the KV
     writes = []
     import hinge.layers.kv_write as kv_write
 

@@ -343,7 +343,7 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
 @pytest.mark.usefixtures("interpreter")
 def test_the_rope_kernel_writing_the_kv_gives_the_bits_of_the_kv_write_and_launches_it_no_more(
         tiny, interpreted, monkeypatch):
-    """HINGE_ROPE_KV_WRITE=1 over a backend claiming kv_written_by_layer (torch): q/k norm + rope
+    """By default (HINGE_ROPE_KV_WRITE=0 turns it off), over a backend claiming kv_written_by_layer (torch): q/k norm + rope
     stores the step's KV, the KV write is never called, and the logits keep their bits (the
     pool holds the same values, which the backend reads); over a backend that does not claim
     it, the KV write runs as before."""
@@ -359,9 +359,10 @@ def test_the_rope_kernel_writing_the_kv_gives_the_bits_of_the_kv_write_and_launc
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
                         invariant or not deterministic)
     monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "0")
     separate = prefill_and_decode(model, build, ids, decode_steps=2)
     assert calls["kv_write"] == calls["qk_norm_rope"] > 0
-    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "1")
+    monkeypatch.delenv("HINGE_ROPE_KV_WRITE")  # the default: the rope kernel writes the KV
     calls.update(qk_norm_rope=0, kv_write=0)
     fused = prefill_and_decode(model, build, ids, decode_steps=2)
     assert calls["kv_write"] == 0 and calls["qk_norm_rope"] > 0

@@ -127,6 +127,19 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
     return out
 
 
+def use_old_tail() -> None:
+    """Swap in the chunk count of the split planner before 2026-12-06 (benchmark A/B only)."""
+    import hinge_fa4.backend
+    import hinge_fa4.split
+
+    def old(positions, split_size, max_splits):
+        if isinstance(positions, int):
+            return min(max(positions // split_size, 0), max_splits)
+        return (positions // split_size).clamp(min=0, max=max_splits)
+
+    hinge_fa4.split.full_chunks = hinge_fa4.backend.full_chunks = old
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
@@ -137,7 +150,12 @@ def main() -> None:
                         help="also each split row with kv_saved=True (the KV written by the layer's "
                         "rope kernel, HINGE_ROPE_KV_WRITE=1): no KV write in the attention, and at "
                         "batch 1 the query row as a stride-0 view")
+    parser.add_argument("--old-tail", action="store_true",
+                        help="A/B: the tail rule before 2026-12-06 (p // C full chunks: a tail of 1..C "
+                        "keys, e.g. one key at 4097) instead of hinge_fa4.split's (C..2C keys)")
     args = parser.parse_args()
+    if args.old_tail:
+        use_old_tail()
     copy = copy_gbps()
     forms = [FORMS[f] for f in args.forms]
     saved = (False, True) if args.kv_saved else (False,)

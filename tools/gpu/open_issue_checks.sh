@@ -302,6 +302,17 @@ t14)
     wait
     cat "$OUT/rc.txt"; tail -4 "$OUT/engines.log"; tail -4 "$OUT/kernels.log"
     ;;
+ab14)
+    # fa4's tail rule A/B on one machine (the long tail against the old 1..C-key tail), batch 1
+    # and 4, with and without the KV stored by the layer; fa4_attention's decode table; nvfp4 end
+    # to end with the new defaults (~5 min)
+    b fa4_split_new 100 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 512 \
+        --forms tile64 --kv-saved
+    b fa4_split_old 100 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 512 \
+        --forms tile64 --kv-saved --old-tail
+    b e2e_defaults 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    cat "$OUT/rc.txt"; grep -E "copy|^\| (1|4) " "$OUT"/fa4_split_*.log; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    ;;
 all14)
     # t14 and a trimmed b14 in one call (~9.5 min), for a session short of device time
     ( b engines 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
