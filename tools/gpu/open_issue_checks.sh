@@ -35,6 +35,11 @@
 #                                                 # without it (HINGE_NVFP4_MMA_GATED=0) (~6 min)
 #   bash tools/gpu/open_issue_checks.sh bench4   # fa4 split schedules at batch 1, recurrent tilings,
 #                                                 # the hybrid's roofline with the new defaults (~7 min)
+#   bash tools/gpu/open_issue_checks.sh t14 / b14  # 2026-12-06 (H100): the gated GEMV's ring exchange,
+#                                                 # the rope KV write, fa4's long tail and stride-0
+#                                                 # query (tests); fa4 split sizes, end to end (bench)
+#   bash tools/gpu/open_issue_checks.sh ab14     # not yet run: fa4's tail rule A/B on one card, end
+#                                                 # to end with the new defaults (~3 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
 #                                                 # short list of M = 1 GEMV tilings (gate|up, qkv),
 #                                                 # fa4 attention, fa4 prefill through hinge bench,
@@ -290,7 +295,7 @@ gated-final)
     grep -H -E "/ bf16|^  (none|nvfp4):" "$OUT"/e2e_*.log | sed 's/(quantizer.*//'
     ;;
 t14)
-    # the fourteenth session's tests (~5 min): the gated GEMV's pair exchange in the ring and the
+    # the thirteenth session (2026-12-06)'s tests (~5 min): the gated GEMV's pair exchange in the ring and the
     # rope kernel's KV write (both written after the twelfth session's device time), fa4's split
     # with the long tail, the 16-part merge and the stride-0 query view; engine tests in one lane
     ( b engines 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
@@ -313,25 +318,8 @@ ab14)
     b e2e_defaults 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     cat "$OUT/rc.txt"; grep -E "copy|^\| (1|4) " "$OUT"/fa4_split_*.log; grep -H -E "/ bf16" "$OUT"/e2e_*.log
     ;;
-all14)
-    # t14 and a trimmed b14 in one call (~9.5 min), for a session short of device time
-    ( b engines 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
-        tests/engine/test_rope_kv_write_gpu.py -k "gated or early or rope_kv" ) &
-    ( b kernels 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        tests/layers/test_fast_triton.py plugins/attn_fa4/tests/test_fa4_gpu.py \
-        -k "kv_target or split or merge or alone or captured or kv_written" ) &
-    wait
-    b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 256 384 512 \
-        --forms tile64 --kv-saved
-    b e2e_rope_kv 80 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
-    b e2e_fa4_rope_kv 130 env HINGE_ROPE_KV_WRITE=1 python3 tools/gpu/nvfp4_gemm.py --skip-table \
-        --e2e-kernel mma --attention fa4
-    cat "$OUT/rc.txt"; tail -3 "$OUT/engines.log"; tail -3 "$OUT/kernels.log"
-    grep -E "^\| 1 " "$OUT/fa4_split.log"; grep -H -E "/ bf16" "$OUT"/e2e_*.log
-    ;;
 b14)
-    # the fourteenth session's benchmarks (~8 min): fa4 batch-1 split decode by split size with
+    # the thirteenth session (2026-12-06)'s benchmarks (~8 min): fa4 batch-1 split decode by split size with
     # and without the KV stored by the layer; nvfp4 end to end with the rope kernel's KV write
     # and with each of two GEMV kinds launched late
     b fa4_split 120 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 384 512 \
