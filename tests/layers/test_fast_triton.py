@@ -327,7 +327,8 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
                         invariant or not deterministic)
     monkeypatch.setenv("HINGE_FAST_GEMV", "1")
-    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
+    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "0")  # the separate KV write's wiring (the rope
+    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)  # kernel's: the test below)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)
     layers = len(model.model.layers)
     steps = 3  # one prefill of 12 + 6 rows (too many for the GEMV), two decodes of 2 rows
