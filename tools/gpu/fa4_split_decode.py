@@ -69,7 +69,8 @@ FORMS = {  # --forms: split_call, split_tile_m, split_tile_n, split_pack_gqa, in
 
 
 def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
-             forms: list[tuple], kv_saved: tuple[bool, ...] = (False,)) -> list[dict]:
+             forms: list[tuple], kv_saved: tuple[bool, ...] = (False,),
+             tails: tuple[str, ...] = ("short",)) -> list[dict]:
     from flash_attn.cute import flash_attn_varlen_func
 
     from hinge_fa4.backend import FA4AttentionBackend
@@ -94,11 +95,11 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
 
     variants = [("raw kernel, no split", raw)]
     build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
-    for size in split_sizes:
+    for size, tail in ((size, tail) for size in split_sizes for tail in tails):
         for form, tile_m, tile_n, pack, overlap, rs in forms:
             options = FA4Options(split_kv="always", split_size=size, split_call=form,
                                  split_tile_m=tile_m, split_tile_n=tile_n, split_pack_gqa=pack,
-                                 split_intra_wg_overlap=overlap, split_mma_pv_is_rs=rs)
+                                 split_intra_wg_overlap=overlap, split_mma_pv_is_rs=rs, split_tail=tail)
             attn = FA4AttentionBackend(options, build)
             attn.warmup(layers[:1], kv)
             attn.init_graph_buffers(batch_size, batch_size, pages_per)
@@ -106,7 +107,8 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
             attn.prepare_for_capture(holder.batch)
             attn.prepare_for_replay(step, batch_size)
 
-            name = (f"fa4 split {size}, {form}, tile {tile_m}x{tile_n}" + ("" if pack else ", no pack_gqa")
+            name = (f"fa4 split {size}" + (", long tail" if tail == "long" else "")
+                    + f", {form}, tile {tile_m}x{tile_n}" + ("" if pack else ", no pack_gqa")
                     + ("" if overlap else ", no overlap") + ("" if rs else ", P via smem"))
             for saved in kv_saved:
                 def one(i: int, a=attn, static=holder.batch, saved=saved) -> None:
@@ -127,19 +129,6 @@ def rows_for(batch_size: int, context: int, split_sizes: list[int], copy: float,
     return out
 
 
-def use_old_tail() -> None:
-    """Swap in the chunk count of the split planner before 2026-12-06 (benchmark A/B only)."""
-    import hinge_fa4.backend
-    import hinge_fa4.split
-
-    def old(positions, split_size, max_splits):
-        if isinstance(positions, int):
-            return min(max(positions // split_size, 0), max_splits)
-        return (positions // split_size).clamp(min=0, max=max_splits)
-
-    hinge_fa4.split.full_chunks = hinge_fa4.backend.full_chunks = old
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4, 16])
@@ -150,16 +139,14 @@ def main() -> None:
                         help="also each split row with kv_saved=True (the KV written by the layer's "
                         "rope kernel, HINGE_ROPE_KV_WRITE=1): no KV write in the attention, and at "
                         "batch 1 the query row as a stride-0 view")
-    parser.add_argument("--old-tail", action="store_true",
-                        help="A/B: the tail rule before 2026-12-06 (p // C full chunks: a tail of 1..C "
-                        "keys, e.g. one key at 4097) instead of hinge_fa4.split's (C..2C keys)")
+    parser.add_argument("--tails", nargs="+", choices=("short", "long"), default=["short"],
+                        help="split_tail rules to time (hinge_fa4.split: a 1..C-key tail or C..2C)")
     args = parser.parse_args()
-    if args.old_tail:
-        use_old_tail()
     copy = copy_gbps()
     forms = [FORMS[f] for f in args.forms]
     saved = (False, True) if args.kv_saved else (False,)
-    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy, forms, saved)]
+    rows = [r for b in args.batch for r in rows_for(b, args.context, args.split_sizes, copy, forms, saved,
+                                                   tuple(args.tails))]
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s, {args.context} keys per request\n")
     print("| batch | what | us/layer | GB/s | of copy | kernels/layer |\n| --- | --- | --- | --- | --- | --- |")
     for r in rows:

@@ -38,8 +38,8 @@
 #   bash tools/gpu/open_issue_checks.sh t14 / b14  # 2026-12-06 (H100): the gated GEMV's ring exchange,
 #                                                 # the rope KV write, fa4's long tail and stride-0
 #                                                 # query (tests); fa4 split sizes, end to end (bench)
-#   bash tools/gpu/open_issue_checks.sh ab14     # not yet run: fa4's tail rule A/B on one card, end
-#                                                 # to end with the new defaults (~3 min)
+#   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
+#                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
 #                                                 # short list of M = 1 GEMV tilings (gate|up, qkv),
 #                                                 # fa4 attention, fa4 prefill through hinge bench,
@@ -308,15 +308,13 @@ t14)
     cat "$OUT/rc.txt"; tail -4 "$OUT/engines.log"; tail -4 "$OUT/kernels.log"
     ;;
 ab14)
-    # fa4's tail rule A/B on one machine (the long tail against the old 1..C-key tail), batch 1
-    # and 4, with and without the KV stored by the layer; fa4_attention's decode table; nvfp4 end
-    # to end with the new defaults (~5 min)
-    b fa4_split_new 100 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 512 \
-        --forms tile64 --kv-saved
-    b fa4_split_old 100 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 512 \
-        --forms tile64 --kv-saved --old-tail
+    # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;
+    # nvfp4 end to end with the new defaults (~2 min; ran 2026-12-06 on an H100 with the old
+    # tail swapped in by hand, before split_tail existed)
+    b fa4_split 150 python3 tools/gpu/fa4_split_decode.py --batch 1 4 --split-sizes 256 512 \
+        --forms tile64 --kv-saved --tails short long
     b e2e_defaults 80 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
-    cat "$OUT/rc.txt"; grep -E "copy|^\| (1|4) " "$OUT"/fa4_split_*.log; grep -H -E "/ bf16" "$OUT"/e2e_*.log
+    cat "$OUT/rc.txt"; grep -E "copy|^\| (1|4) " "$OUT"/fa4_split.log; grep -H -E "/ bf16" "$OUT"/e2e_*.log
     ;;
 b14)
     # the thirteenth session (2026-12-06)'s benchmarks (~8 min): fa4 batch-1 split decode by split size with

@@ -66,6 +66,7 @@ class FA4AttentionBackend(AttentionBackend):
                              f"multiple of page_size {self.page_size}; set attention_options "
                              f"split_size to a multiple (e.g. {4 * self.page_size})")
         self.kernel = make_kernel(options, self.device)
+        self.long_tail = options.split_tail == "long"
         hf = getattr(getattr(build, "model_config", None), "hf_config", None)
         #: KV heads per layer, for ``split_kv = auto`` (refined by ``warmup``)
         self.num_kv_heads = int(getattr(hf, "num_key_value_heads", None) or 8)
@@ -100,12 +101,13 @@ class FA4AttentionBackend(AttentionBackend):
                 and all(e == q_len for e in ext) and self.wants_split(len(ext))):
             o = self.options
             last = max((p + e - 1 for p, e in zip(batch.prefix_lens_cpu, ext, strict=True)), default=0)
-            chunks = full_chunks(last, o.split_size, o.max_splits)
+            chunks = full_chunks(last, o.split_size, o.max_splits, self.long_tail)
             if chunks:
                 meta.uniform = True
                 meta.split = split_tensors(seq_lens, batch.page_table, q_len=q_len,
                                            page_size=self.page_size, split_size=o.split_size,
-                                           max_splits=o.max_splits, num_slots=chunks + 1)
+                                           max_splits=o.max_splits, num_slots=chunks + 1,
+                                           long_tail=self.long_tail)
         return meta
 
     # -- per layer ----------------------------------------------------------------------------
@@ -203,12 +205,13 @@ class FA4AttentionBackend(AttentionBackend):
 
     def init_graph_buffers(self, max_batch_size: int, max_num_tokens: int, max_pages: int) -> None:
         o = self.options
-        chunks = max_chunks(max_pages, self.page_size, o.split_size, o.max_splits) \
-            if o.split_kv != "never" else 0
+        chunks = max_chunks(max_pages, self.page_size, o.split_size, o.max_splits,
+                            self.long_tail) if o.split_kv != "never" else 0
         slots = chunks + 1 if chunks else 0  # NOTE: a graph whose rows never fill a chunk never splits
         self._graphs = FA4GraphBuffers.allocate(
             max_batch_size, max(max_num_tokens, max_batch_size), max_pages, slots,
-            part_width(max_pages, self.page_size, o.split_size, o.max_splits), self.device)
+            part_width(max_pages, self.page_size, o.split_size, o.max_splits, self.long_tail),
+            self.device)
         self._captured = {}
 
     def prepare_for_capture(self, batch: ForwardBatch) -> None:
@@ -250,5 +253,5 @@ class FA4AttentionBackend(AttentionBackend):
             o = self.options
             split_tensors(seq_lens, batch.page_table, q_len=meta.split.q_len, page_size=self.page_size,
                           split_size=o.split_size, max_splits=o.max_splits,
-                          num_slots=meta.split.num_slots, width=meta.split.page_table.shape[1],
-                          out=meta.split)
+                          num_slots=meta.split.num_slots, long_tail=self.long_tail,
+                          width=meta.split.page_table.shape[1], out=meta.split)

@@ -26,6 +26,12 @@ class FA4Options(BaseModel):
     max_splits: int = Field(64, ge=1, le=4096,
                             description="chunks per query at most; keys past max_splits * "
                             "split_size go to the query's last part (its tail)")
+    split_tail: Literal["short", "long"] = Field(
+        "short", description="where a query's last keys go: short = a tail of 1..split_size "
+        "keys after every whole chunk (a one-key tail is one more program, free while SMs are "
+        "idle: batch 1); long = the tail keeps the last whole chunk (split_size..2 split_size - 1 "
+        "keys: one part fewer, for parts that would spill into a second wave of programs: 256-key "
+        "chunks at 4k keys, or batch 4); hinge_fa4.split has the H100's numbers")
     split_call: Literal["batched", "varlen"] = Field(
         "batched", description="how the split step's one kernel call passes its queries (one per "
         "virtual request): batched = (V, 1, H, D) without cu_seqlens_q (no per-call scheduler "

@@ -5,16 +5,22 @@ A decode (or verify) step gives every request ``q`` query tokens at positions ``
 seq - 1``. Each query row ``t`` (query ``j`` of request ``r``, ``t = r q + j``) sees keys
 ``0 .. p`` with ``p = seq - q + j``; they are cut into::
 
-    [ chunk 0 | chunk 1 | ... | chunk n-1 | tail                ]
-    0         C         2C    (n-1)C      nC                    p + 1
-    n = min(max((p + 1) // C - 1, 0), max_splits) full chunks; tail = [n C, p + 1): at least C
-    keys and fewer than 2 C once the query sees C keys (more only past the max_splits cap)
+    [ chunk 0 | chunk 1 | ... | chunk n-1 | tail          ]
+    0         C         2C    (n-1)C      nC              p + 1
 
-The tail is never a sliver: it takes the last whole chunk with it, so a query of ``m C + 1``
-keys has ``m`` parts, not ``m + 1`` of which one holds a single key. The parts are then as even as
-the page grid allows and one fewer: at 4097 keys and ``C = 256`` a request's 16 parts x 8 KV
-heads are 128 programs, one wave on 132 SMs, where ``p // C`` chunks made 17 x 8 = 136, a second
-wave for four programs of one key (measured slower: docs/benchmarks.md, thirteenth session).
+    short tail (``split_tail = "short"``, the default): n = min(p // C, max_splits) full
+    chunks; the tail [n C, p + 1) holds 1 .. C keys
+    long tail (``"long"``): n = min(max((p + 1) // C - 1, 0), max_splits); the tail keeps the
+    last whole chunk: C .. 2 C - 1 keys once the query sees C
+    (either longer only past the max_splits cap)
+
+Which is faster depends on whether the parts fill more than one wave of the GPU. A short tail
+of one key (4097 keys at ``C = 512``: 9 parts) is free while its program finds an idle SM; a
+long tail puts one more key tile on the longest part (8 parts, one of 513 keys). On an H100
+(docs/benchmarks.md, thirteenth session, 4096 keys, KV stored by the layer) batch 1 ran 12.4 us
+a layer short and 13.3 long at ``C = 512``; but at ``C = 256`` the short tail's 17 parts x 8 KV
+heads (136 programs) spill past 132 SMs into a second wave: 15.3 short, 13.2 long; and at batch
+4, ``C = 512``: 34.0 short, 33.1 long.
 
 ``C`` (``split_size``, a multiple of the page size) and ``max_splits`` are fixed for the engine,
 so a query's parts depend on its own position only, never on the batch. Every part is one
@@ -56,25 +62,32 @@ class SplitTensors:
         return self.num_slots - 1
 
 
-def full_chunks(positions: torch.Tensor | int, split_size: int, max_splits: int) -> torch.Tensor | int:
-    """Full chunks of queries at ``positions`` (a tensor, or one int):
-    ``min(max((p + 1) // C - 1, 0), max_splits)``: the tail keeps the last whole chunk."""
+def full_chunks(positions: torch.Tensor | int, split_size: int, max_splits: int,
+                long_tail: bool = False) -> torch.Tensor | int:
+    """Full chunks of queries at ``positions`` (a tensor, or one int): ``min(p // C,
+    max_splits)``, or with ``long_tail`` ``min(max((p + 1) // C - 1, 0), max_splits)`` (the
+    tail keeps the last whole chunk)."""
     if isinstance(positions, int):
-        return min(max((positions + 1) // split_size - 1, 0), max_splits)
-    return ((positions + 1) // split_size - 1).clamp(min=0, max=max_splits)
+        n = (positions + 1) // split_size - 1 if long_tail else positions // split_size
+        return min(max(n, 0), max_splits)
+    n = (positions + 1) // split_size - 1 if long_tail else positions // split_size
+    return n.clamp(min=0, max=max_splits)
 
 
-def max_chunks(max_pages: int, page_size: int, split_size: int, max_splits: int) -> int:
+def max_chunks(max_pages: int, page_size: int, split_size: int, max_splits: int,
+               long_tail: bool = False) -> int:
     """Chunk slots a row can ever need: a query sits at position < ``max_pages * page_size``."""
-    return full_chunks(max_pages * page_size - 1, split_size, max_splits)
+    return full_chunks(max_pages * page_size - 1, split_size, max_splits, long_tail)
 
 
-def part_width(max_pages: int, page_size: int, split_size: int, max_splits: int) -> int:
-    """Pages a part's page-table row needs: a chunk's ``C / page_size``, a tail's fewer than
-    ``2 C`` keys twice as many, unless ``max_splits`` capped it (then up to the rest of the
-    request's pages)."""
+def part_width(max_pages: int, page_size: int, split_size: int, max_splits: int,
+               long_tail: bool = False) -> int:
+    """Pages a part's page-table row needs: a chunk's ``C / page_size``, a short tail at most as
+    many, a long tail's fewer than ``2 C`` keys twice as many, unless ``max_splits`` capped it
+    (then up to the rest of the request's pages)."""
     per_chunk = split_size // page_size
-    return min(max_pages, max(2 * per_chunk, max_pages - max_splits * per_chunk))
+    tail = 2 * per_chunk if long_tail else per_chunk
+    return min(max_pages, max(tail, max_pages - max_splits * per_chunk))
 
 
 def query_positions(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
@@ -86,9 +99,11 @@ def query_positions(seq_lens: torch.Tensor, q_len: int) -> torch.Tensor:
 
 def split_tensors(seq_lens: torch.Tensor, page_table: torch.Tensor, *, q_len: int,
                   page_size: int, split_size: int, max_splits: int, num_slots: int,
-                  width: int | None = None, out: SplitTensors | None = None) -> SplitTensors:
+                  long_tail: bool = False, width: int | None = None,
+                  out: SplitTensors | None = None) -> SplitTensors:
     """Lay out a split step (module docstring). ``num_slots`` > every row's full chunks (the
-    batch's most + 1, or ``max_chunks + 1`` for a captured graph); ``width`` = ``part_width``
+    batch's most + 1, or ``max_chunks + 1`` for a captured graph); ``long_tail``: the tail rule
+    (module docstring); ``width`` = ``part_width``
     of the page table (default); ``out`` = static buffers to fill in place (a graph replay),
     else fresh tensors.
 
@@ -98,10 +113,10 @@ def split_tensors(seq_lens: torch.Tensor, page_table: torch.Tensor, *, q_len: in
     assert split_size % page_size == 0, f"split_size {split_size} is not a multiple of page_size {page_size}"
     rows, max_pages = page_table.shape
     per_chunk = split_size // page_size
-    width = width or part_width(max_pages, page_size, split_size, max_splits)
+    width = width or part_width(max_pages, page_size, split_size, max_splits, long_tail)
     device = page_table.device
     pos = query_positions(seq_lens, q_len)  # (T,)
-    n_full = full_chunks(pos, split_size, max_splits)
+    n_full = full_chunks(pos, split_size, max_splits, long_tail)
     assert num_slots >= 1, "a split step needs at least the tail slot"
     slot = torch.arange(num_slots, device=device)[None, :]  # (1, S)
     is_tail = slot == 0

@@ -34,8 +34,9 @@ def run(attn, case):
 ])
 @pytest.mark.parametrize("layer", [LAYER, AttentionLayer(0, 8, 2, 16, 0.25, logit_softcap=2.0)],
                          ids=["plain", "softcap"])
-def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, extend, phase, layer):
-    attn = backend(split_kv="always", split_size=32, max_splits=4)
+@pytest.mark.parametrize("tail", ["short", "long"])
+def test_a_split_decode_equals_one_attention_over_all_keys_in_float64(prefix, extend, phase, layer, tail):
+    attn = backend(split_kv="always", split_size=32, max_splits=4, split_tail=tail)
     case = build_batch(prefix, extend, layer=layer, page_size=16, dtype=torch.float64, phase=phase,
                        page_tail_fill=PAGE_TAIL_FILL)
     want = reference_attention(case.q, case.kv, layer, case.batch, k=case.k, v=case.v)
@@ -160,10 +161,11 @@ LONG_DECODE_STEPS = [([150, 40, 97, 300], [1] * 4), ([260, 2, 129], [1] * 3), ([
                      ([33, 190], [1, 1])]
 
 
-def test_a_captured_split_decode_replays_like_the_oracle_and_clears_its_padded_rows():
+@pytest.mark.parametrize("tail", ["short", "long"])
+def test_a_captured_split_decode_replays_like_the_oracle_and_clears_its_padded_rows(tail):
     from hinge.testing.graphs import check_graph_replay
 
-    attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=4)
+    attn = backend(dtype=torch.float32, split_kv="always", split_size=32, max_splits=4, split_tail=tail)
     check_graph_replay(attn, "decode", LAYER, 16, torch.float32, device="cpu", num_pages=64,
                        steps=LONG_DECODE_STEPS, page_tail_fill=PAGE_TAIL_FILL)
     (meta,) = attn._captured.values()

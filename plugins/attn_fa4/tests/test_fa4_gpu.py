@@ -189,7 +189,7 @@ def test_a_split_layer_launches_three_kernels_or_two_with_its_kv_stored(kv_saved
                     page_tail_fill=PAGE_TAIL_FILL)
     attn = backend(split_kv="always", split_size=512)
     c.batch.attn_metadata = attn.prepare_metadata(c.batch)
-    assert c.batch.attn_metadata.split.num_slots == 8, "7 chunks and a 513-key tail"
+    assert c.batch.attn_metadata.split.num_slots == 9, "8 chunks and a one-key tail"
     want = attn.forward(c.q, c.k, c.v, lay, c.kv, c.batch)  # writes the KV; compiles
     k, v = (torch.full_like(c.k, float("nan")), torch.full_like(c.v, float("nan"))) if kv_saved else (c.k, c.v)
     got = attn.forward(c.q, k, v, lay, c.kv, c.batch, kv_saved=kv_saved)

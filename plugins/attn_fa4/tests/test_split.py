@@ -10,12 +10,13 @@ import torch
 from hinge_fa4.split import expand_queries, max_chunks, part_width, split_tensors
 
 
-def enumerate_parts(position: int, size: int, cap: int) -> list[tuple[int, int]]:
+def enumerate_parts(position: int, size: int, cap: int, long_tail: bool = False) -> list[tuple[int, int]]:
     """A query's parts, written out: its tail first, then chunk c = [c size, (c+1) size) while
-    the query sees all of it and a whole chunk more (at most ``cap``); the tail is the rest up
-    to the query's key."""
+    the query sees all of it (with ``long_tail``: all of it and a whole chunk more; at most
+    ``cap``); the tail is the rest up to the query's key."""
     chunks = []
-    while len(chunks) < cap and (len(chunks) + 2) * size <= position + 1:
+    keep = size if long_tail else 1  # keys the tail keeps past the chunks, at least
+    while len(chunks) < cap and (len(chunks) + 1) * size + keep <= position + 1:
         chunks.append((len(chunks) * size, (len(chunks) + 1) * size))
     return [(len(chunks) * size, position + 1), *chunks]
 
@@ -27,20 +28,21 @@ CASES = [  # (seq_lens, q_len, split_size, max_splits)
 ]
 
 
+@pytest.mark.parametrize("long_tail", [False, True], ids=["short-tail", "long-tail"])
 @pytest.mark.parametrize("seq_lens, q, size, cap", CASES)
-def test_the_layout_matches_the_enumeration(seq_lens, q, size, cap):
+def test_the_layout_matches_the_enumeration(seq_lens, q, size, cap, long_tail):
     page = 16
     max_pages = max(-(-s // page) for s in seq_lens) + 2
     gen = torch.Generator().manual_seed(0)
     table = torch.randint(1, 500, (len(seq_lens), max_pages), generator=gen)
-    slots = 1 + max(min(max(s // size - 1, 0), cap) for s in seq_lens)
+    slots = 1 + max(len(enumerate_parts(s - 1, size, cap, long_tail)) - 1 for s in seq_lens)
     s = split_tensors(torch.tensor(seq_lens), table, q_len=q, page_size=page, split_size=size,
-                      max_splits=cap, num_slots=slots)
+                      max_splits=cap, num_slots=slots, long_tail=long_tail)
     used, pages = s.seqused_k.view(-1, slots), s.page_table.view(-1, slots, s.page_table.shape[1])
     for i, seq in enumerate(seq_lens):
         for j in range(q):
             t = i * q + j
-            parts = enumerate_parts(seq - q + j, size, cap)
+            parts = enumerate_parts(seq - q + j, size, cap, long_tail)
             assert int(s.num_parts[t]) == len(parts)
             assert used[t].tolist() == [end - start for start, end in parts] + [0] * (slots - len(parts))
             for slot, (start, end) in enumerate(parts):
@@ -51,25 +53,31 @@ def test_the_layout_matches_the_enumeration(seq_lens, q, size, cap):
         assert t.dtype == torch.int32 and t.is_contiguous(), "flash-attn asserts int32, contiguous"
 
 
-def test_a_querys_parts_cover_its_keys_once_and_a_tail_holds_one_to_two_chunks_below_the_cap():
+@pytest.mark.parametrize("long_tail", [False, True], ids=["short-tail", "long-tail"])
+def test_a_querys_parts_cover_its_keys_once_and_its_tail_is_as_its_rule_says(long_tail):
     for position in range(0, 300):
-        parts = enumerate_parts(position, 32, 4)
+        parts = enumerate_parts(position, 32, 4, long_tail)
         (tail_start, tail_end), chunks = parts[0], parts[1:]
         bounds = [b for c in chunks for b in c] + [tail_start, tail_end]
         assert bounds[0] == 0 and bounds[-1] == position + 1
         assert all(bounds[k] == bounds[k + 1] for k in range(1, len(bounds) - 1, 2)), "contiguous"
         tail = tail_end - tail_start
-        assert 1 <= tail and (len(chunks) == 4 or tail < 64), "below the cap: under two chunks"
-        assert position + 1 < 32 or tail >= 32, "never a sliver once the query sees a chunk"
+        assert tail >= 1 and (len(chunks) == 4 or tail < (64 if long_tail else 33)), "below the cap"
+        if long_tail:
+            assert position + 1 < 32 or tail >= 32, "a long tail is never a sliver once a chunk is seen"
 
 
-def test_the_backends_host_count_and_the_device_layout_agree_on_the_chunks():
+@pytest.mark.parametrize("long_tail", [False, True], ids=["short-tail", "long-tail"])
+def test_the_backends_host_count_and_the_device_layout_agree_on_the_chunks(long_tail):
     from hinge_fa4.split import full_chunks
 
     positions = torch.arange(-1, 400)
-    on_device = full_chunks(positions, 32, 5)
-    assert on_device.tolist() == [full_chunks(int(p), 32, 5) for p in positions]
-    assert full_chunks(4096, 256, 64) == 15, "4097 keys: 15 chunks + a 257-key tail = 16 parts"
+    on_device = full_chunks(positions, 32, 5, long_tail)
+    assert on_device.tolist() == [full_chunks(int(p), 32, 5, long_tail) for p in positions]
+    assert on_device.tolist()[1:] == [len(enumerate_parts(int(p), 32, 5, long_tail)) - 1
+                                      for p in positions[1:]]
+    # 4097 keys: 16 chunks and a one-key tail, or 15 chunks and a 257-key tail
+    assert full_chunks(4096, 256, 64, long_tail) == (15 if long_tail else 16)
 
 
 def test_a_requests_layout_does_not_depend_on_the_batch():
@@ -108,8 +116,11 @@ def test_graph_buffers_are_filled_in_place():
 
 def test_slots_and_part_widths_never_exceed_the_page_table():
     assert max_chunks(max_pages=10, page_size=16, split_size=32, max_splits=64) == 4  # 159 // 32
+    assert max_chunks(max_pages=10, page_size=16, split_size=32, max_splits=64, long_tail=True) == 4
     assert max_chunks(max_pages=10, page_size=16, split_size=32, max_splits=2) == 2
-    assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=64) == 4, "a long tail's"
+    assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=64) == 2, "a chunk's pages"
+    assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=64, long_tail=True) == 4, \
+        "a long tail's"
     assert part_width(max_pages=10, page_size=16, split_size=32, max_splits=2) == 6, "a capped tail's"
     assert part_width(max_pages=1, page_size=16, split_size=32, max_splits=2) == 1
 
