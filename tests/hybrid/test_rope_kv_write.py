@@ -1,6 +1,7 @@
 """Qwen3.5's gated attention with the q/k norm + rope kernel writing the step's KV
-(the default; ``HINGE_ROPE_KV_WRITE=0`` turns it off; interpreted on CPU): the logits of a chunked prefill and decode keep
-the bits of the separate KV write, and the separate write is not called."""
+(the default; ``HINGE_ROPE_KV_WRITE=0`` turns it off; interpreted on CPU): the logits of a
+chunked prefill and decode keep the bits of the separate KV write, and the separate write is
+not called."""
 
 from __future__ import annotations
 

@@ -344,8 +344,8 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
 @pytest.mark.usefixtures("interpreter")
 def test_the_rope_kernel_writing_the_kv_gives_the_bits_of_the_kv_write_and_launches_it_no_more(
         tiny, interpreted, monkeypatch):
-    """By default (HINGE_ROPE_KV_WRITE=0 turns it off), over a backend claiming kv_written_by_layer (torch): q/k norm + rope
-    stores the step's KV, the KV write is never called, and the logits keep their bits (the
+    """By default (HINGE_ROPE_KV_WRITE=0 turns it off), over a backend claiming
+    kv_written_by_layer (torch): q/k norm + rope stores the step's KV, the KV write is never called, and the logits keep their bits (the
     pool holds the same values, which the backend reads); over a backend that does not claim
     it, the KV write runs as before."""
     from hinge.builtin.torch_attention import TorchAttentionBackend

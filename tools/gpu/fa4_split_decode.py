@@ -137,7 +137,7 @@ def main() -> None:
     parser.add_argument("--forms", nargs="+", choices=sorted(FORMS), default=["batched", "varlen", "tile64"])
     parser.add_argument("--kv-saved", action="store_true",
                         help="also each split row with kv_saved=True (the KV written by the layer's "
-                        "rope kernel, HINGE_ROPE_KV_WRITE=1): no KV write in the attention, and at "
+                        "rope kernel, the engine's default): no KV write in the attention, and at "
                         "batch 1 the query row as a stride-0 view")
     parser.add_argument("--tails", nargs="+", choices=("short", "long"), default=["short"],
                         help="split_tail rules to time (hinge_fa4.split: a 1..C-key tail or C..2C)")

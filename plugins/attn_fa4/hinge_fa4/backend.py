@@ -15,7 +15,8 @@ one Triton kernel (``hinge_fa4.combine``). A split layer launches three kernels 
 write and the query copy into the slots as one (``hinge_fa4.prepare_triton``), the attention
 call, the merge; everything index-like is laid out once per step. Where the layer stored the KV
 itself (``kv_saved``) and the step has one query row (batch-1 decode), the slots read that row
-through a stride-0 view: two kernels, the attention call and the merge. Layers with a sliding window never split (their keys are few).
+through a stride-0 view: two kernels, the attention call and the merge. Layers with a sliding
+window never split (their keys are few).
 
 CUDA graphs: the metadata of every captured shape views static buffers (``FA4GraphBuffers``);
 ``prepare_for_replay`` refills them from the runner's static inputs with device copies (no host

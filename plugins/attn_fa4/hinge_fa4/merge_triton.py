@@ -2,7 +2,8 @@
 order): one program per (query row, head) reads its row's used parts only, ``BLOCK_S`` (16) at a
 time: one load of 16 lses and of 16 head rows of outputs per block instead of one dependent load
 per part (the per-part loops took 3.6 us at batch 1 on the H200, a fifth of a split layer), the
-first block's outputs loaded with its lses (one wait for a row of at most 16 parts: a 4k-key split at 256-key chunks). The
+first block's outputs loaded with its lses (one wait for a row of at most 16 parts: 4097 keys
+in 512-key chunks are 9, in 256-key chunks 17 with the short tail, 16 with the long). The
 max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights summed (a fixed
 tree of 16) and added block after block in slot order; divide; write the row in the output
 dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
@@ -37,7 +38,7 @@ def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
     mask_d = d < D
     slots = t * num_slots + tl.arange(0, BLOCK_S)
     # NOTE: the first block's lses and outputs are loaded together, up front: a row of at most
-    # BLOCK_S parts (every split at 4k keys and 256-key chunks or longer) waits for memory once, not twice
+    # BLOCK_S parts (4k keys in 512-key chunks, or 256 with the long tail) waits for memory once
     used = tl.arange(0, BLOCK_S) < n
     lse0 = tl.load(lse_ptr + slots * sl_v + h * sl_h, mask=used, other=float("-inf")).to(ACC)
     o0 = tl.load(out_ptr + slots[:, None] * so_v + h * so_h + d[None, :],

@@ -67,11 +67,8 @@ def full_chunks(positions: torch.Tensor | int, split_size: int, max_splits: int,
     """Full chunks of queries at ``positions`` (a tensor, or one int): ``min(p // C,
     max_splits)``, or with ``long_tail`` ``min(max((p + 1) // C - 1, 0), max_splits)`` (the
     tail keeps the last whole chunk)."""
-    if isinstance(positions, int):
-        n = (positions + 1) // split_size - 1 if long_tail else positions // split_size
-        return min(max(n, 0), max_splits)
     n = (positions + 1) // split_size - 1 if long_tail else positions // split_size
-    return n.clamp(min=0, max=max_splits)
+    return min(max(n, 0), max_splits) if isinstance(n, int) else n.clamp(min=0, max=max_splits)
 
 
 def max_chunks(max_pages: int, page_size: int, split_size: int, max_splits: int,
@@ -103,9 +100,8 @@ def split_tensors(seq_lens: torch.Tensor, page_table: torch.Tensor, *, q_len: in
                   out: SplitTensors | None = None) -> SplitTensors:
     """Lay out a split step (module docstring). ``num_slots`` > every row's full chunks (the
     batch's most + 1, or ``max_chunks + 1`` for a captured graph); ``long_tail``: the tail rule
-    (module docstring); ``width`` = ``part_width``
-    of the page table (default); ``out`` = static buffers to fill in place (a graph replay),
-    else fresh tensors.
+    (module docstring); ``width`` = ``part_width`` of the page table (default); ``out`` = static
+    buffers to fill in place (a graph replay), else fresh tensors.
 
     :param seq_lens: (R,) keys of each request after this step.
     :param page_table: (R, max_pages) page ids.
