@@ -71,6 +71,15 @@ def weights(shapes: list[str] | None, layouts: list[str]):
                                      for order in layouts}
 
 
+def read_time(quant: list, iters: int) -> float:
+    """Microseconds of a plain read of one weight's codes and scales (an int32 sum over each of
+    the ``ROTATE`` copies in turn, timed as the kernels are): what reading that many bytes costs
+    a memory-bound kernel of torch's, start and drain included."""
+    flat = [torch.cat([q[0].view(torch.uint8).flatten(), q[1].view(torch.uint8).flatten()]) for q in quant]
+    flat = [f[: f.numel() // 4 * 4].view(torch.int32) for f in flat]
+    return graph_time(lambda i=0: flat[i].sum(), iters)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
@@ -118,8 +127,10 @@ def main() -> None:
     print("| shape | M | max rel err (right variants) | Triton us (%) | best MMA us (layout, form, stages, splits, kw, %) | "
           f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, tiling's stages, splits, kw, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
+    reads: dict = {}  # shape -> us of a plain read of its weight bytes (read_time)
     for label, (n, k), quant, packs_of in weights(args.shapes, layouts):
         ones = torch.ones(n, device="cuda")
+        reads[label] = read_time(quant, args.iters)
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
         plan = mma_tiling.tiling(n, k, sms)
         for m in args.ms:
@@ -172,6 +183,12 @@ def main() -> None:
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
                   f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, pf {bpf}, {100 * roof / best:.0f}%) | "
                   f"{ours:.1f} ({plan.stages}, {plan.splits}, {plan.kwarps}, {100 * roof / ours:.0f}%) |")
+    print("\na plain read of each shape's weight bytes (torch's int32 sum over ROTATE copies, same "
+          "timing), % of the roofline it reaches: the fixed cost a kernel of that size pays")
+    for label, us in reads.items():
+        n, k = SHAPES[label]
+        roof = (n * k // 2 + n * k // 16) / (args.hbm_tbs * 1e12) * 1e6
+        print(f"  {label}: {us:.1f} us, {100 * roof / us:.0f}% of {args.hbm_tbs} TB/s")
     if ours_total:
         print("\nkernel: mma's configurations at M = 1, us summed over the shapes: " + ", ".join(
             f"{lay}/{form} {us:.1f}" for (lay, form), us in sorted(ours_total.items())))

@@ -38,6 +38,8 @@
 #   bash tools/gpu/open_issue_checks.sh t14 / b14  # 2026-12-06 (H100): the gated GEMV's ring exchange,
 #                                                 # the rope KV write, fa4's long tail and stride-0
 #                                                 # query (tests); fa4 split sizes, end to end (bench)
+#   bash tools/gpu/open_issue_checks.sh p15 / t15  # 2026-12-06 (14th): MMA tilings for this card and
+#                                                 # end to end with them; every fa4 GPU test
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -306,6 +308,22 @@ t14)
         -k "kv_target or split or merge or alone or captured or kv_written or restatement" ) &
     wait
     cat "$OUT/rc.txt"; tail -4 "$OUT/engines.log"; tail -4 "$OUT/kernels.log"
+    ;;
+p15)
+    # the fourteenth session (2026-12-06)'s first call (~6 min): the MMA GEMV's tilings at M = 1
+    # on this card (a tuned file for it, --plan-json, stages the kernel object builds), a plain
+    # read of each shape's bytes for scale; end to end with the built-in tiling and that file
+    name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+    b probe 240 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 --stages 4 8 --kwarps 1 2 4 \
+        --iters 50 --plan-json "$OUT/$name.json"
+    b e2e_plans 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma \
+        --e2e-plan - "$OUT/$name.json"
+    cat "$OUT/rc.txt"; grep -E "^\| |% of" "$OUT/probe.log"; grep -E "/ bf16|decoding" "$OUT/e2e_plans.log"
+    ;;
+t15)
+    # every fa4 GPU test under the short-tail default with the stride-0 query (~4 min)
+    b fa4_tests 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/attn_fa4/tests
+    cat "$OUT/rc.txt"; tail -6 "$OUT/fa4_tests.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;
