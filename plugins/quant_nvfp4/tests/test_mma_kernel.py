@@ -234,6 +234,18 @@ def test_the_tilings_shipped_for_a_gpu_model_are_taken_and_the_variable_override
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 2, 4)
 
 
+def test_every_shipped_tilings_file_names_tilings_the_kernel_runs():
+    import json
+
+    files = sorted(mma_tiling.TUNED_DIR.glob("*.json"))
+    assert {f.stem for f in files} >= {"NVIDIA_H200", "NVIDIA_H100_80GB_HBM3"}
+    for path in files:
+        for shape, entry in json.loads(path.read_text()).items():
+            n, k = map(int, shape.split("x"))
+            plan = mma_tiling.tiling(n, k, 132, {shape: entry})  # raises on a tiling it cannot run
+            assert plan.kwarps == entry["kwarps"] and plan.stages == entry["stages"], (path.name, shape)
+
+
 def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "plan.json"
     path.write_text('{"6144x4096": {"splits": 3, "kwarps": 2, "stages": 8}}')
