@@ -11,9 +11,11 @@ GEMMs: Qwen3-8B layer shapes (fused q|k|v 6144x4096, gate|up 24576x4096, down 40
 4096x4096) at M = 1, 4, 16, 64, 256, default and deterministic tiles. Every timing replays a
 CUDA graph that runs the op on ``ROTATE`` copies of the weights in turn, so each call reads its
 weights from HBM (the copies together exceed the 50 MB L2). Roofline = (weight bytes + scale
-bytes + activation and output bytes) / peak HBM bandwidth (``--hbm-tbs``, 4.8 TB/s on an H200);
-``% roofline`` = roofline time / measured time (goal >= 70 % at M <= 16, default mode).
-M <= 16 in default mode runs the decode GEMV (``hinge_nvfp4.triton_gemv``). ``--sweep`` then
+bytes + activation and output bytes) / peak HBM bandwidth (``--hbm-tbs``, 4.8 TB/s on an H200, 3.35 on an H100 by default);
+``% roofline`` = roofline time / measured time of the faster default-mode kernel (goal >= 70 %
+at M <= 16, default mode). M <= 16 in default mode runs the decode GEMV
+(``hinge_nvfp4.triton_gemv``), or with ``kernel: mma`` (the ``mma us`` column) the tensor-core
+GEMV (``hinge_nvfp4.mma_gemv``, the tilings shipped for the GPU). ``--sweep`` then
 times a few GEMV tilings per shape at M = 1 (CUDA-core) and M = 16 (tensor-core), same timing and
 roofline, and prints the best per shape next to ``default_config``'s choice.
 End to end: ``hinge bench``-style greedy decode of 128 tokens at batch 1 with ``load_format =
@@ -61,16 +63,40 @@ def graph_time(fn, iters: int) -> float:
     return statistics.median(times)
 
 
+def mma_layers(quant: list, n: int) -> tuple:
+    """``kernel: mma``'s kernel object and a layer a weight copy (its repack and tiling), or
+    (None, None) where the GPU or toolkit cannot run it."""
+    from hinge_nvfp4.kernels import MmaKernel
+
+    try:
+        kernel = MmaKernel()
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        print(f"(no kernel: mma column: {exc})")
+        return None, None
+    layers = []
+    for packed, scales, _ in quant:
+        layer = torch.nn.Module()
+        layer.row_scale = torch.ones(n, device="cuda")
+        kernel.prepare_linear(layer, packed, scales)
+        layers.append(layer)
+    return kernel, layers
+
+
 def gemm_table(iters: int, hbm_tbs: float) -> None:
+    """The table; its ``mma`` column is ``kernel: mma``'s call (the tensor-core GEMV at M <= 16
+    with the tilings shipped for this GPU, else the Triton path), ``nvfp4`` the default
+    kernel's (Triton), ``det`` deterministic mode's; ``% roofline`` of the faster default-mode
+    one."""
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemm import nvfp4_linear
 
-    print(f"{'shape':22} {'M':>4} {'bf16 us':>9} {'nvfp4 us':>9} {'det us':>9} {'x bf16':>7} "
+    print(f"{'shape':22} {'M':>4} {'bf16 us':>9} {'nvfp4 us':>9} {'mma us':>8} {'det us':>9} {'x bf16':>7} "
           f"{'roofline us':>11} {'% roofline':>10}")
     for label, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
         row_scale = torch.ones(n, device="cuda")
+        kernel, layers = mma_layers(quant, n)
         for m in MS:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), iters)
@@ -78,10 +104,14 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
                               iters)
             det = graph_time(lambda i=0, x=x, q=quant, rs=row_scale: nvfp4_linear(
                 x, q[i][0], q[i][1], rs, None, deterministic=True), iters)
+            mma = (graph_time(lambda i=0, x=x, ls=layers, kn=kernel: kn.linear(ls[i], x, None, None), iters)
+                   if kernel is not None else float("nan"))
             moved = n * k // 2 + n * k // 16 + 2 * m * (k + n)
             roof = moved / (hbm_tbs * 1e12) * 1e6
-            print(f"{label:22} {m:>4} {bf16:>9.1f} {fast:>9.1f} {det:>9.1f} {bf16 / fast:>7.2f} "
-                  f"{roof:>11.1f} {100 * roof / fast:>9.0f}%")
+            best = min(fast, mma) if mma == mma else fast
+            print(f"{label:22} {m:>4} {bf16:>9.1f} {fast:>9.1f} {mma:>8.1f} {det:>9.1f} {bf16 / best:>7.2f} "
+                  f"{roof:>11.1f} {100 * roof / best:>9.0f}%")
+        del layers
 
 
 def quick_configs(m: int, n: int, k: int) -> list:
@@ -279,7 +309,8 @@ def decode_e2e(tokens: int = 128) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=200)
-    parser.add_argument("--hbm-tbs", type=float, default=4.8)
+    parser.add_argument("--hbm-tbs", type=float, default=None,
+                        help="peak HBM bandwidth (default: 4.8 on an H200, 3.35 on an H100, by name)")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
     parser.add_argument("--skip-table", action="store_true", help="no GEMM table (sweep / e2e only)")
@@ -310,6 +341,9 @@ if __name__ == "__main__":
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
+    if ARGS.hbm_tbs is None:
+        ARGS.hbm_tbs = 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
+    print(f"roofline at {ARGS.hbm_tbs} TB/s")
     if not ARGS.skip_table:
         gemm_table(ARGS.iters, ARGS.hbm_tbs)
     FASTEST = sweep(ARGS.iters, ARGS.hbm_tbs) if ARGS.sweep else {}

@@ -5,7 +5,8 @@ roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
                                          [--layouts tile super] [--forms plain ahead]
                                          [--kwarps 1 2 4] [--shapes gate_up ...]
-                                         [--best-json FILE] [--all-json FILE] [--hbm-tbs 4.8]
+                                         [--best-json FILE] [--all-json FILE] [--hbm-tbs TB/s]
+                                         [--ms 1 2 4 8 16]
     python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--kwarps 1 2] [--splits ...] [--shapes ...]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
@@ -72,11 +73,11 @@ def weights(shapes: list[str] | None, layouts: list[str]):
 
 
 def read_time(quant: list, iters: int) -> float:
-    """Microseconds of a plain read of one weight's codes and scales (an int32 sum over each of
+    """Microseconds of a plain read of one weight's codes and scales (a float32 sum over each of
     the ``ROTATE`` copies in turn, timed as the kernels are): what reading that many bytes costs
     a memory-bound kernel of torch's, start and drain included."""
     flat = [torch.cat([q[0].view(torch.uint8).flatten(), q[1].view(torch.uint8).flatten()]) for q in quant]
-    flat = [f[: f.numel() // 4 * 4].view(torch.int32) for f in flat]
+    flat = [f[: f.numel() // 4 * 4].view(torch.float32) for f in flat]  # (NaNs or not: read the same)
     return graph_time(lambda i=0: flat[i].sum(), iters)
 
 
@@ -97,11 +98,14 @@ def main() -> None:
     parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--hbm-tbs", type=float, default=4.8)
+    parser.add_argument("--hbm-tbs", type=float, default=None,
+                        help="peak HBM bandwidth (default: 4.8 on an H200, 3.35 on an H100, by name)")
     args = parser.parse_args()
     args.splits_given = "--splits" in sys.argv
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
+    if args.hbm_tbs is None:
+        args.hbm_tbs = 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.triton_gemv import nvfp4_gemv
@@ -183,7 +187,7 @@ def main() -> None:
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
                   f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, pf {bpf}, {100 * roof / best:.0f}%) | "
                   f"{ours:.1f} ({plan.stages}, {plan.splits}, {plan.kwarps}, {100 * roof / ours:.0f}%) |")
-    print("\na plain read of each shape's weight bytes (torch's int32 sum over ROTATE copies, same "
+    print("\na plain read of each shape's weight bytes (torch's float32 sum over ROTATE copies, same "
           "timing), % of the roofline it reaches: the fixed cost a kernel of that size pays")
     for label, us in reads.items():
         n, k = SHAPES[label]

@@ -40,6 +40,8 @@
 #                                                 # query (tests); fa4 split sizes, end to end (bench)
 #   bash tools/gpu/open_issue_checks.sh p15 / t15  # 2026-12-06 (14th): MMA tilings for this card and
 #                                                 # end to end with them; every fa4 GPU test
+#   bash tools/gpu/open_issue_checks.sh r16 / b16  # 2026-12-06 (14th): the 16-row MMA GEMV's tests;
+#                                                 # its probe, the GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -324,6 +326,23 @@ t15)
     # every fa4 GPU test under the short-tail default with the stride-0 query (~4 min)
     b fa4_tests 540 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/attn_fa4/tests
     cat "$OUT/rc.txt"; tail -6 "$OUT/fa4_tests.log"
+    ;;
+r16)
+    # the 16-row MMA GEMV (two sets of MMA columns; the tile's warps add their sums in their
+    # rings): kernel: mma's GPU tests (every form, 1 .. 16 rows, gated, graphs, PDL) (~4 min)
+    b mma_tests 330 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    cat "$OUT/rc.txt"; tail -6 "$OUT/mma_tests.log"
+    ;;
+b16)
+    # its benchmarks (~6 min): the probe at M = 1, 8, 16 over the tilings that won at M = 1; the
+    # GEMM table (bf16, Triton, kernel: mma, deterministic; M = 1 .. 256); end to end
+    b probe16 150 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 8 16 --stages 4 --kwarps 1 4 \
+        --splits 1 2 --forms plain bulk xring --iters 50
+    b gemm_table 200 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 100
+    b e2e16 100 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    cat "$OUT/rc.txt"; grep -E "^\| |% of" "$OUT/probe16.log"; grep -E "^(shape|qkv|gate|down|o )" "$OUT/gemm_table.log"
+    grep -E "/ bf16" "$OUT/e2e16.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

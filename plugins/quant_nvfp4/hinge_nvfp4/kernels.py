@@ -7,7 +7,7 @@
     flashinfer  Blackwell (compute capability >= 10.0) with w4a4: native FP4 GEMM ``mm_fp4`` over
                 swizzled scales (``blackwell``); never on sm_90, where flashinfer's FP4 GEMM and
                 quantize are not built. UNTESTED: no Blackwell GPU was available.
-    mma         (experimental, only when asked) triton, but decode GEMVs of at most 8 bf16 rows
+    mma         (experimental, only when asked) triton, but decode GEMVs of at most 16 bf16 rows
                 on the tensor cores (``mma_gemv``: CUDA, nvcc at start-up), default mode only
 
 Every path takes static shapes and does no host sync in ``linear`` / ``moe`` (CUDA-graph safe).
@@ -48,7 +48,7 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
         return TritonKernel(deterministic)
     if name == "mma":
         if deterministic:
-            raise ValueError("nvfp4 kernel 'mma' is for default mode (its GEMVs of <= 8 rows and "
+            raise ValueError("nvfp4 kernel 'mma' is for default mode (its GEMVs of <= 16 rows and "
                              "the Triton kernels of more round differently: not batch invariant); "
                              "deterministic mode runs kernel=triton (or auto)")
         if options.activations != "w4a16":

@@ -4,7 +4,8 @@
 //
 //   part[s, m, n] = sum over k of split s of e2m1(code[n, k]) * scale[n, k / 16] * x[m, k]
 //
-// for M <= 8 rows of x (the MMA's B columns) and N a multiple of 16 (one warp per 16-row tile).
+// for M <= 16 rows of x (the MMA's B columns: SETS = 1 set of eight, or 2 whose second MMA of
+// each decoded A fragment takes rows 8..15) and N a multiple of 16 (one warp per 16-row tile).
 // A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
 // over its k index in any order, so the repack (mma_layout.repack_codes) chooses which columns of
 // W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds columns 32t .. 32t + 31 of the
@@ -49,7 +50,8 @@
 #define MMA_PDL 0  // 1: built for programmatic dependent launch (mma_gemv.build_cubin pdl=True)
 #endif
 constexpr bool PDL = MMA_PDL;
-#define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_gemv.resident_warps)
+#define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
+#define BLOCKS_PER_SM_16 4  // ... for the 16-row kernels (<= 128: twice the x registers)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
     // the repack's bit places (mma_layout.FRAGMENT_BITS): three registers a shift and a mask each,
@@ -83,12 +85,19 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ uint32_t x_word(const uint4 (&xv)[4], const int i) {
+    // 32-bit word i (0..15) of a lane's 64 bytes of x: MMA u's B registers are words 2u, 2u + 1
+    const uint4 v = xv[i >> 2];
+    return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
+}
+
+template <int SETS>
 __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint32_t scales,
-                                          const uint4 (&xv)[4], float (&even)[4], float (&odd)[4]) {
-    // eight MMAs, even and odd ones into two accumulators (two dependency chains, not one)
+                                          const uint4 (&xv)[SETS][4], float (&sums)[2][SETS][4]) {
+    // eight decoded A fragments, each into SETS MMAs (set s: x rows 8s .. 8s + 7); one set's
+    // even and odd MMAs into two accumulators (sums[0], sums[1]: two dependency chains, not
+    // one), two sets' into their own (sums[0][s]: the sets are the two chains)
     const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const uint32_t xs[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w,
-                             xv[2].x, xv[2].y, xv[2].z, xv[2].w, xv[3].x, xv[3].y, xv[3].z, xv[3].w};
     const uint32_t row_g[2] = {multiplier(scales, 0), multiplier(scales, 2)};
     const uint32_t row_g8[2] = {multiplier(scales, 1), multiplier(scales, 3)};
 #pragma unroll
@@ -100,13 +109,16 @@ __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const 
         a[1] = mul_bf16x2(a[1], row_g8[group]);
         a[2] = mul_bf16x2(a[2], row_g[group]);
         a[3] = mul_bf16x2(a[3], row_g8[group]);
-        mma((u & 1) ? odd : even, a, xs[2 * u], xs[2 * u + 1]);
+#pragma unroll
+        for (int set = 0; set < SETS; ++set)
+            mma(sums[SETS == 1 ? (u & 1) : 0][set], a, x_word(xv[set], 2 * u), x_word(xv[set], 2 * u + 1));
     }
 }
 
-// each warp's ring of STAGES supersteps of codes (accumulate), at file scope so that a gated
-// epilogue can hand a tile's values to its pair's warp through the ring the first one has done
-// with (finish): no shared memory beyond the rings
+// each warp's ring of STAGES supersteps of codes (accumulate), at file scope so that the warps
+// of a tile (gemv, KW > 1) add their sums and a gated epilogue hands a tile's values to its
+// pair's warp through the rings their main loops are done with (finish): no shared memory
+// beyond the rings (at most 4 x SETS x 32 floats a warp, 1 KiB: STAGES >= 2 give 2)
 __shared__ __align__(128) uint4 ring_codes[WARPS][STAGES][2][32];
 
 struct Epilogue {
@@ -162,20 +174,23 @@ __device__ __forceinline__ int out_row(const Epilogue& e, const int row) {
     return (tile & 1) * e.pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
 }
 
+template <int SETS>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
-                                       const int lane, const int kw, float (&acc)[4]) {
-    // lane (g, t) holds D's (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows, x rows
+                                       const int lane, const int kw, float (&acc)[4 * SETS]) {
+    // lane (g, t) holds of set s's D (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows,
+    // x rows 8s + 2t, 8s + 2t + 1 (value i: set i / 4, row g + 8 (i / 2 % 2), column i % 2)
+    constexpr int V = 4 * SETS;
     const int g = lane >> 2, t = lane & 3;
     const bool direct = e.out != nullptr && gridDim.y == 1;
-    int rows[4], cols[4];
+    int rows[V], cols[V];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        rows[i] = tile * 16 + g + 8 * (i >> 1);
-        cols[i] = 2 * t + (i & 1);
+    for (int i = 0; i < V; ++i) {
+        rows[i] = tile * 16 + g + 8 * ((i >> 1) & 1);
+        cols[i] = 8 * (i >> 2) + 2 * t + (i & 1);
     }
     if (!direct) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < V; ++i)
             if (cols[i] < m) e.part[((size_t)blockIdx.y * m + cols[i]) * n + rows[i]] = acc[i];
         if (e.out == nullptr) return;
         __threadfence();  // this lane's sums are visible before the warp counts itself
@@ -185,7 +200,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return;
         __threadfence();
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < V; ++i) {
             acc[i] = 0.f;
             if (cols[i] < m)
                 for (int s = 0; s < (int)gridDim.y; ++s)  // L2 reads: other SMs wrote them
@@ -193,12 +208,12 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         }
         if (lane == 0) e.counters[tile] = 0;  // ready for the next launch
     }
-    float y[4];
+    float y[V];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) y[i] = cols[i] < m ? rounded(acc[i], e.row_scale[rows[i]], e.bias, rows[i]) : 0.f;
+    for (int i = 0; i < V; ++i) y[i] = cols[i] < m ? rounded(acc[i], e.row_scale[rows[i]], e.bias, rows[i]) : 0.f;
     if (!e.gated) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < V; ++i)
             if (cols[i] < m)
                 e.out[(size_t)cols[i] * n + out_row(e, rows[i])] = __bfloat16_as_ushort(__float2bfloat16_rn(y[i]));
         return;
@@ -216,14 +231,14 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
             float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
             __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) mine[i * 32 + lane] = y[i];
+            for (int i = 0; i < V; ++i) mine[i * 32 + lane] = y[i];
             asm volatile("bar.arrive %0, 64;" ::"r"(id) : "memory");
             return;
         }
         asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
         const float* gates = reinterpret_cast<const float*>(&ring_codes[warp - kw][0][0][0]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < V; ++i)
             if (cols[i] < m)
                 e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
                     __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gates[i * 32 + lane], y[i])));
@@ -233,7 +248,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     // last split read its own sums of this tile before), then the pair's second tile to arrive
     // writes silu(gate) * up
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < V; ++i)
         if (cols[i] < m) e.part[(size_t)cols[i] * n + rows[i]] = y[i];
     __threadfence();
     __syncwarp();
@@ -243,7 +258,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     if (!__shfl_sync(0xFFFFFFFFu, second, 0)) return;
     __threadfence();
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < V; ++i) {
         if (cols[i] >= m) continue;
         const float theirs = __ldcg(&e.part[(size_t)cols[i] * n + rows[i] + other]);
         const float gate = (tile & 1) ? theirs : y[i], up = (tile & 1) ? y[i] : theirs;
@@ -294,6 +309,15 @@ __device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
     // a lane's 64 bytes of its x row for a superstep
 #pragma unroll
     for (int j = 0; j < 4; ++j) copy_async(dst + j, src + j);
+}
+
+template <int SETS>
+__device__ __forceinline__ void copy_x_rows(uint4* slot, const uint4* const (&src)[SETS], const size_t at,
+                                            const int g, const int m) {
+    // the xring form: a lane's 64 bytes of each of its rows 8s + g < m into a ring slot of m rows
+#pragma unroll
+    for (int set = 0; set < SETS; ++set)
+        if (8 * set + g < m) copy_x(slot + (8 * set + g) * 16, src[set] + at);
 }
 
 // the bulk form's ring: one mbarrier a slot, lane 0 the producer (Hopper's bulk copies through
@@ -362,15 +386,16 @@ __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <int FORM>
+template <int FORM, int SETS>
 __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const uint32_t* __restrict__ scales,
                                            const uint16_t* __restrict__ x, const int k, const int m,
                                            const int c_tile, const int c_super,
                                            const int s_tile, const int s_super,
                                            const int tile, const int first, const int steps,
-                                           const int warp, const int lane, float (&acc)[4]) {
+                                           const int warp, const int lane, float (&acc)[4 * SETS]) {
     // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its tile: acc
+    // (set s's four values at 4s .. 4s + 3: finish's order)
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
@@ -386,13 +411,17 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     const uint4* s_src = s_block + (lane & 7);
     const int c_step = c_super, s_step = s_super;  // uint4s
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
-    // independent), so that every lane loads unconditionally
-    const uint4* x_src = reinterpret_cast<const uint4*>(x + (size_t)min(g, m - 1) * k) +
-                         (size_t)first * 16 + 4 * t;
+    // independent), so that every lane loads unconditionally; set s: row 8s + g
+    int x_row[SETS];
+    const uint4* x_src[SETS];
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        x_row[set] = min(8 * set + g, m - 1);
+        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + 4 * t;
+    }
     uint4(*my_codes)[2][32] = ring_codes[warp];
     uint32_t(*my_scales)[32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
-    const int x_row = min(g, m - 1);
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
     if constexpr (bulk) {
         if (lane == 0) {
@@ -419,7 +448,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (bulk) break;
-            if (x_ring && s < steps && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
+            if (x_ring && s < steps) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
     } else {
@@ -428,20 +457,23 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if (bulk) break;
             if (s < steps && (streams || s == 0)) {
                 copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
-                if (x_ring && g < m) copy_x(my_x + (s * m + g) * 16, x_src + s * 16);
+                if (x_ring) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             }
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
     }
-    uint4 xv[4], xn[4], c0, c1;
+    uint4 xv[SETS][4], xn[SETS][4], c0, c1;
     uint32_t sc;
-    if (!x_ring) load_x(xv, x_src);  // steps >= 1: gemv skips an empty slice
+    if (!x_ring) {
+#pragma unroll
+        for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
+    }
     if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
         c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
     }
-    float even[4] = {0.f, 0.f, 0.f, 0.f}, odd[4] = {0.f, 0.f, 0.f, 0.f};
+    float sums[2][SETS][4] = {};  // [even, odd MMAs][set] (SETS == 2: [0][set] alone)
     uint32_t fold = 0u;  // RING's stand-in for the math
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -461,7 +493,9 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
                 if (x_ring) {
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) xv[j] = my_x[(s * m + x_row) * 16 + j];
+                    for (int set = 0; set < SETS; ++set)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j];
                 }
             }
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
@@ -477,7 +511,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
                                s_src + next * s_step, lane);
-                if (x_ring && g < m) copy_x(my_x + (to * m + g) * 16, x_src + (size_t)next * 16);
+                if (x_ring) copy_x_rows<SETS>(my_x + to * m * 16, x_src, (size_t)next * 16, g, m);
             }
             if (!bulk) commit_copies();
             uint4 n0, n1;
@@ -488,27 +522,34 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int from = (s + 1) % STAGES;
                 n0 = my_codes[from][0][lane], n1 = my_codes[from][1][lane], nsc = my_scales[from][lane];
             }
-            if (!x_ring) load_x(xn, x_src + (size_t)min(i + 1, steps - 1) * 16);  // in bounds past the last
+            if (!x_ring) {
+#pragma unroll
+                for (int set = 0; set < SETS; ++set)  // in bounds past the last
+                    load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+            }
             if constexpr (FORM == RING) {
                 fold ^= c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) fold ^= xv[j].x ^ xv[j].y ^ xv[j].z ^ xv[j].w;
+                for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
             } else {
-                superstep(c0, c1, sc, xv, even, odd);
+                superstep<SETS>(c0, c1, sc, xv, sums);
             }
             if (ahead) c0 = n0, c1 = n1, sc = nsc;
             if (!x_ring) {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) xv[j] = xn[j];
+                for (int set = 0; set < SETS; ++set)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
             }
         }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = (even[i] + odd[i]) * 256.f;  // A was e2m1 * scale * 2^-8
+    for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
+        acc[i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
     if constexpr (FORM == RING) acc[0] += (float)(fold & 1u);  // keeps the loads
 }
 
-template <int FORM, int KW>
+template <int FORM, int KW, int SETS>
 __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
     // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
@@ -534,9 +575,9 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const int run = (split_steps + KW - 1) / KW;
     const int first = split_first + slice * run;
     const int steps = min(run, split_steps - slice * run);  // <= 0: a slice past a short split
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (steps > 0) accumulate<FORM>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
-                                    first, steps, warp, lane, acc);
+    float acc[4 * SETS] = {};
+    if (steps > 0) accumulate<FORM, SETS>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
+                                          first, steps, warp, lane, acc);
     if constexpr (PDL) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
@@ -544,34 +585,44 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
         asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     }
     if constexpr (KW > 1) {
-        __shared__ float sums[WARPS][4][32];
+        // slices 1 .. KW - 1 leave their sums in their own rings (their main loops are done
+        // with them: every copy landed and was read), slice 0 adds them in slice order
         if (slice > 0) {
+            float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
+            __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) sums[warp][i][lane] = acc[i];
+            for (int i = 0; i < 4 * SETS; ++i) mine[i * 32 + lane] = acc[i];
         }
         tile_barrier(1 + warp / KW, 32 * KW);
         if (slice > 0) return;
 #pragma unroll
         for (int j = 1; j < KW; ++j) {
+            const float* theirs = reinterpret_cast<const float*>(&ring_codes[warp + j][0][0][0]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[i] += sums[warp + j][i][lane];
+            for (int i = 0; i < 4 * SETS; ++i) acc[i] += theirs[i * 32 + lane];
         }
     }
-    finish(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, KW, acc);
+    finish<SETS>(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, KW, acc);
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
-// (mma_gemv.kernel_name: ``_kw2``, ``_kw4``)
+// (mma_gemv.kernel_name: ``_kw2``, ``_kw4``); the GEMV forms for 9 .. 16 rows too (``_r16``:
+// two sets of MMA columns, registers for BLOCKS_PER_SM_16 blocks)
 #define GEMV_ARGS                                                                                \
     codes, scales, x, part, n, k, m, c_tile, c_super, s_tile, s_super, groups_per_split,          \
         row_scale, bias, out, counters, pair_tiles, gated
-#define GEMV_KERNEL(name, FORM, KW)                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS_PER_SM)                     \
+#define GEMV_KERNEL(name, FORM, KW, SETS, BLOCKS)                                                \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                            \
         name(GEMV_PARAMS) {                                                                      \
-        gemv<FORM, KW>(GEMV_ARGS);                                                                \
+        gemv<FORM, KW, SETS>(GEMV_ARGS);                                                          \
     }
 #define GEMV_KERNELS(name, FORM)                                                                 \
-    GEMV_KERNEL(name, FORM, 1) GEMV_KERNEL(name##_kw2, FORM, 2) GEMV_KERNEL(name##_kw4, FORM, 4)
+    GEMV_KERNEL(name, FORM, 1, 1, BLOCKS_PER_SM) GEMV_KERNEL(name##_kw2, FORM, 2, 1, BLOCKS_PER_SM) \
+    GEMV_KERNEL(name##_kw4, FORM, 4, 1, BLOCKS_PER_SM)
+#define GEMV_KERNELS_16(name, FORM)                                                              \
+    GEMV_KERNEL(name##_r16, FORM, 1, 2, BLOCKS_PER_SM_16)                                        \
+    GEMV_KERNEL(name##_kw2_r16, FORM, 2, 2, BLOCKS_PER_SM_16)                                    \
+    GEMV_KERNEL(name##_kw4_r16, FORM, 4, 2, BLOCKS_PER_SM_16)
 
 GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
@@ -579,3 +630,7 @@ GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNELS(nvfp4_mma_gemv_ring, RING)
 GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)
+GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
+GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)
+GEMV_KERNELS_16(nvfp4_mma_gemv_xring, XRING)
+GEMV_KERNELS_16(nvfp4_mma_gemv_bulk, BULK)

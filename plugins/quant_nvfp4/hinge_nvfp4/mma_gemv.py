@@ -1,4 +1,4 @@
-"""NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 8 rows of x): its nvcc build
+"""NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 16 rows of x): its nvcc build
 (cached on disk) and a CUDA driver-API launcher. The weights come in ``mma_layout``'s repack, a
 launch is cut by ``mma_tiling``. ``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``,
 experimental) runs it for decode GEMVs; ``tools/gpu/nvfp4_mma_probe.py`` times it against the
@@ -20,7 +20,8 @@ import torch
 from hinge_nvfp4.mma_layout import SUPERSTEP, block_strides
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
-MAX_ROWS = 8  #: rows of x: the MMA's B columns
+MAX_ROWS = 16  #: rows of x: the MMA's B columns, in sets of ``SET_ROWS``
+SET_ROWS = 8  #: rows of one set (one MMA a decoded A fragment); more take the ``_r16`` kernels
 WARPS = 4  #: warps a block (``WARPS`` in mma_gemv.cu)
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
@@ -40,15 +41,19 @@ DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 
 
-def kernel_name(form: str, kwarps: int = 1) -> str:
+def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS) -> str:
     """The cubin's function of ``form`` (``KERNELS`` or ``DIAGNOSTICS``) with ``kwarps`` warps a
-    tile."""
+    tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a GEMV form's ``_r16``
+    kernel, two sets of MMA columns)."""
     names = KERNELS | DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
     if kwarps not in KWARPS:
         raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, not {kwarps}")
-    return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}")
+    if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
+        raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
+                         f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")
+    return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}") + ("_r16" if rows > SET_ROWS else "")
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False) -> bytes:
@@ -104,7 +109,9 @@ class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it). ``stages``: the cubin's
     ring depth, which the xring form needs to size its dynamic shared memory; ``kwarps``: warps
-    a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles)."""
+    a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles). A GEMV
+    form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
+    (``_r16``); a launch takes the one for its rows."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False) -> None:
@@ -116,14 +123,20 @@ class MmaGemv:
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
         self.module = ctypes.c_void_p()
-        self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
-        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module,
-                                                  name.encode()), "cuModuleGetFunction")
-        if form == "xring":  # past the 48 KiB a block gets without asking
+        self.function = self._function(name, SET_ROWS)
+        #: the 9 .. 16-row kernel (None for a diagnostic: 8 rows at most)
+        self.function16 = self._function(kernel_name(form, kwarps, MAX_ROWS), MAX_ROWS) if form in KERNELS else None
+
+    def _function(self, name: str, rows: int) -> ctypes.c_void_p:
+        function = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
+                    "cuModuleGetFunction")
+        if self.form == "xring":  # past the 48 KiB a block gets without asking
             self._check(self.cuda.cuFuncSetAttribute(
-                self.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                self.x_ring_bytes(MAX_ROWS)), "cuFuncSetAttribute")
+                function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.x_ring_bytes(rows)),
+                "cuFuncSetAttribute")
+        return function
 
     def x_ring_bytes(self, m: int) -> int:
         """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
@@ -182,9 +195,10 @@ class MmaGemv:
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
                              f"got {groups_per_split}")
+        rows = MAX_ROWS if m > SET_ROWS and self.function16 is not None else SET_ROWS
         if not (x.is_contiguous() and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0
-                and 1 <= m <= MAX_ROWS and k == words.shape[1] * SUPERSTEP):
-            raise ValueError(f"x must be a contiguous 16-byte aligned ({MAX_ROWS} rows at most, "
+                and 1 <= m <= rows and k == words.shape[1] * SUPERSTEP):
+            raise ValueError(f"x must be a contiguous 16-byte aligned ({rows} rows at most, "
                              f"{words.shape[1] * SUPERSTEP} columns) bf16 tensor, got "
                              f"{tuple(x.shape)} {x.dtype}")
         if (pair_tiles or gated) and (out is None or pair_tiles * 32 != n or bias is not None):
@@ -217,12 +231,13 @@ class MmaGemv:
                                                     for a in args])
         grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        function = self.function16 if rows > SET_ROWS else self.function
         if self.pdl and early:
             config = launch_config(grid, (32 * WARPS, 1, 1), self.x_ring_bytes(m), stream)
-            self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), self.function, pointers, None),
+            self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), function, pointers, None),
                         "cuLaunchKernelEx")
         else:
-            self._check(self.cuda.cuLaunchKernel(self.function, *grid, 32 * WARPS, 1, 1,
+            self._check(self.cuda.cuLaunchKernel(function, *grid, 32 * WARPS, 1, 1,
                                                  self.x_ring_bytes(m), stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out

@@ -46,13 +46,13 @@ MIN_RUN = 4  #: ... and the fewest it leaves a warp
 SHARED_BYTES = 232448  #: shared memory a Hopper multiprocessor gives its blocks (227 KiB)
 
 
-def resident_warps(stages: int, kwarps: int = 1) -> int:
+def resident_warps(stages: int, rows: int = 8) -> int:
     """Warps of the kernel a multiprocessor holds at once: registers for ``BLOCKS_PER_SM`` = 6
-    blocks (mma_gemv.cu caps them at 80 a thread), shared memory for as many blocks as the rings
-    (1152 bytes a stage a warp), the warps' sums (``kwarps`` > 1) and the 1 KiB reserved a block
-    leave room."""
-    block = WARPS * stages * 1152 + (WARPS * 4 * 32 * 4 if kwarps > 1 else 0) + 1024
-    return WARPS * min(6, SHARED_BYTES // block)
+    blocks (mma_gemv.cu caps them at 80 a thread; its 16-row kernels, ``rows`` > 8, at 128 for
+    4), shared memory for as many blocks as the rings (1152 bytes a stage a warp; the warps of a
+    tile add their sums in them) and the 1 KiB reserved a block leave room."""
+    block = WARPS * stages * 1152 + 1024
+    return WARPS * min(6 if rows <= 8 else 4, SHARED_BYTES // block)
 
 
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:

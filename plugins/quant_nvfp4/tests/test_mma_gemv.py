@@ -135,31 +135,33 @@ def sass_by_function(cubin: Path) -> dict[str, str]:
 
 @needs_nvcc
 @pytest.mark.parametrize("stages", [2, 4, 8, 10])
-def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep(tmp_path, stages):
-    """At most 80 registers (6 blocks a multiprocessor), no stack; eight MMAs a superstep (the loop unrolled ``stages``
+def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep_a_set(tmp_path, stages):
+    """At most 80 registers (6 blocks a multiprocessor; the 16-row kernels 128, 4 blocks), no
+    stack; eight MMAs a superstep for each set of eight x rows (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
     ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory (and nothing
-    more: a gated pair's exchange reuses the ring); the split reduction's fence and atomic count."""
+    more: a tile's warps add their sums and a gated pair exchanges its values in the rings);
+    the split reduction's fence and atomic count."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
-    names = {nvfp4_mma.kernel_name(form, kw): (form, kw) for form in forms for kw in nvfp4_mma.KWARPS}
+    names = {nvfp4_mma.kernel_name(form, kw, rows): (form, kw, rows) for form in forms
+             for kw in nvfp4_mma.KWARPS for rows in (8, 16) if rows == 8 or form in nvfp4_mma.KERNELS}
     assert set(resources) == set(names)
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
     codes = sass_by_function(cubin)
-    for name, (form, kw) in names.items():
+    for name, (form, kw, rows) in names.items():
         line = resources[name]
         registers = int(re.search(r"REG:(\d+)", line).group(1))
         # (the arithmetic-alone diagnostic, in 80 registers, spills 16 bytes: its times are an
         # upper bound of the arithmetic's)
         no_stack = "STACK:0" in line or form == "math"
-        assert 0 < registers <= 80 and no_stack and "LOCAL:0" in line, line
-        sums = 0 if kw == 1 else 4 * 4 * 32 * 4  # the slices' sums of a block's warps
+        assert 0 < registers <= (80 if rows == 8 else 128) and no_stack and "LOCAL:0" in line, line
         bars = 4 * stages * 8 if form == "bulk" else 0  # an mbarrier a slot a warp
-        assert f"SHARED:{ring_bytes + sums + bars + 1024}" in line, (name, line)
-        mmas = 0 if form == "ring" else 8 * stages  # ring: the memory side alone
+        assert f"SHARED:{ring_bytes + bars + 1024}" in line, (name, line)
+        mmas = 0 if form == "ring" else 8 * stages * rows // 8  # ring: the memory side alone
         assert codes[name].count("HMMA.16816.F32.BF16") == mmas, name
         copies = codes[name].count("LDGSTS")
         if form == "bulk":  # lane 0's two bulk copies a superstep: the prologue's, the loop's
@@ -183,7 +185,7 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
     codes = sass_by_function(cubin)
-    assert len(codes) == len(nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS) * len(nvfp4_mma.KWARPS)
+    assert len(codes) == (2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS)) * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():
         wait = code.index("ACQBULK")
         first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
@@ -222,8 +224,8 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     for pdl in (True, False):
         gemv = object.__new__(nvfp4_mma.MmaGemv)
-        gemv.cuda, gemv.function, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
-            FakeDriver(), None, "plain", 4, 1, pdl)
+        gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
+            FakeDriver(), None, None, "plain", 4, 1, pdl)
         gemv._counters = None
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
@@ -243,5 +245,8 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
     with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, not 3"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)
     assert nvfp4_mma.kernel_name("xring", 2) == "nvfp4_mma_gemv_xring_kw2"
+    assert nvfp4_mma.kernel_name("bulk", 4, 16) == "nvfp4_mma_gemv_bulk_kw4_r16"
+    with pytest.raises(ValueError, match="ring form is built for 8 rows of x, not 16"):
+        nvfp4_mma.kernel_name("ring", 1, 16)
     with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
         nvfp4_mma.MmaGemv(b"", "xring")

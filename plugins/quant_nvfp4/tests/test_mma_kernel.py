@@ -1,4 +1,4 @@
-"""``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``): decode GEMVs of at most 8 bf16 rows go
+"""``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``): decode GEMVs of at most 16 bf16 rows go
 to the tensor-core kernel with the weight's fragment words, its scales, the row scale and the
 bias; anything else goes to the Triton path; the option is refused where it cannot run. CPU:
 the launcher is stood in for by the kernel's emulation (``mma_layout.emulate``); on a GPU (``gpu``
@@ -55,7 +55,7 @@ class EmulatedLauncher:
 
 
 def layer_of(n, k, seed=0):
-    x, packed, scales, row_scale, bias = problem(8, n, k, dtype=torch.bfloat16, seed=seed)
+    x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=seed)
     layer = torch.nn.Module()
     layer.row_scale = row_scale
     return layer, x, packed, scales, bias
@@ -75,12 +75,12 @@ def test_decode_rows_take_the_tensor_core_kernel_with_the_layers_fragment_words(
     assert layer.nvfp4_mma_tiling.splits == splits and launcher.reserved == ([8] if splits > 1 else [])
     assert layer.nvfp4_mma_tiling == mma_tiling.tiling(128, 8192, num_sms)
     assert layer.nvfp4_mma_tiling.kwarps == (4 if num_sms == 132 else 1)
-    for rows, b in ((1, None), (3, bias), (8, bias)):
+    for rows, b in ((1, None), (3, bias), (8, bias), (9, None), (16, bias)):
         got = kernel.linear(layer, x[:rows].contiguous(), b, None)
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
         assert got.shape == (rows, 128) and got.dtype == torch.bfloat16
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
-    assert [c[1] for c in launcher.calls] == [splits] * 3
+    assert [c[1] for c in launcher.calls] == [splits] * 5
     assert layer.nvfp4_mma_pairs == 0  # not a fused [gate | up]
 
 
@@ -113,7 +113,7 @@ def test_a_gate_up_layer_is_paired_its_output_keeps_its_order_and_its_gated_outp
         assert torch.equal(gated, (gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16))
     assert [c[3:] for c in launcher.calls] == [(6, False), (6, True)] * 2
     assert kernel.gated(layer, x[:1].contiguous(), "gelu") is None  # only silu is fused
-    assert kernel.gated(layer, x.repeat(2, 1).contiguous(), "silu") is None  # 16 rows: Triton's
+    assert kernel.gated(layer, x[:1].repeat(17, 1).contiguous(), "silu") is None  # 17 rows: Triton's
 
 
 def test_the_mlp_over_the_kernel_runs_the_gated_gemv_then_down_and_equals_the_unfused_formula():
@@ -210,11 +210,12 @@ def test_the_tiling_takes_warps_a_tile_then_splits_up_to_the_warps_the_h200_ran_
     for (n, k), plan in plans.items():
         assert plan.groups_per_split % 8 == 0 and -(-(k // 16) // plan.groups_per_split) == plan.splits
         warps = n // 16 * plan.kwarps * plan.splits
-        assert warps <= mma_tiling.resident_warps(plan.stages, plan.kwarps) * 132
+        assert warps <= mma_tiling.resident_warps(plan.stages) * 132
         assert warps >= mma_tiling.MIN_WARPS_PER_SM * 132
     assert mma_tiling.tiling(48, 256, 132) == T(1, 16, 1, 4)  # 2 supersteps: one warp, one split
     assert mma_tiling.tiling(128, 8192, 132) == T(4, 128, 4, 4)  # 8 tiles: 4 supersteps a warp at least
-    assert mma_tiling.resident_warps(8, 2) == 20 and mma_tiling.resident_warps(4, 4) == 24
+    assert mma_tiling.resident_warps(10) == 16 and mma_tiling.resident_warps(4) == 24
+    assert mma_tiling.resident_warps(4, rows=16) == 16
     assert mma_tiling.groups_per_split(96, 5) == 24  # whole supersteps: 4 splits of 24, not 5
 
 
@@ -287,8 +288,8 @@ def test_everything_else_takes_the_triton_path(monkeypatch):
     layer, x, packed, scales, bias = layer_of(48, 128)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_words is not None
-    nine = torch.cat([x, x[:1]])
-    assert kernel.linear(layer, nine, None, None) == "triton"  # more than 8 rows
+    seventeen = torch.cat([x, x[:1]])
+    assert kernel.linear(layer, seventeen, None, None) == "triton"  # more than 16 rows
     assert kernel.linear(layer, x.float(), None, None) == "triton"  # not bf16
     assert kernel.linear(layer, x[:2], None, torch.tensor(1.0)) == "triton"  # w4a4 activations
     assert kernel.linear(layer, x.t().contiguous().t(), None, None) == "triton"  # strided rows
@@ -339,24 +340,25 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
         pytest.skip("needs CUDA")
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
     for n, k in QWEN3_8B:
-        x, packed, scales, row_scale, bias = problem(8, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
         layer = torch.nn.Module()
         layer.row_scale = row_scale
         kernel.prepare_linear(layer, packed, scales)
-        for rows in (1, 2, 5, 8):
+        for rows in (1, 2, 5, 8, 9, 12, 16):
             xr = x[:rows].contiguous()
             got = kernel.linear(layer, xr, bias, None)
             want = reference.linear(xr, packed, scales, row_scale, bias)
             err = (got.float() - want.float()).abs().max() / want.float().abs().max()
             assert err < 1e-2, (n, k, rows, float(err))
-        graph = torch.cuda.CUDAGraph()
-        static = x[:1].contiguous()
-        eager = kernel.linear(layer, static, bias, None)
-        with torch.cuda.graph(graph):
-            captured = kernel.linear(layer, static, bias, None)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured, eager), (n, k)
+        for rows in (1, 16):
+            graph = torch.cuda.CUDAGraph()
+            static = x[:rows].contiguous()
+            eager = kernel.linear(layer, static, bias, None)
+            with torch.cuda.graph(graph):
+                captured = kernel.linear(layer, static, bias, None)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(captured, eager), (n, k, rows)
 
 
 @pytest.mark.gpu
@@ -371,14 +373,14 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
     stages = 4
     cubins = {pf: mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf) for pf in (0, 256)}
     for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
-        x, packed, scales, row_scale, bias = problem(8, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
         splits = -(-(k // 16) // per_split)
         for kw, order in ((kw, order) for kw in mma_gemv.KWARPS for order in mma_layout.LAYOUTS):
             words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales), order)
             # the copies' L2 prefetch changes no result: 256 bytes with the interleaved layout
             gemv = mma_gemv.MmaGemv(cubins[256 if order == "interleaved" else 0], form, stages, kw)
             gemv.reserve_counters(n // 16, torch.device("cuda"))
-            for rows in (1, 3, 8):
+            for rows in (1, 3, 8, 9, 16):
                 xr = x[:rows].contiguous()
                 out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
                 part = torch.empty(splits, rows, n, device="cuda") if splits > 1 else None
@@ -440,7 +442,7 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
     for pdl in (False, True):
         cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=pdl)
         for n, k, per_split in ((24576, 4096, 256), (192, 2560, 64), (96, 1024, 64), (64, 256, 16)):
-            x, packed, scales, row_scale, _ = problem(8, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
+            x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
             order = mma_layout.pair_rows(n).cuda()
             words, codes = mma_layout.repack(packed[order], scales[order])
             splits = -(-(k // 16) // per_split)
@@ -455,14 +457,14 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
                     return gemv(words, codes, xr, part if splits > 1 or gated else None, per_split,
                                 row_scale=row_scale, out=out, pair_tiles=n // 32, gated=gated)
 
-                for rows in (1, 3, 8):
+                for rows in (1, 3, 8, 11, 16):
                     xr = x[:rows].contiguous()
                     plain = run(xr, False)
                     want = reference.linear(xr, packed, scales, row_scale, None)
                     err = (plain.float() - want.float()).abs().max() / want.float().abs().max()
                     assert err < 1e-2, (form, kw, pdl, n, k, rows, float(err))
                     assert torch.equal(run(xr, True), silu_mul(plain)), (form, kw, pdl, n, k, rows)
-                static = x[:2].contiguous()
+                static = x[:2 if kw < 4 else 13].contiguous()  # 13 rows: the 16-row kernel's graph
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     captured = run(static, True)
