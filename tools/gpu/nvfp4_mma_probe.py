@@ -93,6 +93,9 @@ def main() -> None:
     parser.add_argument("--kwarps", type=int, nargs="+", default=[1])
     parser.add_argument("--prefetch", type=int, nargs="+", default=[0], choices=nvfp4_mma.PREFETCHES,
                         help="the copies' L2 prefetch sizes (bytes) to build and time")
+    parser.add_argument("--carveout", type=int, default=None,
+                        help="every variant's preferred shared memory carveout (percent: MmaGemv "
+                        "carveout; default the driver's choice)")
     parser.add_argument("--best-json", default=None)
     parser.add_argument("--all-json", default=None, help="every variant's us, by shape and M")
     parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
@@ -119,7 +122,8 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kwarps = sorted(set(args.kwarps) | {mma_tiling.tiling(n, k, sms).kwarps
                                         for n, k in SHAPES.values()})
-    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw) for form in forms
+    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw, carveout=args.carveout)
+               for form in forms
                for st in stages for kw in kwarps for pf in prefetches}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}

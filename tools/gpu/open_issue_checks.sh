@@ -42,6 +42,7 @@
 #                                                 # end to end with them; every fa4 GPU test
 #   bash tools/gpu/open_issue_checks.sh r16 / b16  # 2026-12-06 (14th): the 16-row MMA GEMV's tests;
 #                                                 # its probe, the GEMM table, end to end
+#   bash tools/gpu/open_issue_checks.sh c16      # the MMA GEMV's shared memory carveout A/B (~5 min)
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -343,6 +344,19 @@ b16)
     b e2e16 100 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     cat "$OUT/rc.txt"; grep -E "^\| |% of" "$OUT/probe16.log"; grep -E "^(shape|qkv|gate|down|o )" "$OUT/gemm_table.log"
     grep -E "/ bf16" "$OUT/e2e16.log"
+    ;;
+c16)
+    # the kernels' preferred shared memory carveout (the rest of L1 caches x, which every warp
+    # reads whole: 128 KiB at 16 rows of K = 4096): the probe at M = 1, 8, 16 with the driver's
+    # choice and 25 / 50 / 100 percent, then end to end with 50 (~5 min)
+    for c in default 25 50 100; do
+        flag=(); [ "$c" = default ] || flag=(--carveout "$c")
+        b "carve_$c" 90 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 8 16 --stages 4 --kwarps 1 4 \
+            --splits 1 --forms plain bulk --layouts super tile --iters 50 "${flag[@]}"
+    done
+    b e2e_carve50 100 env HINGE_NVFP4_MMA_CARVEOUT=50 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
+    cat "$OUT/rc.txt"; for f in "$OUT"/carve_*.log; do echo "$f"; grep -E "^\| [a-z]" "$f" | cut -d'|' -f2,3,6; done
+    grep -E "/ bf16" "$OUT/e2e_carve50.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

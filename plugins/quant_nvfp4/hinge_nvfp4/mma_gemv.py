@@ -35,6 +35,7 @@ KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": 
            "bulk": "nvfp4_mma_gemv_bulk"}
 X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 #: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
 #: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
@@ -111,14 +112,18 @@ class MmaGemv:
     ring depth, which the xring form needs to size its dynamic shared memory; ``kwarps``: warps
     a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles). A GEMV
     form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
-    (``_r16``); a launch takes the one for its rows."""
+    (``_r16``); a launch takes the one for its rows. ``carveout``: the share of the unified L1
+    and shared memory (percent, 0 .. 100) the kernels prefer as shared memory, a hint to the
+    driver (None: its own choice); the rest caches x, which every warp reads whole."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
-                 kwarps: int = 1, pdl: bool = False) -> None:
+                 kwarps: int = 1, pdl: bool = False, carveout: int | None = None) -> None:
         name = kernel_name(form, kwarps)
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
-        self.form, self.stages, self.kwarps, self.pdl = form, stages, kwarps, pdl
+        if carveout is not None and not 0 <= carveout <= 100:
+            raise ValueError(f"the shared memory carveout is a percentage, 0 to 100, got {carveout}")
+        self.form, self.stages, self.kwarps, self.pdl, self.carveout = form, stages, kwarps, pdl, carveout
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()
@@ -135,6 +140,10 @@ class MmaGemv:
         if self.form == "xring":  # past the 48 KiB a block gets without asking
             self._check(self.cuda.cuFuncSetAttribute(
                 function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.x_ring_bytes(rows)),
+                "cuFuncSetAttribute")
+        if self.carveout is not None:
+            self._check(self.cuda.cuFuncSetAttribute(
+                function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, self.carveout),
                 "cuFuncSetAttribute")
         return function
 
