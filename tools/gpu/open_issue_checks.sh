@@ -43,6 +43,7 @@
 #   bash tools/gpu/open_issue_checks.sh r16 / b16  # 2026-12-06 (14th): the 16-row MMA GEMV's tests;
 #                                                 # its probe, the GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh c16      # the MMA GEMV's shared memory carveout A/B (~5 min)
+#   bash tools/gpu/open_issue_checks.sh n16      # ncu of gate_up's MMA GEMV at 8 and 16 rows (~3 min)
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -357,6 +358,17 @@ c16)
     b e2e_carve50 100 env HINGE_NVFP4_MMA_CARVEOUT=50 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma
     cat "$OUT/rc.txt"; for f in "$OUT"/carve_*.log; do echo "$f"; grep -E "^\| [a-z]" "$f" | cut -d'|' -f2,3,6; done
     grep -E "/ bf16" "$OUT/e2e_carve50.log"
+    ;;
+n16)
+    # where gate_up's 16-row GEMV spends its time, against 8 rows: Nsight Compute (~3 min)
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for m in 8 16; do
+        b "ncu_gate_up_m$m" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
+            --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+            --section Occupancy --section LaunchStats python3 tools/gpu/ncu_gemv.py mma gate_up --m "$m"
+    done
+    cat "$OUT/rc.txt"; for m in 8 16; do grep -E "Duration|Throughput|Warp Cycles Per Issued|Issued Warp|Achieved Occupancy|Registers Per|L1/TEX Hit|L2 Hit|Stall|One or More" "$OUT/ncu_gate_up_m$m.log" | head -30; done
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;
