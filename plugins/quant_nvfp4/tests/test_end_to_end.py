@@ -80,7 +80,8 @@ def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_lau
     # a tiny Qwen3 the MMA GEMV takes (K % 128 == 0): greedy tokens and logprobs through the
     # engine's CUDA graphs with silu_mul fused into gate_up and programmatic dependent launch,
     # and with neither (HINGE_NVFP4_MMA_GATED=0, HINGE_PDL=0): bit for bit, since the fused
-    # epilogue computes silu_mul's bits and early launches wait for their inputs
+    # epilogue computes silu_mul's bits and early launches wait for their inputs; at batch 3
+    # and at batch 12 (the 16-row kernels, padded rows included)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
     src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
@@ -97,5 +98,6 @@ def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_lau
             pairs = {m.nvfp4_mma_pairs for name, m in llm.engine.model.named_modules()
                      if name.endswith("gate_up_proj")}
             assert pairs == ({32} if gated == "1" else {0}), pairs
-            runs[label] = [(o.token_ids, o.logprobs) for o in llm.generate(PROMPTS, params)]
+            runs[label] = [(o.token_ids, o.logprobs) for prompts in (PROMPTS, PROMPTS * 4)
+                           for o in llm.generate(prompts, params)]
     assert runs["fused"] == runs["unfused"]
