@@ -180,10 +180,6 @@ class MmaKernel(TritonKernel):
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
         self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
-        #: the kernels' preferred shared memory carveout, percent ($HINGE_NVFP4_MMA_CARVEOUT; unset:
-        #: the driver's choice): an experiment's switch (the rest of L1 caches x)
-        carveout = os.environ.get("HINGE_NVFP4_MMA_CARVEOUT")
-        self.carveout = int(carveout) if carveout else None
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
         self._tuned = mma_tiling.tuned_tilings(device_name=device_name)
@@ -198,7 +194,7 @@ class MmaKernel(TritonKernel):
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
         key = (plan.stages, plan.kwarps, plan.form or self.form, prefetch)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl, carveout=self.carveout)
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -276,8 +272,7 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
     return n // 32
 
 
-def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
-                  carveout: int | None = None) -> Any:
+def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch), built or read from the disk cache."""
@@ -289,4 +284,4 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl)
-    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, carveout)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl)

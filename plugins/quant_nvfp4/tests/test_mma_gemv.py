@@ -250,3 +250,5 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
         nvfp4_mma.kernel_name("ring", 1, 16)
     with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
         nvfp4_mma.MmaGemv(b"", "xring")
+    with pytest.raises(ValueError, match="carveout is a percentage, 0 to 100, got 120"):
+        nvfp4_mma.MmaGemv(b"", "plain", 4, carveout=120)
