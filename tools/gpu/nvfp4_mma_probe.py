@@ -1,6 +1,7 @@
 """The tensor-core NVFP4 GEMV (``hinge_nvfp4/mma_gemv.cu``) on a GPU: its outputs against the
 dequantized reference, and its time against hinge_nvfp4's Triton GEMV and the bytes-moved
-roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8; one run.
+roofline, for the Qwen3-8B layer shapes at M = 1, 2, 4, 8 (``--ms``: up to 16; past 8 rows
+the plain and bulk forms also with two tiles a warp, ``plain_t2``, ``bulk_t2``); one run.
 
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
                                          [--layouts tile super] [--forms plain ahead]
@@ -125,6 +126,11 @@ def main() -> None:
     kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw, carveout=args.carveout)
                for form in forms
                for st in stages for kw in kwarps for pf in prefetches}
+    # two tiles a warp at 9 .. 16 rows (MmaGemv tiles16=2): forms "plain_t2", "bulk_t2"
+    kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw,
+                                                              carveout=args.carveout, tiles16=2)
+                for form in forms if form in nvfp4_mma.T2_FORMS
+                for st in stages if st <= nvfp4_mma.T2_MAX_STAGES for kw in kwarps for pf in prefetches}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
     ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them
@@ -147,6 +153,8 @@ def main() -> None:
             want = x.float() @ ref_w.t()
             times, worst = {}, 0.0  # (layout, form, stages, splits, kwarps, prefetch) -> us; the largest right error
             for layout, (form, st, kw, pf) in ((lay, key) for lay in layouts for key in kernels):
+                if form.endswith("_t2") and m <= nvfp4_mma.SET_ROWS:
+                    continue  # the same kernel as the form's below 9 rows
                 gemv, packs = kernels[(form, st, kw, pf)], packs_of[layout]
                 for splits in sorted(set(args.splits) | {plan.splits}):
                     groups = k // 16

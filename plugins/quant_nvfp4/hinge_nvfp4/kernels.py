@@ -152,6 +152,7 @@ class MmaKernel(TritonKernel):
     name = "mma"
     LAYOUT = "tile"
     FORM = "plain"
+    TILES16 = 1
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None) -> None:
@@ -180,6 +181,11 @@ class MmaKernel(TritonKernel):
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
         self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
         self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
+        #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
+        #: ($HINGE_NVFP4_MMA_TILES16, default ``TILES16``; mma_gemv.MmaGemv tiles16)
+        self.tiles16 = int(os.environ.get("HINGE_NVFP4_MMA_TILES16", self.TILES16))
+        if self.tiles16 not in (1, 2):
+            raise ValueError(f"HINGE_NVFP4_MMA_TILES16={self.tiles16}: 1 or 2 tiles a warp")
         if device_name is None and gemv is None:
             device_name = torch.cuda.get_device_name()
         self._tuned = mma_tiling.tuned_tilings(device_name=device_name)
@@ -189,12 +195,14 @@ class MmaKernel(TritonKernel):
         self._gemv(mma_tiling.Tiling(1, 8, 1, mma_tiling.STAGES))  # refuses a GPU it cannot run on, now
 
     def _gemv(self, plan: Any) -> Any:
+        from hinge_nvfp4 import mma_gemv
         from hinge_nvfp4.mma_gemv import PREFETCH
 
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
         key = (plan.stages, plan.kwarps, plan.form or self.form, prefetch)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl)
+            tiles16 = self.tiles16 if key[0] <= mma_gemv.T2_MAX_STAGES and key[2] in mma_gemv.T2_FORMS else 1
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl, tiles16=tiles16)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -272,10 +280,12 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
     return n // 32
 
 
-def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False) -> Any:
+def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
+                  tiles16: int = 1) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
-    dependent launch), built or read from the disk cache."""
+    dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows), built or read from the disk
+    cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
@@ -284,4 +294,4 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl)
-    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16)

@@ -52,6 +52,7 @@
 constexpr bool PDL = MMA_PDL;
 #define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
 #define BLOCKS_PER_SM_16 4  // ... for the 16-row kernels (<= 128: twice the x registers)
+#define BLOCKS_PER_SM_16_T2 3  // ... and those of two tiles a warp (<= 168: twice the codes and sums)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
     // the repack's bit places (mma_layout.FRAGMENT_BITS): three registers a shift and a mask each,
@@ -115,11 +116,16 @@ __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const 
     }
 }
 
-// each warp's ring of STAGES supersteps of codes (accumulate), at file scope so that the warps
-// of a tile (gemv, KW > 1) add their sums and a gated epilogue hands a tile's values to its
-// pair's warp through the rings their main loops are done with (finish): no shared memory
-// beyond the rings (at most 4 x SETS x 32 floats a warp, 1 KiB: STAGES >= 2 give 2)
-__shared__ __align__(128) uint4 ring_codes[WARPS][STAGES][2][32];
+// each warp's ring of STAGES supersteps of codes of its T tiles (accumulate), one array a T
+// shared by the kernel's functions, so that the warps of a tile (gemv, KW > 1) add their sums
+// and a gated epilogue hands a tile's values to its pair's warp through the rings their main
+// loops are done with (finish): no shared memory beyond the rings (at most T x 4 x SETS x 32
+// floats a warp, T KiB: STAGES >= 2 give 2 T)
+template <int T>
+__device__ __forceinline__ uint4 (*codes_ring(const int warp))[T][2][32] {
+    __shared__ __align__(128) uint4 ring[WARPS][STAGES][T][2][32];
+    return ring[warp];
+}
 
 struct Epilogue {
     // out == nullptr: float32 sums into part[split, m, n] (the caller adds the splits and scales);
@@ -174,7 +180,7 @@ __device__ __forceinline__ int out_row(const Epilogue& e, const int row) {
     return (tile & 1) * e.pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
 }
 
-template <int SETS>
+template <int SETS, int T>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
                                        const int lane, const int kw, float (&acc)[4 * SETS]) {
     // lane (g, t) holds of set s's D (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows,
@@ -219,7 +225,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         return;
     }
     const int pair = tile >> 1, half = n >> 1;
-    if (direct && (WARPS / kw) % 2 == 0) {
+    if (T == 1 && direct && (WARPS / kw) % 2 == 0) {
         // gated, one split, the pair's two tiles in this block (tiles 2j, 2j + 1 are its warps'
         // local tiles 2i, 2i + 1): the gate tile's warp hands its values over in its own ring
         // (its copies are all consumed: the main loop is over) and goes, the up tile's warp
@@ -228,7 +234,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         // tokens/s with it, 364.7 with this; docs/nvfp4.md, twelfth session)
         const int warp = threadIdx.x >> 5, slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
         if ((tile & 1) == 0) {
-            float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
+            float* mine = reinterpret_cast<float*>(codes_ring<1>(warp));
             __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
             for (int i = 0; i < V; ++i) mine[i * 32 + lane] = y[i];
@@ -236,7 +242,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
             return;
         }
         asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
-        const float* gates = reinterpret_cast<const float*>(&ring_codes[warp - kw][0][0][0]);
+        const float* gates = reinterpret_cast<const float*>(codes_ring<1>(warp - kw));
 #pragma unroll
         for (int i = 0; i < V; ++i)
             if (cols[i] < m)
@@ -268,6 +274,24 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     if (lane == 0) e.counters[(n >> 4) + pair] = 0;  // ready for the next launch
 }
 
+template <int SETS>
+__device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, const int n, const int tile,
+                                            const int lane, float (&acc)[2][4 * SETS]) {
+    // gated, one split, a warp of two tiles: a pair's gate tile ``tile`` (even) and its up tile
+    // tile + 1 in registers, silu(gate) * up of their bf16 values written as finish's exchanges do
+    constexpr int V = 4 * SETS;
+    const int g = lane >> 2, t = lane & 3, half = n >> 1, pair = tile >> 1;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int row = tile * 16 + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
+        if (col >= m) continue;
+        const float gate = rounded(acc[0][i], e.row_scale[row], nullptr, row);
+        const float up = rounded(acc[1][i], e.row_scale[row + 16], nullptr, row + 16);
+        e.out[(size_t)col * half + pair * 16 + (row & 15)] =
+            __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
+    }
+}
+
 #ifndef L2_PREFETCH
 #define L2_PREFETCH 0  // bytes L2 is asked to fetch around each copy: 0 (no hint), 64, 128 or 256
 #endif
@@ -296,6 +320,24 @@ __device__ __forceinline__ void copy_superstep(uint4 (&codes)[2][32], uint32_t (
     copy_async(&codes[0][lane], c_src);
     copy_async(&codes[1][lane], c_src + 32);
     if (lane < 8) copy_async(reinterpret_cast<uint4*>(scales) + lane, s_src);
+}
+
+template <int T>
+__device__ __forceinline__ void copy_supersteps(uint4 (&codes)[T][2][32], uint32_t (&scales)[T][32],
+                                                const uint4* const (&c_src)[T],
+                                                const uint4* const (&s_src)[T], const int at_c,
+                                                const int at_s, const int lane) {
+    // copy_superstep for each of a warp's T tiles
+#pragma unroll
+    for (int j = 0; j < T; ++j) copy_superstep(codes[j], scales[j], c_src[j] + at_c, s_src[j] + at_s, lane);
+}
+
+template <int T>
+__device__ __forceinline__ void read_slot(const uint4 (&codes)[T][2][32], const uint32_t (&scales)[T][32],
+                                          const int lane, uint4 (&c0)[T], uint4 (&c1)[T], uint32_t (&sc)[T]) {
+    // a lane's codes and scale word of a ring slot, each of T tiles
+#pragma unroll
+    for (int j = 0; j < T; ++j) c0[j] = codes[j][0][lane], c1[j] = codes[j][1][lane], sc[j] = scales[j][lane];
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -334,17 +376,24 @@ __device__ __forceinline__ void barrier_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-__device__ __forceinline__ void bulk_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
-                                               const uint4* c_src, const uint4* s_src, uint64_t* bar) {
-    // a superstep's 1024 bytes of codes and 128 of scales, two bulk copies onto ``bar``
+template <int T>
+__device__ __forceinline__ void bulk_superstep(uint4 (&codes)[T][2][32], uint32_t (&scales)[T][32],
+                                               const uint4* const (&c_block)[T],
+                                               const uint4* const (&s_block)[T], const int at_c,
+                                               const int at_s, uint64_t* bar) {
+    // a superstep's 1024 bytes of codes and 128 of scales of each of T tiles (their blocks at
+    // c_block[j] + at_c, s_block[j] + at_s), two bulk copies a tile onto ``bar``
     const unsigned b = shared_address(bar);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 1152;" ::"r"(b) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
-        ::"r"(shared_address(codes)), "l"(c_src), "r"(b) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 128, [%2];"
-        ::"r"(shared_address(scales)), "l"(s_src), "r"(b) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "n"(1152 * T) : "memory");
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 1024, [%2];"
+            ::"r"(shared_address(codes[j])), "l"(c_block[j] + at_c), "r"(b) : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 128, [%2];"
+            ::"r"(shared_address(scales[j])), "l"(s_block[j] + at_s), "r"(b) : "memory");
+    }
 }
 
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parity) {
@@ -386,29 +435,36 @@ __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <int FORM, int SETS>
+template <int FORM, int SETS, int T>
 __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const uint32_t* __restrict__ scales,
                                            const uint16_t* __restrict__ x, const int k, const int m,
                                            const int c_tile, const int c_super,
                                            const int s_tile, const int s_super,
-                                           const int tile, const int first, const int steps,
-                                           const int warp, const int lane, float (&acc)[4 * SETS]) {
-    // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its tile: acc
-    // (set s's four values at 4s .. 4s + 3: finish's order)
+                                           const int tile, const int last_tile, const int first,
+                                           const int steps, const int warp, const int lane,
+                                           float (&acc)[T][4 * SETS]) {
+    // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its T tiles
+    // tile .. tile + T - 1 (one past last_tile reads last_tile's weights again; the caller
+    // drops its sums): acc[j] (set s's four values at 4s .. 4s + 3: finish's order)
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
-    __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][32];
+    __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][T][32];
     __shared__ uint64_t ring_bars[bulk ? WARPS : 1][STAGES];  // BULK: a barrier a slot
     const int g = lane >> 2, t = lane & 3;
     // (tile, superstep) blocks of 64 uint4 codes and 8 uint4 of scale words, at the strides the
     // launcher passes (in uint4s): tile-major, superstep-major or interleaved (mma_gemv.MmaGemv)
     // (int offsets: a weight of 2^31 uint4, 32 GiB, is past any layer's)
-    const uint4* c_block = codes + tile * c_tile + first * c_super;  // the warp's first blocks
-    const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
-    const uint4* c_src = c_block + lane;  // this lane's 16 bytes of them
-    const uint4* s_src = s_block + (lane & 7);
+    const uint4 *c_block[T], *s_block[T], *c_src[T], *s_src[T];
+#pragma unroll
+    for (int j = 0; j < T; ++j) {
+        const int at = T == 1 ? tile : min(tile + j, last_tile);
+        c_block[j] = codes + at * c_tile + first * c_super;  // the warp's first blocks
+        s_block[j] = reinterpret_cast<const uint4*>(scales) + at * s_tile + first * s_super;
+        c_src[j] = c_block[j] + lane;  // this lane's 16 bytes of them
+        s_src[j] = s_block[j] + (lane & 7);
+    }
     const int c_step = c_super, s_step = s_super;  // uint4s
     // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
     // independent), so that every lane loads unconditionally; set s: row 8s + g
@@ -419,8 +475,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         x_row[set] = min(8 * set + g, m - 1);
         x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + 4 * t;
     }
-    uint4(*my_codes)[2][32] = ring_codes[warp];
-    uint32_t(*my_scales)[32] = ring_scales[warp];
+    uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
+    uint32_t(*my_scales)[T][32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
     if constexpr (bulk) {
@@ -431,8 +487,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
             for (int s = 0; s < STAGES - 1; ++s)
                 if (s < steps)
-                    bulk_superstep(my_codes[s], my_scales[s], c_block + s * c_step,
-                                   s_block + s * s_step, &my_bars[s]);
+                    bulk_superstep<T>(my_codes[s], my_scales[s], c_block, s_block, s * c_step,
+                                      s * s_step, &my_bars[s]);
         }
         __syncwarp();
     }
@@ -443,7 +499,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s)
             if (!bulk && s < steps && (streams || s == 0))
-                copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
+                copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
         wait_for_prerequisites();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
@@ -456,14 +512,14 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         for (int s = 0; s < STAGES - 1; ++s) {  // the prologue: supersteps 0 .. STAGES - 2 in flight
             if (bulk) break;
             if (s < steps && (streams || s == 0)) {
-                copy_superstep(my_codes[s], my_scales[s], c_src + s * c_step, s_src + s * s_step, lane);
+                copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
                 if (x_ring) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             }
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
     }
-    uint4 xv[SETS][4], xn[SETS][4], c0, c1;
-    uint32_t sc;
+    uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
+    uint32_t sc[T];
     if (!x_ring) {
 #pragma unroll
         for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
@@ -471,9 +527,9 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
-        c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
+        read_slot<T>(my_codes[0], my_scales[0], lane, c0, c1, sc);
     }
-    float sums[2][SETS][4] = {};  // [even, odd MMAs][set] (SETS == 2: [0][set] alone)
+    float sums[T][2][SETS][4] = {};  // [tile][even, odd MMAs][set] (SETS == 2: [j][0][set] alone)
     uint32_t fold = 0u;  // RING's stand-in for the math
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -482,15 +538,15 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             const int i = base + s;
             if (i >= steps) break;
             if (!streams) {
-                c0 = my_codes[0][0][lane], c1 = my_codes[0][1][lane], sc = my_scales[0][lane];
+                read_slot<T>(my_codes[0], my_scales[0], lane, c0, c1, sc);
             } else if (bulk) {
                 barrier_wait(&my_bars[s], (unsigned)(base / STAGES) & 1u);  // superstep i landed
                 __syncwarp();  // and every lane read superstep i - 1's slot, refilled below
-                c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
+                read_slot<T>(my_codes[s], my_scales[s], lane, c0, c1, sc);
             } else if (!ahead) {
                 wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
                 __syncwarp();               // and every lane's
-                c0 = my_codes[s][0][lane], c1 = my_codes[s][1][lane], sc = my_scales[s][lane];
+                read_slot<T>(my_codes[s], my_scales[s], lane, c0, c1, sc);
                 if (x_ring) {
 #pragma unroll
                     for (int set = 0; set < SETS; ++set)
@@ -504,23 +560,23 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if (bulk) {
                 if (lane == 0 && next < steps) {
                     const int to = (s + STAGES - 1) % STAGES;
-                    bulk_superstep(my_codes[to], my_scales[to], c_block + next * c_step,
-                                   s_block + next * s_step, &my_bars[to]);
+                    bulk_superstep<T>(my_codes[to], my_scales[to], c_block, s_block, next * c_step,
+                                      next * s_step, &my_bars[to]);
                 }
             } else if (streams && next < steps) {
                 const int to = (s + STAGES - 1) % STAGES;
-                copy_superstep(my_codes[to], my_scales[to], c_src + next * c_step,
-                               s_src + next * s_step, lane);
+                copy_supersteps<T>(my_codes[to], my_scales[to], c_src, s_src, next * c_step,
+                                   next * s_step, lane);
                 if (x_ring) copy_x_rows<SETS>(my_x + to * m * 16, x_src, (size_t)next * 16, g, m);
             }
             if (!bulk) commit_copies();
-            uint4 n0, n1;
-            uint32_t nsc = 0u;
+            uint4 n0[T], n1[T];
+            uint32_t nsc[T] = {};
             if (ahead && i + 1 < steps) {
                 wait_copies<STAGES - 2>();  // superstep i + 1 has landed
                 __syncwarp();
                 const int from = (s + 1) % STAGES;
-                n0 = my_codes[from][0][lane], n1 = my_codes[from][1][lane], nsc = my_scales[from][lane];
+                read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
             if (!x_ring) {
 #pragma unroll
@@ -528,13 +584,19 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                     load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
             }
             if constexpr (FORM == RING) {
-                fold ^= c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc;
+#pragma unroll
+                for (int j = 0; j < T; ++j)
+                    fold ^= c0[j].x ^ c0[j].y ^ c0[j].z ^ c0[j].w ^ c1[j].x ^ c1[j].y ^ c1[j].z ^ c1[j].w ^ sc[j];
 #pragma unroll
                 for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
             } else {
-                superstep<SETS>(c0, c1, sc, xv, sums);
+#pragma unroll
+                for (int j = 0; j < T; ++j) superstep<SETS>(c0[j], c1[j], sc[j], xv, sums[j]);
             }
-            if (ahead) c0 = n0, c1 = n1, sc = nsc;
+            if (ahead) {
+#pragma unroll
+                for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
+            }
             if (!x_ring) {
 #pragma unroll
                 for (int set = 0; set < SETS; ++set)
@@ -544,12 +606,14 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         }
     }
 #pragma unroll
-    for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
-        acc[i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
-    if constexpr (FORM == RING) acc[0] += (float)(fold & 1u);  // keeps the loads
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+        for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
+            acc[j][i] = (sums[j][0][i >> 2][i & 3] + sums[j][1][i >> 2][i & 3]) * 256.f;
+    if constexpr (FORM == RING) acc[0][0] += (float)(fold & 1u);  // keeps the loads
 }
 
-template <int FORM, int KW, int SETS>
+template <int FORM, int KW, int SETS, int T>
 __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
     // one's before computing this one (the shared-memory load's latency under the MMAs; the ring
@@ -567,7 +631,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // with no global reduction
     static_assert(WARPS % KW == 0, "KW warps a tile divide the block's WARPS");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = blockIdx.x * (WARPS / KW) + warp / KW, slice = warp % KW;
+    // T tiles a warp (T = 2: the 16-row kernels' ``_t2``): tiles tile .. tile + T - 1
+    const int tile = (blockIdx.x * (WARPS / KW) + warp / KW) * T, slice = warp % KW;
     if (tile >= (n >> 4)) return;  // the tile's KW warps together: no barrier below spans tiles
     const int supers = k >> 7;
     const int split_first = blockIdx.y * (groups_per_split >> 3);
@@ -575,9 +640,9 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const int run = (split_steps + KW - 1) / KW;
     const int first = split_first + slice * run;
     const int steps = min(run, split_steps - slice * run);  // <= 0: a slice past a short split
-    float acc[4 * SETS] = {};
-    if (steps > 0) accumulate<FORM, SETS>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
-                                          first, steps, warp, lane, acc);
+    float acc[T][4 * SETS] = {};
+    if (steps > 0) accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
+                                             tile, (n >> 4) - 1, first, steps, warp, lane, acc);
     if constexpr (PDL) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
@@ -588,21 +653,27 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
         // slices 1 .. KW - 1 leave their sums in their own rings (their main loops are done
         // with them: every copy landed and was read), slice 0 adds them in slice order
         if (slice > 0) {
-            float* mine = reinterpret_cast<float*>(&ring_codes[warp][0][0][0]);
+            float* mine = reinterpret_cast<float*>(codes_ring<T>(warp));
             __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
-            for (int i = 0; i < 4 * SETS; ++i) mine[i * 32 + lane] = acc[i];
+            for (int i = 0; i < T * 4 * SETS; ++i) mine[i * 32 + lane] = acc[i / (4 * SETS)][i % (4 * SETS)];
         }
         tile_barrier(1 + warp / KW, 32 * KW);
         if (slice > 0) return;
 #pragma unroll
         for (int j = 1; j < KW; ++j) {
-            const float* theirs = reinterpret_cast<const float*>(&ring_codes[warp + j][0][0][0]);
+            const float* theirs = reinterpret_cast<const float*>(codes_ring<T>(warp + j));
 #pragma unroll
-            for (int i = 0; i < 4 * SETS; ++i) acc[i] += theirs[i * 32 + lane];
+            for (int i = 0; i < T * 4 * SETS; ++i) acc[i / (4 * SETS)][i % (4 * SETS)] += theirs[i * 32 + lane];
         }
     }
-    finish<SETS>(Epilogue{part, row_scale, bias, out, counters, pair_tiles, gated}, m, n, tile, lane, KW, acc);
+    const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
+    if constexpr (T == 2) {
+        if (gated && gridDim.y == 1) return finish_pair<SETS>(e, m, n, tile, lane, acc);
+    }
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+        if (tile + j < (n >> 4)) finish<SETS, T>(e, m, n, tile + j, lane, KW, acc[j]);
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile
@@ -611,18 +682,24 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
 #define GEMV_ARGS                                                                                \
     codes, scales, x, part, n, k, m, c_tile, c_super, s_tile, s_super, groups_per_split,          \
         row_scale, bias, out, counters, pair_tiles, gated
-#define GEMV_KERNEL(name, FORM, KW, SETS, BLOCKS)                                                \
+#define GEMV_KERNEL(name, FORM, KW, SETS, T, BLOCKS)                                             \
     extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS)                            \
         name(GEMV_PARAMS) {                                                                      \
-        gemv<FORM, KW, SETS>(GEMV_ARGS);                                                          \
+        gemv<FORM, KW, SETS, T>(GEMV_ARGS);                                                       \
     }
 #define GEMV_KERNELS(name, FORM)                                                                 \
-    GEMV_KERNEL(name, FORM, 1, 1, BLOCKS_PER_SM) GEMV_KERNEL(name##_kw2, FORM, 2, 1, BLOCKS_PER_SM) \
-    GEMV_KERNEL(name##_kw4, FORM, 4, 1, BLOCKS_PER_SM)
+    GEMV_KERNEL(name, FORM, 1, 1, 1, BLOCKS_PER_SM) GEMV_KERNEL(name##_kw2, FORM, 2, 1, 1, BLOCKS_PER_SM) \
+    GEMV_KERNEL(name##_kw4, FORM, 4, 1, 1, BLOCKS_PER_SM)
 #define GEMV_KERNELS_16(name, FORM)                                                              \
-    GEMV_KERNEL(name##_r16, FORM, 1, 2, BLOCKS_PER_SM_16)                                        \
-    GEMV_KERNEL(name##_kw2_r16, FORM, 2, 2, BLOCKS_PER_SM_16)                                    \
-    GEMV_KERNEL(name##_kw4_r16, FORM, 4, 2, BLOCKS_PER_SM_16)
+    GEMV_KERNEL(name##_r16, FORM, 1, 2, 1, BLOCKS_PER_SM_16)                                     \
+    GEMV_KERNEL(name##_kw2_r16, FORM, 2, 2, 1, BLOCKS_PER_SM_16)                                 \
+    GEMV_KERNEL(name##_kw4_r16, FORM, 4, 2, 1, BLOCKS_PER_SM_16)
+// two tiles a warp at 16 rows (``_t2``: x's fragments, loaded once, feed both tiles' MMAs: half
+// the x reads a weight byte), rings of two tiles: built where they fit 48 KiB (STAGES <= 4)
+#define GEMV_KERNELS_16_T2(name, FORM)                                                           \
+    GEMV_KERNEL(name##_r16_t2, FORM, 1, 2, 2, BLOCKS_PER_SM_16_T2)                               \
+    GEMV_KERNEL(name##_kw2_r16_t2, FORM, 2, 2, 2, BLOCKS_PER_SM_16_T2)                           \
+    GEMV_KERNEL(name##_kw4_r16_t2, FORM, 4, 2, 2, BLOCKS_PER_SM_16_T2)
 
 GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
@@ -634,3 +711,7 @@ GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_16(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS_16(nvfp4_mma_gemv_bulk, BULK)
+#if STAGES <= 4
+GEMV_KERNELS_16_T2(nvfp4_mma_gemv, PLAIN)
+GEMV_KERNELS_16_T2(nvfp4_mma_gemv_bulk, BULK)
+#endif

@@ -40,12 +40,17 @@ CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 #: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
+#: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
+#: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
+T2_FORMS = ("plain", "bulk")
+T2_MAX_STAGES = 4
 
 
-def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS) -> str:
+def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
     """The cubin's function of ``form`` (``KERNELS`` or ``DIAGNOSTICS``) with ``kwarps`` warps a
     tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a GEMV form's ``_r16``
-    kernel, two sets of MMA columns)."""
+    kernel, two sets of MMA columns), ``tiles`` 16-row tiles a warp (2: ``_t2``, 16 rows and
+    ``T2_FORMS`` only)."""
     names = KERNELS | DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
@@ -54,7 +59,11 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS) -> str:
     if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
         raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
                          f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")
-    return names[form] + ("" if kwarps == 1 else f"_kw{kwarps}") + ("_r16" if rows > SET_ROWS else "")
+    if tiles not in (1, 2) or (tiles == 2 and (rows != MAX_ROWS or form not in T2_FORMS)):
+        raise ValueError(f"two tiles a warp are built for {MAX_ROWS} rows in the "
+                         f"{' and '.join(T2_FORMS)} forms; got {tiles} tiles, {rows} rows, {form}")
+    return (names[form] + ("" if kwarps == 1 else f"_kw{kwarps}") + ("_r16" if rows > SET_ROWS else "")
+            + ("_t2" if tiles == 2 else ""))
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False) -> bytes:
@@ -114,15 +123,24 @@ class MmaGemv:
     form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
     (``_r16``); a launch takes the one for its rows. ``carveout``: the share of the unified L1
     and shared memory (percent, 0 .. 100) the kernels prefer as shared memory, a hint to the
-    driver (None: its own choice); the rest caches x, which every warp reads whole."""
+    driver (None: its own choice); the rest caches x, which every warp reads whole.
+    ``tiles16``: 16-row tiles a warp computes at 9 .. 16 rows of x (2: the ``_t2`` kernels,
+    each x fragment loaded once for two tiles; ``T2_FORMS`` in a cubin of at most
+    ``T2_MAX_STAGES`` stages)."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
-                 kwarps: int = 1, pdl: bool = False, carveout: int | None = None) -> None:
+                 kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
+                 tiles16: int = 1) -> None:
         name = kernel_name(form, kwarps)
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
         if carveout is not None and not 0 <= carveout <= 100:
             raise ValueError(f"the shared memory carveout is a percentage, 0 to 100, got {carveout}")
+        if tiles16 == 2 and (stages is None or stages > T2_MAX_STAGES):
+            raise ValueError(f"two tiles a warp are built in cubins of at most {T2_MAX_STAGES} stages; "
+                             f"got stages {stages}")
+        name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
+        self.tiles16 = tiles16
         self.form, self.stages, self.kwarps, self.pdl, self.carveout = form, stages, kwarps, pdl, carveout
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
@@ -131,7 +149,7 @@ class MmaGemv:
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self.function = self._function(name, SET_ROWS)
         #: the 9 .. 16-row kernel (None for a diagnostic: 8 rows at most)
-        self.function16 = self._function(kernel_name(form, kwarps, MAX_ROWS), MAX_ROWS) if form in KERNELS else None
+        self.function16 = self._function(name16, MAX_ROWS) if name16 is not None else None
 
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         function = ctypes.c_void_p()
@@ -238,7 +256,8 @@ class MmaGemv:
                 ptr(out), ptr(self._counters), ctypes.c_int(pair_tiles), ctypes.c_int(int(gated))]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
-        grid = (-(-(n // 16) // (WARPS // self.kwarps)), splits, 1)
+        tiles = self.tiles16 if rows > SET_ROWS else 1  # a warp's
+        grid = (-(-(n // 16) // (tiles * WARPS // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
         if self.pdl and early:

@@ -147,33 +147,38 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
-    names = {nvfp4_mma.kernel_name(form, kw, rows): (form, kw, rows) for form in forms
-             for kw in nvfp4_mma.KWARPS for rows in (8, 16) if rows == 8 or form in nvfp4_mma.KERNELS}
+    names = {nvfp4_mma.kernel_name(form, kw, rows, tiles): (form, kw, rows, tiles) for form in forms
+             for kw in nvfp4_mma.KWARPS for rows in (8, 16) for tiles in (1, 2)
+             if (rows == 8 or form in nvfp4_mma.KERNELS) and (tiles == 1 or (
+                 rows == 16 and form in nvfp4_mma.T2_FORMS and stages <= nvfp4_mma.T2_MAX_STAGES))}
     assert set(resources) == set(names)
     ring_bytes = 4 * stages * (2 * 32 * 16 + 32 * 4)  # + the 1 KiB sm_90 reserves a block
     codes = sass_by_function(cubin)
-    for name, (form, kw, rows) in names.items():
+    for name, (form, kw, rows, tiles) in names.items():
         line = resources[name]
         registers = int(re.search(r"REG:(\d+)", line).group(1))
         # (the arithmetic-alone diagnostic, in 80 registers, spills 16 bytes: its times are an
         # upper bound of the arithmetic's)
         no_stack = "STACK:0" in line or form == "math"
-        assert 0 < registers <= (80 if rows == 8 else 128) and no_stack and "LOCAL:0" in line, line
+        most = 80 if rows == 8 else 128 if tiles == 1 else 168  # 6, 4, 3 blocks a multiprocessor
+        assert 0 < registers <= most and no_stack and "LOCAL:0" in line, line
         bars = 4 * stages * 8 if form == "bulk" else 0  # an mbarrier a slot a warp
-        assert f"SHARED:{ring_bytes + bars + 1024}" in line, (name, line)
-        mmas = 0 if form == "ring" else 8 * stages * rows // 8  # ring: the memory side alone
+        assert f"SHARED:{tiles * ring_bytes + bars + 1024}" in line, (name, line)
+        mmas = 0 if form == "ring" else 8 * stages * rows // 8 * tiles  # ring: the memory side alone
         assert codes[name].count("HMMA.16816.F32.BF16") == mmas, name
         copies = codes[name].count("LDGSTS")
-        if form == "bulk":  # lane 0's two bulk copies a superstep: the prologue's, the loop's
-            assert copies == 0 and codes[name].count("UBLKCP") == 2 * (2 * stages - 1), name
+        if form == "bulk":  # lane 0's two bulk copies a tile a superstep: the prologue's, the loop's
+            assert copies == 0 and codes[name].count("UBLKCP") == 2 * tiles * (2 * stages - 1), name
             assert "SYNCS.PHASECHK" in codes[name] and "SYNCS.ARRIVE" in codes[name], name
         else:
             assert (copies == 3 if form == "math" else copies > 3 * stages) and "DEPBAR" in codes[name], name
         assert "MEMBAR" in codes[name] and re.search(r"\bATOM|\bRED\.", codes[name]), name
         # named barriers: a tile's warps meet to add their sums (kw > 1); a gated pair's two
         # warps meet in the block (kw < 4: two tiles or more a block), the gate one only arriving
-        assert codes[name].count("BAR.SYNC") == (kw > 1) + (kw < 4), name
-        assert ("BAR.ARV" in codes[name]) == (kw < 4), name
+        # (two tiles a warp hold a gated pair in one warp: no barrier between warps for it)
+        in_block_pair = kw < 4 and tiles == 1
+        assert codes[name].count("BAR.SYNC") == (kw > 1) + in_block_pair, name
+        assert ("BAR.ARV" in codes[name]) == in_block_pair, name
         assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
 
 
@@ -185,7 +190,8 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
     codes = sass_by_function(cubin)
-    assert len(codes) == (2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS)) * len(nvfp4_mma.KWARPS)
+    kernels = 2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS) + len(nvfp4_mma.T2_FORMS)
+    assert len(codes) == kernels * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():
         wait = code.index("ACQBULK")
         first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
@@ -248,6 +254,11 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
     assert nvfp4_mma.kernel_name("bulk", 4, 16) == "nvfp4_mma_gemv_bulk_kw4_r16"
     with pytest.raises(ValueError, match="ring form is built for 8 rows of x, not 16"):
         nvfp4_mma.kernel_name("ring", 1, 16)
+    assert nvfp4_mma.kernel_name("plain", 2, 16, tiles=2) == "nvfp4_mma_gemv_kw2_r16_t2"
+    with pytest.raises(ValueError, match="two tiles a warp are built for 16 rows in the plain and bulk forms"):
+        nvfp4_mma.kernel_name("xring", 1, 16, tiles=2)
+    with pytest.raises(ValueError, match="at most 4 stages; got stages 8"):
+        nvfp4_mma.MmaGemv(b"", "plain", 8, tiles16=2)
     with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
         nvfp4_mma.MmaGemv(b"", "xring")
     with pytest.raises(ValueError, match="carveout is a percentage, 0 to 100, got 120"):

@@ -301,6 +301,15 @@ def test_everything_else_takes_the_triton_path(monkeypatch):
     assert len(triton_calls) == 6 and not launcher.calls
 
 
+def test_two_tiles_a_warp_at_sixteen_rows_is_an_option_and_a_wrong_count_is_refused(monkeypatch):
+    assert MmaKernel(gemv=EmulatedLauncher(), num_sms=132).tiles16 == MmaKernel.TILES16
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", "2")
+    assert MmaKernel(gemv=EmulatedLauncher(), num_sms=132).tiles16 == 2
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", "4")
+    with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_TILES16=4: 1 or 2 tiles a warp"):
+        MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+
+
 def test_the_option_is_refused_where_it_cannot_run_naming_the_alternative():
     with pytest.raises(ValueError, match="runs on CUDA only"):
         select_kernel(NVFP4Options(kernel="mma"), "cpu", False)
@@ -335,9 +344,11 @@ def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypa
 
 
 @pytest.mark.gpu
-def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_graph():
+@pytest.mark.parametrize("tiles16", ["1", "2"])
+def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_graph(tiles16, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", tiles16)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
     for n, k in QWEN3_8B:
         x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
@@ -378,16 +389,21 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
         for kw, order in ((kw, order) for kw in mma_gemv.KWARPS for order in mma_layout.LAYOUTS):
             words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales), order)
             # the copies' L2 prefetch changes no result: 256 bytes with the interleaved layout
-            gemv = mma_gemv.MmaGemv(cubins[256 if order == "interleaved" else 0], form, stages, kw)
-            gemv.reserve_counters(n // 16, torch.device("cuda"))
-            for rows in (1, 3, 8, 9, 16):
-                xr = x[:rows].contiguous()
-                out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
-                part = torch.empty(splits, rows, n, device="cuda") if splits > 1 else None
-                got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
-                want = reference.linear(xr, packed, scales, row_scale, bias)
-                err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-                assert err < 1e-2, (form, kw, order, n, k, rows, float(err))
+            cubin = cubins[256 if order == "interleaved" else 0]
+            # and at 9 .. 16 rows two tiles a warp where built (the second of 25 or 3 tiles'
+            # last warp past N)
+            gemvs = [mma_gemv.MmaGemv(cubin, form, stages, kw)] + (
+                [mma_gemv.MmaGemv(cubin, form, stages, kw, tiles16=2)] if form in mma_gemv.T2_FORMS else [])
+            for gemv in gemvs:
+                gemv.reserve_counters(n // 16, torch.device("cuda"))
+                for rows in (1, 3, 8, 9, 16) if gemv.tiles16 == 1 else (9, 16):
+                    xr = x[:rows].contiguous()
+                    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
+                    part = torch.empty(splits, rows, n, device="cuda") if splits > 1 else None
+                    got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
+                    want = reference.linear(xr, packed, scales, row_scale, bias)
+                    err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+                    assert err < 1e-2, (form, kw, order, n, k, rows, gemv.tiles16, float(err))
 
 
 @pytest.mark.gpu
@@ -446,8 +462,9 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
             order = mma_layout.pair_rows(n).cuda()
             words, codes = mma_layout.repack(packed[order], scales[order])
             splits = -(-(k // 16) // per_split)
-            for kw in mma_gemv.KWARPS:
-                gemv = mma_gemv.MmaGemv(cubin, form, 4, kw, pdl)
+            for kw, tiles16 in [(kw, t) for kw in mma_gemv.KWARPS for t in (1, 2)
+                                if t == 1 or form in mma_gemv.T2_FORMS]:
+                gemv = mma_gemv.MmaGemv(cubin, form, 4, kw, pdl, tiles16=tiles16)
                 gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
 
                 def run(xr, gated, gemv=gemv, words=words, codes=codes, row_scale=row_scale[order],
@@ -457,14 +474,15 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
                     return gemv(words, codes, xr, part if splits > 1 or gated else None, per_split,
                                 row_scale=row_scale, out=out, pair_tiles=n // 32, gated=gated)
 
-                for rows in (1, 3, 8, 11, 16):
+                for rows in (1, 3, 8, 11, 16) if tiles16 == 1 else (11, 16):
                     xr = x[:rows].contiguous()
                     plain = run(xr, False)
                     want = reference.linear(xr, packed, scales, row_scale, None)
                     err = (plain.float() - want.float()).abs().max() / want.float().abs().max()
-                    assert err < 1e-2, (form, kw, pdl, n, k, rows, float(err))
-                    assert torch.equal(run(xr, True), silu_mul(plain)), (form, kw, pdl, n, k, rows)
-                static = x[:2 if kw < 4 else 13].contiguous()  # 13 rows: the 16-row kernel's graph
+                    assert err < 1e-2, (form, kw, pdl, n, k, rows, tiles16, float(err))
+                    assert torch.equal(run(xr, True), silu_mul(plain)), (form, kw, pdl, n, k, rows, tiles16)
+                # 13 rows: the 16-row kernel's graph
+                static = x[:2 if kw < 4 and tiles16 == 1 else 13].contiguous()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     captured = run(static, True)
