@@ -44,6 +44,7 @@
 #                                                 # its probe, the GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh c16      # the MMA GEMV's shared memory carveout A/B (~5 min)
 #   bash tools/gpu/open_issue_checks.sh n16      # ncu of gate_up's MMA GEMV at 8 and 16 rows (~3 min)
+#   bash tools/gpu/open_issue_checks.sh t2       # two tiles a warp at 16 rows: tests, engine, probe (~4 min)
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -371,6 +372,19 @@ n16)
             --section Occupancy --section LaunchStats python3 tools/gpu/ncu_gemv.py mma gate_up --m "$m"
     done
     cat "$OUT/rc.txt"; for m in 8 16; do grep -E "Duration|Throughput|Warp Cycles Per Issued|Issued Warp|Achieved Occupancy|Registers Per|L1/TEX Hit|L2 Hit|Stall|One or More" "$OUT/ncu_gate_up_m$m.log" | head -30; done
+    ;;
+t2)
+    # two tiles a warp at 9 .. 16 rows: the kernel tests (every form with and without, gated,
+    # Qwen3-8B shapes through kernel: mma with HINGE_NVFP4_MMA_TILES16=1 and 2), the engine at
+    # batch 12 with it, then the probe at 8 and 16 rows (~4 min)
+    b t2_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "every_form or gated_gemv or qwen3_8b"
+    b t2_engine 70 env HINGE_NVFP4_MMA_TILES16=2 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_end_to_end.py
+    b t2_probe 80 python3 tools/gpu/nvfp4_mma_probe.py --ms 8 16 --stages 4 --kwarps 1 2 4 \
+        --splits 1 --forms plain bulk --layouts super tile --iters 50
+    cat "$OUT/rc.txt"; tail -3 "$OUT/t2_tests.log"; tail -2 "$OUT/t2_engine.log"
+    grep -E "^\| [a-z]" "$OUT/t2_probe.log" | cut -d'|' -f2,3,6,7
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;
