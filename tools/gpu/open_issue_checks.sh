@@ -382,7 +382,7 @@ t2)
     b t2_engine 70 env HINGE_NVFP4_MMA_TILES16=2 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_end_to_end.py
     b t2_probe 80 python3 tools/gpu/nvfp4_mma_probe.py --ms 8 16 --stages 4 --kwarps 1 2 4 \
-        --splits 1 --forms plain bulk --layouts super tile --iters 50
+        --splits 1 --forms plain bulk --layouts super tile --iters 50 --all-json "$OUT/t2_all.json"
     cat "$OUT/rc.txt"; tail -3 "$OUT/t2_tests.log"; tail -2 "$OUT/t2_engine.log"
     grep -E "^\| [a-z]" "$OUT/t2_probe.log" | cut -d'|' -f2,3,6,7
     ;;
