@@ -26,7 +26,8 @@ microseconds and % of the roofline. ``--best-json`` writes the (layout, form) wh
 mma`` tilings have the least total time over the shapes at M = 1, for an end-to-end run to take
 (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``); ``--plan-json`` the fastest right (splits, warps a
 tile, stages, layout, form) of each shape at M = 1, a tuned-tilings file for
-``HINGE_NVFP4_MMA_PLAN``.
+``HINGE_NVFP4_MMA_PLAN`` (with ``--ms 1 ... 16``, each shape's fastest 16-row launch over that
+tiling's layout, ring, splits and prefetch as its ``r16``).
 ``--diagnose`` instead times, at M = 1 in that configuration and at each of ``--kwarps`` x
 ``--splits`` (given), the kernel against its two
 diagnostic forms (``mma_gemv.DIAGNOSTICS``): the memory side alone (``ring``: the weights and x
@@ -196,6 +197,16 @@ def main() -> None:
                             (lay, form, plan.stages, plan.splits, plan.kwarps, nvfp4_mma.PREFETCH)])
                 tuned[f"{n}x{k}"] = {"splits": bsp, "kwarps": bkw, "stages": bst, "layout": blay,
                                      "form": bform, "prefetch": bpf}
+            elif m == nvfp4_mma.MAX_ROWS and f"{n}x{k}" in tuned:
+                # the 16-row launch over the M = 1 winner's repack, ring, splits and prefetch
+                one = tuned[f"{n}x{k}"]
+                same = {key: us for key, us in right.items()
+                        if (key[0], key[2], key[3], key[5]) == (one["layout"], one["stages"], one["splits"],
+                                                                one["prefetch"])}
+                if same:
+                    (_, form16, _, _, kw16, _), _ = min(same.items(), key=lambda kv: kv[1])
+                    one["r16"] = {"kwarps": kw16, "form": form16.removesuffix("_t2"),
+                                  "tiles": 2 if form16.endswith("_t2") else 1}
             print(f"| {label} | {m} | {worst:.2e} | {triton_us:.1f} ({100 * roof / triton_us:.0f}%) | "
                   f"{best:.1f} ({blay}, {bform}, {bst}, {bsp}, kw {bkw}, pf {bpf}, {100 * roof / best:.0f}%) | "
                   f"{ours:.1f} ({plan.stages}, {plan.splits}, {plan.kwarps}, {100 * roof / ours:.0f}%) |")

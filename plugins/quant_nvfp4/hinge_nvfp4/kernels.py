@@ -152,7 +152,10 @@ class MmaKernel(TritonKernel):
     name = "mma"
     LAYOUT = "tile"
     FORM = "plain"
-    TILES16 = 1
+    #: 16-row tiles a warp at 9 .. 16 rows where a tiling names no launch of its own for them
+    #: (H100, 2026-12-06: two were faster with the plain form on every Qwen3-8B shape at the
+    #: built-in rule's warps a tile, gate_up 39.5 -> 33.9 us; docs/nvfp4.md)
+    TILES16 = 2
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None) -> None:
@@ -194,15 +197,21 @@ class MmaKernel(TritonKernel):
 
         self._gemv(mma_tiling.Tiling(1, 8, 1, mma_tiling.STAGES))  # refuses a GPU it cannot run on, now
 
-    def _gemv(self, plan: Any) -> Any:
+    def _gemv(self, plan: Any, rows16: Any = None) -> Any:
+        """The launcher of a tiling (``rows16``: of its tuned launch of 9 .. 16 rows), shared by
+        the layers that take the same (stages, warps a tile, form, prefetch, tiles a warp)."""
         from hinge_nvfp4 import mma_gemv
         from hinge_nvfp4.mma_gemv import PREFETCH
 
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
-        key = (plan.stages, plan.kwarps, plan.form or self.form, prefetch)
+        if rows16 is not None:
+            key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles)
+        else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
+            form = plan.form or self.form
+            t2 = plan.stages <= mma_gemv.T2_MAX_STAGES and form in mma_gemv.T2_FORMS
+            key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1)
         if key not in self._gemvs:
-            tiles16 = self.tiles16 if key[0] <= mma_gemv.T2_MAX_STAGES and key[2] in mma_gemv.T2_FORMS else 1
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key, pdl=self.pdl, tiles16=tiles16)
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4])
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
@@ -223,11 +232,14 @@ class MmaKernel(TritonKernel):
             words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
             layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
+            #: the launcher of 9 .. 16 rows where the tiling names its own (else linear's)
+            layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
             prefix = getattr(getattr(layer, "spec", None), "prefix", "")
             if self.late and prefix.endswith(self.late):
                 layer.nvfp4_mma_early = False
             if plan.splits > 1 or pairs:
-                gemv.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
+                for launcher in {id(gemv): gemv, id(gemv16): gemv16}.values():
+                    launcher.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
 
     def _takes(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> bool:
@@ -256,6 +268,8 @@ class MmaKernel(TritonKernel):
         return self._launch(layer, x, None, gated=True)
 
     def _launch(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None, gated: bool) -> torch.Tensor:
+        from hinge_nvfp4 import mma_gemv
+
         (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
         early = getattr(layer, "nvfp4_mma_early", True) and (self.early_after_gated or not self._behind_gated)
         self._behind_gated = gated
@@ -263,7 +277,8 @@ class MmaKernel(TritonKernel):
         out = torch.empty(m, n // 2 if gated else n, dtype=torch.bfloat16, device=x.device)
         part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
                 if plan.splits > 1 or gated else None)
-        return layer.nvfp4_mma_gemv(
+        gemv = layer.nvfp4_mma_gemv16 if m > mma_gemv.SET_ROWS else layer.nvfp4_mma_gemv
+        return gemv(
             layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split,
             row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out, pair_tiles=layer.nvfp4_mma_pairs,
             gated=gated, early=early)

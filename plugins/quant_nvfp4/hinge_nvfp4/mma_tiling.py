@@ -12,7 +12,15 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from hinge_nvfp4.mma_gemv import KERNELS, KWARPS, PREFETCHES, RING_STAGES, WARPS
+from hinge_nvfp4.mma_gemv import (
+    KERNELS,
+    KWARPS,
+    PREFETCHES,
+    RING_STAGES,
+    T2_FORMS,
+    T2_MAX_STAGES,
+    WARPS,
+)
 from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP
 
 
@@ -23,11 +31,22 @@ def groups_per_split(groups: int, splits: int) -> int:
     return -(-per_split // 8) * 8
 
 
+class Rows16(NamedTuple):
+    """A tuned launch of 9 .. 16 rows of x over the same repack, splits and ring: ``kwarps``
+    warps a tile, the kernel's ``form``, ``tiles`` 16-row tiles a warp (``mma_gemv.MmaGemv``
+    tiles16)."""
+
+    kwarps: int
+    form: str
+    tiles: int
+
+
 class Tiling(NamedTuple):
     """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
     the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep; a tuned tiling may
     also name the weight's memory order (``mma_layout.in_order``), the kernel's form
-    (``KERNELS``) and its copies' L2 prefetch (``PREFETCHES``), else the kernel's own (None)."""
+    (``KERNELS``) and its copies' L2 prefetch (``PREFETCHES``), else the kernel's own (None),
+    and its launches of 9 .. 16 rows (``rows16``, else those of the launch of fewer)."""
 
     splits: int
     groups_per_split: int
@@ -36,6 +55,7 @@ class Tiling(NamedTuple):
     layout: str | None = None
     form: str | None = None
     prefetch: int | None = None
+    rows16: Rows16 | None = None
 
 
 STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
@@ -79,7 +99,8 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
                              f"prefetch of {PREFETCHES} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
         per_split = groups_per_split(groups, splits)
-        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch)
+        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch,
+                      rows16_of(entry.get("r16"), n, k, stages))
     tiles, supers = n // 16, k // SUPERSTEP
     kwarps, splits = 1, 1
     fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms
@@ -93,6 +114,21 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         splits *= 2
     per_split = groups_per_split(groups, splits)
     return Tiling(-(-groups // per_split), per_split, kwarps, STAGES)
+
+
+def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
+    """A tuned file's ``"r16": {"kwarps": .., "form": .., "tiles": ..}`` of the N x K weight
+    whose ring is ``stages`` deep, checked against what the kernel builds."""
+    if entry is None:
+        return None
+    kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
+    if (kwarps not in KWARPS or form not in KERNELS or tiles not in (1, 2)
+            or (tiles == 2 and (form not in T2_FORMS or stages > T2_MAX_STAGES))):
+        raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
+                         f"runs: kwarps of {KWARPS}, forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
+                         f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
+                         "stages) (re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+    return Rows16(kwarps, form, tiles)
 
 
 TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model

@@ -245,6 +245,7 @@ def test_every_shipped_tilings_file_names_tilings_the_kernel_runs():
             n, k = map(int, shape.split("x"))
             plan = mma_tiling.tiling(n, k, 132, {shape: entry})  # raises on a tiling it cannot run
             assert plan.kwarps == entry["kwarps"] and plan.stages == entry["stages"], (path.name, shape)
+            assert (plan.rows16 is None) == ("r16" not in entry), (path.name, shape)
 
 
 def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
@@ -269,7 +270,8 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
-    assert list(kernel._gemvs) == [(4, 1, "plain", 0), (4, 4, "xring", 256)]
+    # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built)
+    assert list(kernel._gemvs) == [(4, 1, "plain", 0, 2), (4, 4, "xring", 256, 1)]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
@@ -277,6 +279,33 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     path.write_text("{not json")
     with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_PLAN=.*unset it"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+
+
+def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "plan.json"
+    path.write_text('{"128x8192": {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", '
+                    '"r16": {"kwarps": 2, "form": "plain", "tiles": 2}}}')
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(path))
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    layer, x, packed, scales, bias = layer_of(128, 8192)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2)
+    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2), (4, 2, "plain", 0, 2)]
+    # the stand-in launchers are one object: give the 16-row launch its own to see who runs what
+    layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
+    few = layer.nvfp4_mma_gemv
+    for rows in (1, 8, 9, 16):
+        got = kernel.linear(layer, x[:rows].contiguous(), bias, None)
+        want = reference.linear(x[:rows], packed, scales, layer.row_scale, bias)
+        assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    assert [c[0][0] for c in few.calls[-2:]] == [1, 8] and [c[0][0] for c in sixteen.calls] == [9, 16]
+    for bad, why in (({"kwarps": 3, "form": "plain"}, "kwarps of"), ({"kwarps": 1, "form": "xring", "tiles": 2},
+                                                                     "2 in the plain and bulk forms")):
+        with pytest.raises(ValueError, match=f"16-row MMA GEMV launch of 6144x4096 .*{why}"):
+            mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4, "r16": bad}})
+    with pytest.raises(ValueError, match="rings of <= 4 stages"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 8,
+                                                        "r16": {"kwarps": 1, "form": "plain", "tiles": 2}}})
 
 
 def test_everything_else_takes_the_triton_path(monkeypatch):
