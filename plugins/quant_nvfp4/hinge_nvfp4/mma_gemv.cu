@@ -5,7 +5,8 @@
 //   part[s, m, n] = sum over k of split s of e2m1(code[n, k]) * scale[n, k / 16] * x[m, k]
 //
 // for M <= 16 rows of x (the MMA's B columns: SETS = 1 set of eight, or 2 whose second MMA of
-// each decoded A fragment takes rows 8..15) and N a multiple of 16 (one warp per 16-row tile).
+// each decoded A fragment takes rows 8..15) and N a multiple of 16 (a warp per T = 1 16-row
+// tile, or T = 2: the _t2 kernels, whose x fragments feed both tiles' MMAs).
 // A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
 // over its k index in any order, so the repack (mma_layout.repack_codes) chooses which columns of
 // W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds columns 32t .. 32t + 31 of the
