@@ -147,7 +147,10 @@ class MmaKernel(TritonKernel):
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
     ``tile`` (a tile's supersteps together), ``super`` (``mma_layout.superstep_major``) or
     ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``form``
-    (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``."""
+    (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
+    rows take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
+    one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
+    with two."""
 
     name = "mma"
     LAYOUT = "tile"
