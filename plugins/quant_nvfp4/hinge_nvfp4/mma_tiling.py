@@ -77,7 +77,8 @@ def resident_warps(stages: int, rows: int = 8) -> int:
 
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
-    "stages": ..}``, as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
+    "stages": ..}``, optionally ``"layout"``, ``"form"``, ``"prefetch"`` and ``"r16"``:
+    ``rows16_of``; as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
     where given; else warps a tile doubled, then K split in two, until the launch has
     ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
     than ``LONG_RUN`` supersteps and the launch stays within ``MAX_WARPS_PER_SM``, never leaving a
