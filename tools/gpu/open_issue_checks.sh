@@ -45,6 +45,8 @@
 #   bash tools/gpu/open_issue_checks.sh c16      # the MMA GEMV's shared memory carveout A/B (~5 min)
 #   bash tools/gpu/open_issue_checks.sh n16      # ncu of gate_up's MMA GEMV at 8 and 16 rows (~3 min)
 #   bash tools/gpu/open_issue_checks.sh t2       # two tiles a warp at 16 rows: tests, engine, probe (~4 min)
+#   bash tools/gpu/open_issue_checks.sh next15   # what the 14th session left unrun: tests with r16, the
+#                                                 # GEMM table with/without PDL, a tilings file with r16
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -385,6 +387,22 @@ t2)
         --splits 1 --forms plain bulk --layouts super tile --iters 50 --all-json "$OUT/t2_all.json"
     cat "$OUT/rc.txt"; tail -3 "$OUT/t2_tests.log"; tail -2 "$OUT/t2_engine.log"
     grep -E "^\| [a-z]" "$OUT/t2_probe.log" | cut -d'|' -f2,3,6,7
+    ;;
+next15)
+    # what the fourteenth session left unrun (~7 min): kernel: mma's GPU tests and the engine with
+    # the shipped r16 launches and two tiles a warp by default; the GEMM table with and without
+    # programmatic dependent launch (the engine-style calls were slower than the probe's at 16
+    # rows); the probe at 1 and 16 rows writing a tilings file with r16 entries for this card
+    b next_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    b gemm_pdl 100 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 100
+    b gemm_nopdl 100 env HINGE_PDL=0 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 100
+    name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
+    b plan16 200 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 16 --stages 4 8 --kwarps 1 2 4 \
+        --splits 1 2 --iters 50 --plan-json "$OUT/$name.json"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/next_tests.log"
+    for f in gemm_pdl gemm_nopdl; do echo "$f"; grep -E "^(qkv|gate|down|o ) .* (1|16) " "$OUT/$f.log"; done
+    grep -E "^\| " "$OUT/plan16.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;
