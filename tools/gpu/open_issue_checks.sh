@@ -401,7 +401,7 @@ next15)
     b plan16 200 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 16 --stages 4 8 --kwarps 1 2 4 \
         --splits 1 2 --iters 50 --plan-json "$OUT/$name.json"
     cat "$OUT/rc.txt"; tail -3 "$OUT/next_tests.log"
-    for f in gemm_pdl gemm_nopdl; do echo "$f"; grep -E "^(qkv|gate|down|o ) .* (1|16) " "$OUT/$f.log"; done
+    for f in gemm_pdl gemm_nopdl; do echo "$f"; grep -E "^(qkv|gate_up|down|o) +[0-9x]+ +(1|16) " "$OUT/$f.log"; done
     grep -E "^\| " "$OUT/plan16.log"
     ;;
 ab14)
