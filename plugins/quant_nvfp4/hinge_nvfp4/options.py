@@ -19,7 +19,7 @@ class NVFP4Options(BaseModel):
         "auto", description="auto: torch reference on CPU; on CUDA the Triton W4A16 GEMM, or "
         "flashinfer's FP4 GEMM (mm_fp4) on Blackwell (compute capability >= 10.0) with w4a4; "
         "torch: dequantize + matmul anywhere; triton / flashinfer: force that kernel; mma "
-        "(experimental, CUDA, w4a16, default mode): decode GEMVs of at most 8 bf16 rows on the "
+        "(experimental, CUDA, w4a16, default mode): decode GEMVs of at most 16 bf16 rows on the "
         "tensor cores (hinge_nvfp4.mma_gemv: a CUDA kernel nvcc compiles at start-up, cached on "
         "disk; its fragment-layout copy of each weight's codes adds half a byte a weight), "
         "everything else as triton")
