@@ -186,7 +186,7 @@ class MmaKernel(TritonKernel):
         #: module-name endings whose GEMVs launch only once the kernel before them ends
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
         self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
-        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch) -> launcher
+        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch, tiles16) -> launcher
         #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
         #: ($HINGE_NVFP4_MMA_TILES16, default ``TILES16``; mma_gemv.MmaGemv tiles16)
         self.tiles16 = int(os.environ.get("HINGE_NVFP4_MMA_TILES16", self.TILES16))

@@ -123,7 +123,8 @@ class MmaGemv:
     form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
     (``_r16``); a launch takes the one for its rows. ``carveout``: the share of the unified L1
     and shared memory (percent, 0 .. 100) the kernels prefer as shared memory, a hint to the
-    driver (None: its own choice); the rest caches x, which every warp reads whole.
+    driver (None: its own choice); the rest caches x, which every warp reads whole (the probe's
+    --carveout: no effect on an H100, 2026-12-06).
     ``tiles16``: 16-row tiles a warp computes at 9 .. 16 rows of x (2: the ``_t2`` kernels,
     each x fragment loaded once for two tiles; ``T2_FORMS`` in a cubin of at most
     ``T2_MAX_STAGES`` stages)."""
