@@ -82,7 +82,7 @@ def mma_layers(quant: list, n: int) -> tuple:
     return kernel, layers
 
 
-def gemm_table(iters: int, hbm_tbs: float) -> None:
+def gemm_table(iters: int, hbm_tbs: float, ms: tuple = MS) -> None:
     """The table; its ``mma`` column is ``kernel: mma``'s call (the tensor-core GEMV at M <= 16
     with the tilings shipped for this GPU, else the Triton path), ``nvfp4`` the default
     kernel's (Triton), ``det`` deterministic mode's; ``% roofline`` of the faster default-mode
@@ -97,7 +97,7 @@ def gemm_table(iters: int, hbm_tbs: float) -> None:
         quant = [fp4.quantize_weight(w) for w in ws]
         row_scale = torch.ones(n, device="cuda")
         kernel, layers = mma_layers(quant, n)
-        for m in MS:
+        for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), iters)
             fast = graph_time(lambda i=0, x=x, q=quant, rs=row_scale: nvfp4_linear(x, q[i][0], q[i][1], rs, None),
@@ -312,6 +312,8 @@ if __name__ == "__main__":
     parser.add_argument("--hbm-tbs", type=float, default=None,
                         help="peak HBM bandwidth (default: 4.8 on an H200, 3.35 on an H100, by name)")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--ms", type=int, nargs="+", default=list(MS),
+                        help="the GEMM table's rows of x (prefill sizes too: 1024 8192)")
     parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
     parser.add_argument("--skip-table", action="store_true", help="no GEMM table (sweep / e2e only)")
     parser.add_argument("--sweep-m", type=int, nargs="+", default=[1, 16], help="sweep these M")
@@ -345,7 +347,7 @@ if __name__ == "__main__":
         ARGS.hbm_tbs = 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
     print(f"roofline at {ARGS.hbm_tbs} TB/s")
     if not ARGS.skip_table:
-        gemm_table(ARGS.iters, ARGS.hbm_tbs)
+        gemm_table(ARGS.iters, ARGS.hbm_tbs, tuple(ARGS.ms))
     FASTEST = sweep(ARGS.iters, ARGS.hbm_tbs) if ARGS.sweep else {}
     FASTEST = FASTEST if ARGS.e2e_best else {}
     if not ARGS.skip_e2e:
