@@ -85,18 +85,19 @@ def mma_layers(quant: list, n: int) -> tuple:
 def gemm_table(iters: int, hbm_tbs: float, ms: tuple = MS) -> None:
     """The table; its ``mma`` column is ``kernel: mma``'s call (the tensor-core GEMV at M <= 16
     with the tilings shipped for this GPU, else the Triton path), ``nvfp4`` the default
-    kernel's (Triton), ``det`` deterministic mode's; ``% roofline`` of the faster default-mode
-    one."""
+    kernel's (Triton), ``deq`` the weight dequantized then cuBLAS (``prefill_dequant_rows``;
+    M >= 64), ``det`` deterministic mode's; ``% roofline`` of the fastest default-mode one."""
     from hinge_nvfp4 import format as fp4
-    from hinge_nvfp4.triton_gemm import nvfp4_linear
+    from hinge_nvfp4.triton_gemm import nvfp4_linear, nvfp4_linear_dequantized
 
-    print(f"{'shape':22} {'M':>4} {'bf16 us':>9} {'nvfp4 us':>9} {'mma us':>8} {'det us':>9} {'x bf16':>7} "
-          f"{'roofline us':>11} {'% roofline':>10}")
+    print(f"{'shape':22} {'M':>4} {'bf16 us':>9} {'nvfp4 us':>9} {'mma us':>8} {'deq us':>8} {'det us':>9} "
+          f"{'x bf16':>7} {'roofline us':>11} {'% roofline':>10}")
     for label, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
         row_scale = torch.ones(n, device="cuda")
         kernel, layers = mma_layers(quant, n)
+        buffer = torch.empty(2 * n * k, dtype=torch.uint8, device="cuda")
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), iters)
@@ -106,11 +107,13 @@ def gemm_table(iters: int, hbm_tbs: float, ms: tuple = MS) -> None:
                 x, q[i][0], q[i][1], rs, None, deterministic=True), iters)
             mma = (graph_time(lambda i=0, x=x, ls=layers, kn=kernel: kn.linear(ls[i], x, None, None), iters)
                    if kernel is not None else float("nan"))
+            deq = (graph_time(lambda i=0, x=x, q=quant, rs=row_scale, b=buffer: nvfp4_linear_dequantized(
+                x, q[i][0], q[i][1], rs, None, b), iters) if m >= 64 else float("nan"))
             moved = n * k // 2 + n * k // 16 + 2 * m * (k + n)
             roof = moved / (hbm_tbs * 1e12) * 1e6
-            best = min(fast, mma) if mma == mma else fast
-            print(f"{label:22} {m:>4} {bf16:>9.1f} {fast:>9.1f} {mma:>8.1f} {det:>9.1f} {bf16 / best:>7.2f} "
-                  f"{roof:>11.1f} {100 * roof / best:>9.0f}%")
+            best = min(t for t in (fast, mma, deq) if t == t)
+            print(f"{label:22} {m:>4} {bf16:>9.1f} {fast:>9.1f} {mma:>8.1f} {deq:>8.1f} {det:>9.1f} "
+                  f"{bf16 / best:>7.2f} {roof:>11.1f} {100 * roof / best:>9.0f}%")
         del layers
 
 

@@ -45,7 +45,7 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
     if device != "cuda":
         raise ValueError(f"nvfp4 kernel {name!r} runs on CUDA only; use kernel=torch (or auto) on {device}")
     if name == "triton":
-        return TritonKernel(deterministic)
+        return TritonKernel(deterministic, options.prefill_dequant_rows)
     if name == "mma":
         if deterministic:
             raise ValueError("nvfp4 kernel 'mma' is for default mode (its GEMVs of <= 16 rows and "
@@ -53,7 +53,7 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
                              "deterministic mode runs kernel=triton (or auto)")
         if options.activations != "w4a16":
             raise ValueError("nvfp4 kernel 'mma' computes W4A16; use kernel=triton for w4a4 emulation")
-        return MmaKernel()
+        return MmaKernel(dequant_rows=options.prefill_dequant_rows)
     if not blackwell_fp4_available():
         raise ValueError("nvfp4 kernel 'flashinfer' needs a Blackwell GPU (compute capability >= "
                          "10.0) and flashinfer installed; Hopper runs kernel=triton")
@@ -111,14 +111,33 @@ class TorchKernel:
 class TritonKernel(TorchKernel):
     """The fused dequant GEMM (``triton_gemm``) and grouped experts (``triton_moe``): FP4 weights,
     activations in the compute dtype (w4a4: quantized first, then fed as ``e2m1 * sx``, exact
-    in bf16). CUDA tensors; under ``TRITON_INTERPRET=1`` CPU tensors too (tests)."""
+    in bf16). CUDA tensors; under ``TRITON_INTERPRET=1`` CPU tensors too (tests). ``dequant_rows``
+    (> 0, default mode, w4a16, bf16/fp16 x): x of at least that many rows takes
+    ``triton_gemm.nvfp4_linear_dequantized`` through one buffer the size of the largest weight,
+    reserved as weights are prepared (at load, before the KV pool takes the free memory)."""
 
     name = "triton"
 
+    def __init__(self, deterministic: bool, dequant_rows: int = 0) -> None:
+        super().__init__(deterministic)
+        self.dequant_rows = 0 if deterministic else dequant_rows
+        self._buffer: torch.Tensor | None = None  #: bytes of the largest dequantized weight
+
+    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
+        super().prepare_linear(layer, packed, scales)
+        need = packed.shape[0] * packed.shape[1] * 4  # N x K bf16
+        if self.dequant_rows and (self._buffer is None or self._buffer.numel() < need):
+            self._buffer = None  # the smaller one freed first
+            self._buffer = torch.empty(need, dtype=torch.uint8, device=packed.device)
+
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
-        from hinge_nvfp4.triton_gemm import nvfp4_linear
+        from hinge_nvfp4.triton_gemm import nvfp4_linear, nvfp4_linear_dequantized
 
+        if (self.dequant_rows and act_scale is None and x.dim() == 2 and x.shape[0] >= self.dequant_rows
+                and x.dtype in (torch.bfloat16, torch.float16)):
+            return nvfp4_linear_dequantized(x, layer.nvfp4_packed, layer.nvfp4_scales, layer.row_scale,
+                                            bias, self._buffer)
         a, scale = x, layer.row_scale
         if act_scale is not None:
             a, scale = reference.quantize_activation(x, act_scale).to(x.dtype), layer.row_scale * act_scale
@@ -161,11 +180,11 @@ class MmaKernel(TritonKernel):
     TILES16 = 2
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
-                 form: str | None = None, device_name: str | None = None) -> None:
+                 form: str | None = None, device_name: str | None = None, dequant_rows: int = 0) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
-        super().__init__(deterministic=False)
+        super().__init__(deterministic=False, dequant_rows=dequant_rows)
         self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
         if self.layout not in mma_layout.LAYOUTS:
             raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile, "

@@ -23,3 +23,8 @@ class NVFP4Options(BaseModel):
         "tensor cores (hinge_nvfp4.mma_gemv: a CUDA kernel nvcc compiles at start-up, cached on "
         "disk; its fragment-layout copy of each weight's codes adds half a byte a weight), "
         "everything else as triton")
+    prefill_dequant_rows: int = Field(
+        0, ge=0, description="default mode, CUDA, triton and mma kernels: from this many rows of x "
+        "(prefill sizes), a linear dequantizes its weight with its global scale into a shared bf16 "
+        "buffer (the largest weight's size, taken at load) and calls cuBLAS instead of the fused "
+        "dequant GEMM; 0 (default): never (not yet measured on a GPU; docs/nvfp4.md)")

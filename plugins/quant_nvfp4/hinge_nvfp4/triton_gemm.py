@@ -16,6 +16,13 @@ tile by M (narrow BLOCK_M and, when the tiles alone do not fill the GPU, split-K
 float32 workspace, summed in a fixed order).
 Deterministic mode uses one tile configuration for every M and no split-K, so a row's result
 does not depend on the batch. No host sync: capturable in a CUDA graph.
+
+At prefill sizes the fused GEMM decodes every weight once a BLOCK_M of rows (the H100's table,
+2026-12-06: 2.4-5.6x slower than bf16 at M = 64 and 256). ``nvfp4_linear_dequantized`` instead
+writes the weight once as ``e2m1 * scale * row_scale`` rounded to x's dtype (``dequantize_weight``:
+one pass, into a caller's buffer) and calls cuBLAS (``torch.addmm``): a bf16 checkpoint's
+rounding of the weight, then bf16 GEMM speed plus the pass (``NVFP4Options.prefill_dequant_rows``
+says from which M; off by default until a GPU has measured the crossover).
 """
 
 from __future__ import annotations
@@ -125,6 +132,61 @@ def _w4a16_kernel(
     else:
         tl.store(ws_ptr + (pid_k * M + offs_m[:, None]) * N + offs_n[None, :], acc,
                  mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, s_ptr, rs_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_b = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    offs_s = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+    mask_n = offs_n < N
+    packed = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_b[None, :],
+                     mask=mask_n[:, None] & (offs_b < K // 2)[None, :], other=0)
+    codes = tl.reshape(tl.join(packed & 15, packed >> 4), (BLOCK_N, BLOCK_K))
+    sbits = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_s[None, :],
+                    mask=mask_n[:, None] & (offs_s < K // 16)[None, :], other=0)
+    scale = tl.reshape(tl.broadcast_to(_decode_e4m3(sbits)[:, :, None], (BLOCK_N, BLOCK_K // 16, 16)),
+                       (BLOCK_N, BLOCK_K))
+    rs = tl.load(rs_ptr + offs_n, mask=mask_n, other=0.0)
+    w = _decode_e2m1(codes) * scale * rs[:, None]  # e2m1 * scale exact, one float32 rounding
+    tl.store(out_ptr + offs_n[:, None] * stride_on + offs_k[None, :], w.to(out_ptr.dtype.element_ty),
+             mask=mask_n[:, None] & (offs_k < K)[None, :])
+
+
+DEQUANT_BLOCK = (32, 128)  #: (rows, columns) of W a program of ``dequantize_weight`` writes
+
+
+def dequantize_weight(packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
+                      out: torch.Tensor) -> torch.Tensor:
+    """``out`` (N, K), contiguous, bf16 or fp16 = ``e2m1(q) * sw * row_scale`` (float32, then
+    rounded once), from packed (N, K/2) uint8 codes, scales (N, K/16) fp8 and row_scale (N,)."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    if out.shape != (n, k) or not out.is_contiguous() or out.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dequantize_weight writes a contiguous ({n}, {k}) bf16 or fp16 tensor, got "
+                         f"{tuple(out.shape)} {out.dtype}")
+    sbits = scales.view(torch.uint8)
+    block_n, block_k = DEQUANT_BLOCK
+    _dequant_kernel[(triton.cdiv(n, block_n), triton.cdiv(k, block_k))](
+        packed, sbits, row_scale, out, n, k, packed.stride(0), sbits.stride(0), out.stride(0),
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    return out
+
+
+def nvfp4_linear_dequantized(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+                             row_scale: torch.Tensor, bias: torch.Tensor | None,
+                             buffer: torch.Tensor) -> torch.Tensor:
+    """x (M, K) bf16 or fp16 -> (M, N) in x's dtype: the weight dequantized with its row scale
+    into ``buffer`` (at least N x K x 2 bytes, any dtype: viewed as x's), then ``x @ W^T (+ bias)``
+    by cuBLAS. No host sync: capturable in a CUDA graph."""
+    n, k = packed.shape[0], packed.shape[1] * 2
+    if x.dtype not in (torch.bfloat16, torch.float16) or buffer.numel() * buffer.element_size() < 2 * n * k:
+        raise ValueError(f"nvfp4_linear_dequantized takes bf16/fp16 x and a buffer of >= {2 * n * k} "
+                         f"bytes; got {x.dtype} and {buffer.numel() * buffer.element_size()} bytes")
+    w = dequantize_weight(packed, scales, row_scale, buffer.view(-1).view(x.dtype)[: n * k].view(n, k))
+    return torch.addmm(bias.to(x.dtype), x, w.t()) if bias is not None else torch.mm(x, w.t())
 
 
 def nvfp4_linear(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, row_scale: torch.Tensor,
