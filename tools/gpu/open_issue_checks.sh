@@ -394,11 +394,12 @@ next15)
     # programmatic dependent launch (the engine-style calls were slower than the probe's at 16
     # rows); the probe at 1 and 16 rows writing a tilings file with r16 entries for this card
     b next_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        plugins/quant_nvfp4/tests/test_prefill_dequant.py
     b gemm_pdl 100 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 100
     b gemm_nopdl 100 env HINGE_PDL=0 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 100
     # prefill sizes: the Triton GEMM was 2.4-5.6x slower than bf16 at M = 64 / 256
-    b gemm_prefill 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 20 --ms 1024 8192
+    b gemm_prefill 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 20 --ms 64 256 1024 8192
     name=$(python3 -c "import torch; print(torch.cuda.get_device_name().replace(' ', '_'))")
     b plan16 200 python3 tools/gpu/nvfp4_mma_probe.py --ms 1 16 --stages 4 8 --kwarps 1 2 4 \
         --splits 1 2 --iters 50 --plan-json "$OUT/$name.json"
