@@ -46,7 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nvfp4_gemm import ROTATE, SHAPES, graph_time  # noqa: E402 - the sibling script
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # noqa: E402 - the sibling script
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
 from hinge_nvfp4 import mma_layout, mma_tiling  # noqa: E402
@@ -110,7 +110,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     if args.hbm_tbs is None:
-        args.hbm_tbs = 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
+        args.hbm_tbs = peak_hbm_tbs()
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.triton_gemv import nvfp4_gemv

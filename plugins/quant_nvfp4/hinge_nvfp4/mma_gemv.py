@@ -141,8 +141,8 @@ class MmaGemv:
             raise ValueError(f"two tiles a warp are built in cubins of at most {T2_MAX_STAGES} stages; "
                              f"got stages {stages}")
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
-        self.tiles16 = tiles16
-        self.form, self.stages, self.kwarps, self.pdl, self.carveout = form, stages, kwarps, pdl, carveout
+        self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
+            form, stages, kwarps, pdl, carveout, tiles16)
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_torch_context_current()

@@ -87,6 +87,23 @@ def _decode_e4m3(bits):
 
 
 @triton.jit
+def _weight_tile(w_ptr, s_ptr, offs_n, mask_n, k0, K, stride_wn, stride_wk, stride_sn, stride_sk,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """float32 ``e2m1(q) * sw`` of W's rows ``offs_n``, columns k0 .. k0 + BLOCK_K - 1 (exact;
+    zero past N or K): the weight side of the GEMM's K step and of ``dequantize_weight``."""
+    offs_b = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    offs_s = k0 // 16 + tl.arange(0, BLOCK_K // 16)
+    packed = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_b[None, :] * stride_wk,
+                     mask=mask_n[:, None] & (offs_b < K // 2)[None, :], other=0)
+    codes = tl.reshape(tl.join(packed & 15, packed >> 4), (BLOCK_N, BLOCK_K))
+    sbits = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_s[None, :] * stride_sk,
+                    mask=mask_n[:, None] & (offs_s < K // 16)[None, :], other=0)
+    scale = tl.reshape(tl.broadcast_to(_decode_e4m3(sbits)[:, :, None], (BLOCK_N, BLOCK_K // 16, 16)),
+                       (BLOCK_N, BLOCK_K))
+    return _decode_e2m1(codes) * scale
+
+
+@triton.jit
 def _w4a16_kernel(
     x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr, ws_ptr,
     M, N, K,
@@ -101,8 +118,6 @@ def _w4a16_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    offs_b = tl.arange(0, BLOCK_K // 2)
-    offs_s = tl.arange(0, BLOCK_K // 16)
     mask_m, mask_n = offs_m < M, offs_n < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     steps = tl.cdiv(K, BLOCK_K)
@@ -111,14 +126,8 @@ def _w4a16_kernel(
         k0 = step * BLOCK_K
         a = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :] * stride_xk,
                     mask=mask_m[:, None] & ((k0 + offs_k)[None, :] < K), other=0.0)
-        packed = tl.load(w_ptr + offs_n[:, None] * stride_wn + (k0 // 2 + offs_b)[None, :] * stride_wk,
-                         mask=mask_n[:, None] & ((k0 // 2 + offs_b)[None, :] < K // 2), other=0)
-        codes = tl.reshape(tl.join(packed & 15, packed >> 4), (BLOCK_N, BLOCK_K))
-        sbits = tl.load(s_ptr + offs_n[:, None] * stride_sn + (k0 // 16 + offs_s)[None, :] * stride_sk,
-                        mask=mask_n[:, None] & ((k0 // 16 + offs_s)[None, :] < K // 16), other=0)
-        scale = tl.reshape(tl.broadcast_to(_decode_e4m3(sbits)[:, :, None], (BLOCK_N, BLOCK_K // 16, 16)),
-                           (BLOCK_N, BLOCK_K))
-        w = (_decode_e2m1(codes) * scale).to(a.dtype)
+        w = _weight_tile(w_ptr, s_ptr, offs_n, mask_n, k0, K, stride_wn, stride_wk, stride_sn, stride_sk,
+                         BLOCK_N, BLOCK_K).to(a.dtype)
         if IEEE:
             acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
         else:
@@ -135,23 +144,15 @@ def _w4a16_kernel(
 
 
 @triton.jit
-def _dequant_kernel(w_ptr, s_ptr, rs_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _dequant_kernel(w_ptr, s_ptr, rs_ptr, out_ptr, N, K, stride_wn, stride_wk, stride_sn, stride_sk,
+                    stride_on, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    offs_b = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    offs_s = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
     mask_n = offs_n < N
-    packed = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_b[None, :],
-                     mask=mask_n[:, None] & (offs_b < K // 2)[None, :], other=0)
-    codes = tl.reshape(tl.join(packed & 15, packed >> 4), (BLOCK_N, BLOCK_K))
-    sbits = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_s[None, :],
-                    mask=mask_n[:, None] & (offs_s < K // 16)[None, :], other=0)
-    scale = tl.reshape(tl.broadcast_to(_decode_e4m3(sbits)[:, :, None], (BLOCK_N, BLOCK_K // 16, 16)),
-                       (BLOCK_N, BLOCK_K))
     rs = tl.load(rs_ptr + offs_n, mask=mask_n, other=0.0)
-    w = _decode_e2m1(codes) * scale * rs[:, None]  # e2m1 * scale exact, one float32 rounding
+    w = _weight_tile(w_ptr, s_ptr, offs_n, mask_n, pid_k * BLOCK_K, K, stride_wn, stride_wk, stride_sn,
+                     stride_sk, BLOCK_N, BLOCK_K) * rs[:, None]  # e2m1 * scale exact, one rounding
     tl.store(out_ptr + offs_n[:, None] * stride_on + offs_k[None, :], w.to(out_ptr.dtype.element_ty),
              mask=mask_n[:, None] & (offs_k < K)[None, :])
 
@@ -170,8 +171,8 @@ def dequantize_weight(packed: torch.Tensor, scales: torch.Tensor, row_scale: tor
     sbits = scales.view(torch.uint8)
     block_n, block_k = DEQUANT_BLOCK
     _dequant_kernel[(triton.cdiv(n, block_n), triton.cdiv(k, block_k))](
-        packed, sbits, row_scale, out, n, k, packed.stride(0), sbits.stride(0), out.stride(0),
-        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+        packed, sbits, row_scale, out, n, k, packed.stride(0), packed.stride(1), sbits.stride(0),
+        sbits.stride(1), out.stride(0), BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
     return out
 
 
