@@ -130,8 +130,8 @@ def main() -> None:
     # two tiles a warp at 9 .. 16 rows (MmaGemv tiles16=2): forms "plain_t2", "bulk_t2"
     kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw,
                                                               carveout=args.carveout, tiles16=2)
-                for form in forms if form in nvfp4_mma.T2_FORMS
-                for st in stages if st <= nvfp4_mma.T2_MAX_STAGES for kw in kwarps for pf in prefetches}
+                for form in forms for st in stages if nvfp4_mma.two_tiles_built(form, st)
+                for kw in kwarps for pf in prefetches}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
     ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them

@@ -230,7 +230,7 @@ class MmaKernel(TritonKernel):
             key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
-            t2 = plan.stages <= mma_gemv.T2_MAX_STAGES and form in mma_gemv.T2_FORMS
+            t2 = mma_gemv.two_tiles_built(form, plan.stages)
             key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1)
         if key not in self._gemvs:
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4])

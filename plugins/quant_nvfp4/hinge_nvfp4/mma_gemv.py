@@ -46,6 +46,11 @@ T2_FORMS = ("plain", "bulk")
 T2_MAX_STAGES = 4
 
 
+def two_tiles_built(form: str, stages: int | None) -> bool:
+    """Whether a cubin of ``stages`` holds ``form``'s two-tiles-a-warp kernels (``_t2``)."""
+    return form in T2_FORMS and stages is not None and stages <= T2_MAX_STAGES
+
+
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
     """The cubin's function of ``form`` (``KERNELS`` or ``DIAGNOSTICS``) with ``kwarps`` warps a
     tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a GEMV form's ``_r16``

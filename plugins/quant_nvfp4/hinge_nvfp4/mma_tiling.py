@@ -20,6 +20,7 @@ from hinge_nvfp4.mma_gemv import (
     T2_FORMS,
     T2_MAX_STAGES,
     WARPS,
+    two_tiles_built,
 )
 from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP
 
@@ -124,7 +125,7 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
     if (kwarps not in KWARPS or form not in KERNELS or tiles not in (1, 2)
-            or (tiles == 2 and (form not in T2_FORMS or stages > T2_MAX_STAGES))):
+            or (tiles == 2 and not two_tiles_built(form, stages))):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS}, forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
                          f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
