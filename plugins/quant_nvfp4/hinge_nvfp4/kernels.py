@@ -260,7 +260,7 @@ class MmaKernel(TritonKernel):
             if self.late and prefix.endswith(self.late):
                 layer.nvfp4_mma_early = False
             if plan.splits > 1 or pairs:
-                for launcher in {id(gemv): gemv, id(gemv16): gemv16}.values():
+                for launcher in {gemv, gemv16}:  # one, or two launchers
                     launcher.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
 
     def _takes(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
