@@ -72,9 +72,10 @@ def mma_layers(quant: list, n: int) -> tuple:
     """``kernel: mma``'s kernel object and a layer a weight copy (its repack and tiling), or
     (None, None) where the GPU or toolkit cannot run it."""
     from hinge_nvfp4.kernels import MmaKernel
+    from hinge_nvfp4.options import NVFP4Options
 
     try:
-        kernel = MmaKernel()
+        kernel = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"(no kernel: mma column: {exc})")
         return None, None
@@ -88,10 +89,11 @@ def mma_layers(quant: list, n: int) -> tuple:
 
 
 def gemm_table(iters: int, hbm_tbs: float, ms: tuple = MS) -> None:
-    """The table; its ``mma`` column is ``kernel: mma``'s call (the tensor-core GEMV at M <= 16
-    with the tilings shipped for this GPU, else the Triton path), ``nvfp4`` the default
-    kernel's (Triton), ``deq`` the weight dequantized then cuBLAS (``prefill_dequant_rows``;
-    M >= 64), ``det`` deterministic mode's; ``% roofline`` of the fastest default-mode one."""
+    """The table; its ``mma`` column is ``kernel: mma``'s call as the engine makes it (the
+    tensor-core GEMV at M <= 16 with the tilings shipped for this GPU, 16 rows a launch below
+    ``prefill_dequant_rows``, from there the weight dequantized from the repack, then cuBLAS),
+    ``nvfp4`` the Triton GEMM's, ``deq`` the Triton dequantization then cuBLAS (M >= 64),
+    ``det`` deterministic mode's; ``% roofline`` of the fastest default-mode one."""
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.triton_gemm import nvfp4_linear, nvfp4_linear_dequantized
 
@@ -278,7 +280,7 @@ def decode_e2e(tokens: int = 128) -> None:
         paths = {"none": ARGS.model or str(write_random_model(f"{tmp}/bf16", config)),
                  "nvfp4": ARGS.model_nvfp4 or str(write_random_model(
                      f"{tmp}/nvfp4", {**config, "quantization_config": NVFP4_CONFIG}))}
-        rates = {}
+        rates, prefills = {}, {}
         if ARGS.e2e_layout != "default" or FASTEST:
             use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
         runs = [("none", paths["none"], None)] + [
@@ -306,12 +308,28 @@ def decode_e2e(tokens: int = 128) -> None:
                     from step_profile import profile_decode, table  # NOTE: the sibling script
 
                     print(table(profile_decode(llm.engine, [[1, 2, 3, 4]], params), quantizer))
+                if ARGS.e2e_prefill:  # time to first token of one long prompt (median of 3)
+                    def prompt(r):  # a new first token each run: no prefix-cache hit
+                        return [[(7 * i + r) % 1000 + 10 for i in range(ARGS.e2e_prefill)]]
+
+                    first = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True, detokenize=False)
+                    llm.generate(prompt(0), first)
+                    ttft = []
+                    for r in range(1, 4):
+                        start = datetime.datetime.now()
+                        llm.generate(prompt(r), first)
+                        ttft.append((datetime.datetime.now() - start).total_seconds() * 1000)
+                    prefills[quantizer] = sorted(ttft)[1]
+                    print(f"  {quantizer}: prefill of {ARGS.e2e_prefill} tokens {prefills[quantizer]:.1f} ms")
                 print(f"  {quantizer}: {rates[quantizer][0]:.1f} tokens/s over the whole generate, "
                       f"{rates[quantizer][1]:.1f} decoding ({llm.engine.plan.describe()[2]})")
         for label, rate in rates.items():
             if label != "none":
                 print(f"  {label} / bf16: {rate[0] / rates['none'][0]:.2f}x over the whole generate, "
                       f"{rate[1] / rates['none'][1]:.2f}x decoding (goal >= 2x)")
+                if label in prefills:
+                    print(f"  {label} / bf16: prefill of {ARGS.e2e_prefill} tokens "
+                          f"{prefills[label] / prefills['none']:.2f}x the time")
 
 
 if __name__ == "__main__":
@@ -331,7 +349,9 @@ if __name__ == "__main__":
     parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")
     parser.add_argument("--e2e-layout", choices=("default", "words", "groups"), default="default",
                         help="end to end: every M = 1 GEMV in this layout")
-    parser.add_argument("--e2e-kernel", choices=("auto", "mma"), default="auto",
+    parser.add_argument("--e2e-prefill", type=int, default=0,
+                        help="also time the first token of a prompt of this many tokens (a new prompt each run)")
+    parser.add_argument("--e2e-kernel", choices=("auto", "mma", "triton"), default="auto",
                         help="end to end: the nvfp4 quantizer's kernel option (mma: decode GEMVs on "
                         "the tensor cores, hinge_nvfp4.mma_gemv)")
     parser.add_argument("--e2e-plan", nargs="+", default=["-"],

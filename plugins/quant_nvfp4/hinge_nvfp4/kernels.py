@@ -7,14 +7,18 @@
     flashinfer  Blackwell (compute capability >= 10.0) with w4a4: native FP4 GEMM ``mm_fp4`` over
                 swizzled scales (``blackwell``); never on sm_90, where flashinfer's FP4 GEMM and
                 quantize are not built. UNTESTED: no Blackwell GPU was available.
-    mma         (experimental, only when asked) triton, but decode GEMVs of at most 16 bf16 rows
-                on the tensor cores (``mma_gemv``: CUDA, nvcc at start-up), default mode only
+    mma         Hopper, w4a16, bf16, default mode (``auto`` there, when nvcc builds it): decode
+                GEMVs of at most 16 bf16 rows on the tensor cores (``mma_gemv``: CUDA, nvcc at
+                start-up), up to ``prefill_dequant_rows`` in 16-row launches, prefill sizes
+                through the weight dequantized from the same repack and cuBLAS; the
+                checkpoint's codes are freed (no second copy); experts as triton
 
 Every path takes static shapes and does no host sync in ``linear`` / ``moe`` (CUDA-graph safe).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +33,15 @@ if TYPE_CHECKING:
     from hinge_nvfp4.options import NVFP4Options
 
 BLACKWELL = (10, 0)
+HOPPER = (9, 0)  #: where ``auto`` picks ``mma`` (the only compute capability it was measured on)
+
+logger = logging.getLogger(__name__)
 
 
-def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> Any:
-    """The kernel object for ``options.kernel`` (``auto``: by device and compute capability)."""
+def select_kernel(options: NVFP4Options, device: str, deterministic: bool,
+                  dtype: torch.dtype | None = None) -> Any:
+    """The kernel object for ``options.kernel`` (``auto``: by device, compute capability and
+    the model's ``dtype``; None: not known, never ``mma``)."""
     name = options.kernel
     if name == "auto":
         name = "torch"
@@ -40,6 +49,13 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
             name = "triton"
             if options.activations == "w4a4" and not deterministic and blackwell_fp4_available():
                 name = "flashinfer"
+            elif (options.activations == "w4a16" and not deterministic and dtype == torch.bfloat16
+                  and torch.cuda.get_device_capability() == HOPPER):
+                try:
+                    return MmaKernel(dequant_rows=options.prefill_dequant_rows)
+                except (OSError, RuntimeError, ValueError) as error:  # no nvcc, a failed build or load
+                    logger.warning("nvfp4: the tensor-core GEMV (kernel=mma) could not be built, "
+                                   "running kernel=triton: %s", error)
     if name == "torch":
         return TorchKernel(deterministic)
     if device != "cuda":
@@ -53,6 +69,9 @@ def select_kernel(options: NVFP4Options, device: str, deterministic: bool) -> An
                              "deterministic mode runs kernel=triton (or auto)")
         if options.activations != "w4a16":
             raise ValueError("nvfp4 kernel 'mma' computes W4A16; use kernel=triton for w4a4 emulation")
+        if dtype is not None and dtype != torch.bfloat16:
+            raise ValueError(f"nvfp4 kernel 'mma' computes with bf16 activations and this model runs "
+                             f"{str(dtype).removeprefix('torch.')}; use dtype bfloat16 or kernel=triton")
         return MmaKernel(dequant_rows=options.prefill_dequant_rows)
     if not blackwell_fp4_available():
         raise ValueError("nvfp4 kernel 'flashinfer' needs a Blackwell GPU (compute capability >= "
@@ -90,8 +109,11 @@ class TorchKernel:
     def __init__(self, deterministic: bool) -> None:
         self.deterministic = deterministic
 
-    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
+    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
+        """Keeps (or converts) the layer's weight; True when the kernel no longer reads ``packed``
+        and ``scales`` (the caller may free them)."""
         layer.nvfp4_packed, layer.nvfp4_scales = packed, scales
+        return False
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -123,12 +145,13 @@ class TritonKernel(TorchKernel):
         self.dequant_rows = 0 if deterministic else dequant_rows
         self._buffer: torch.Tensor | None = None  #: bytes of the largest dequantized weight
 
-    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
+    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
         super().prepare_linear(layer, packed, scales)
         need = packed.shape[0] * packed.shape[1] * 4  # N x K bf16
         if self.dequant_rows and (self._buffer is None or self._buffer.numel() < need):
             self._buffer = None  # the smaller one freed first
             self._buffer = torch.empty(need, dtype=torch.uint8, device=packed.device)
+        return False
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
@@ -169,7 +192,16 @@ class MmaKernel(TritonKernel):
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
     rows take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
     one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
-    with two."""
+    with two.
+
+    Rows past 16 (``dequant_rows`` > 0, the default): up to ``dequant_rows - 1`` rows run the
+    GEMV in launches of 16 rows; from ``dequant_rows`` rows (prefill) the weight is written in
+    bf16 from the same repack (``MmaGemv.dequantize``) into the one buffer ``TritonKernel``
+    reserves and multiplied by cuBLAS. Those layers then need no checkpoint codes:
+    ``prepare_linear`` drops them and returns True (the quantizer frees the parameters), so a
+    weight costs its 4.5 bits once. ``dequant_rows`` 0: the codes stay and more than 16 rows run
+    the Triton GEMM (half a byte a weight more). Layers the GEMV cannot take (N % 16, K % 128)
+    keep their codes and the Triton path, as do w4a4 calls."""
 
     name = "mma"
     LAYOUT = "tile"
@@ -185,6 +217,8 @@ class MmaKernel(TritonKernel):
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
         super().__init__(deterministic=False, dequant_rows=dequant_rows)
+        #: the checkpoint's codes dropped where the repack serves every row count (class docstring)
+        self.release_codes = self.dequant_rows > 0
         self.layout = layout or os.environ.get("HINGE_NVFP4_MMA_LAYOUT") or self.LAYOUT
         if self.layout not in mma_layout.LAYOUTS:
             raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile, "
@@ -236,74 +270,105 @@ class MmaKernel(TritonKernel):
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4])
         return self._gemvs[key]
 
-    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> None:
+    def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
         from hinge_nvfp4 import mma_layout, mma_tiling
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
         layer.nvfp4_mma_words = layer.nvfp4_mma_scales = None
-        if n % 16 == 0 and k % mma_layout.SUPERSTEP == 0:
-            layer.nvfp4_mma_pairs = pairs = gate_up_pairs(layer, n) if self.fuse_gated else 0
-            row_scale = layer.row_scale
-            if pairs:  # [gate | up]: tiles in pairs, so that a gated launch can fuse silu_mul
-                order = mma_layout.pair_rows(n).to(packed.device)
-                packed, scales, row_scale = packed[order], scales[order], row_scale[order]
-            layer.nvfp4_mma_row_scale = row_scale.contiguous()
-            words, codes = mma_layout.repack(packed, scales)
-            layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
-            words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
-            layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
-            layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
-            #: the launcher of 9 .. 16 rows where the tiling names its own (else linear's)
-            layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
-            prefix = getattr(getattr(layer, "spec", None), "prefix", "")
-            if self.late and prefix.endswith(self.late):
-                layer.nvfp4_mma_early = False
-            if plan.splits > 1 or pairs:
-                for launcher in {gemv, gemv16}:  # one, or two launchers
-                    launcher.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
+        if n % 16 or k % mma_layout.SUPERSTEP:
+            return False
+        layer.nvfp4_mma_pairs = pairs = gate_up_pairs(layer, n) if self.fuse_gated else 0
+        row_scale = layer.row_scale
+        if pairs:  # [gate | up]: tiles in pairs, so that a gated launch can fuse silu_mul
+            order = mma_layout.pair_rows(n).to(packed.device)
+            packed, scales, row_scale = packed[order], scales[order], row_scale[order]
+        layer.nvfp4_mma_row_scale = row_scale.contiguous()
+        words, codes = mma_layout.repack(packed, scales)
+        layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
+        words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
+        layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
+        layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
+        #: the launcher of 9 .. 16 rows where the tiling names its own (else linear's)
+        layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
+        prefix = getattr(getattr(layer, "spec", None), "prefix", "")
+        if self.late and prefix.endswith(self.late):
+            layer.nvfp4_mma_early = False
+        if plan.splits > 1 or pairs:
+            for launcher in {gemv, gemv16}:  # one, or two launchers
+                launcher.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
+        if not self.release_codes:
+            return False
+        layer.nvfp4_packed = layer.nvfp4_scales = None  # every call reads the repack
+        return True
 
-    def _takes(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
-               act_scale: torch.Tensor | None) -> bool:
-        """Whether the tensor-core GEMV runs this call (else the Triton path)."""
+    def _route(self, layer: nn.Module, x: torch.Tensor, act_scale: torch.Tensor | None) -> str:
+        """``gemv`` (launches of up to 16 rows), ``dequant`` (the weight from the repack, then
+        cuBLAS) or ``triton`` (the checkpoint's codes) for this call (class docstring)."""
         from hinge_nvfp4 import mma_gemv
 
-        return not (getattr(layer, "nvfp4_mma_words", None) is None or act_scale is not None
-                    or x.dim() != 2 or x.dtype != torch.bfloat16
-                    or not 1 <= x.shape[0] <= mma_gemv.MAX_ROWS or not x.is_contiguous()
-                    or x.data_ptr() % 16
-                    or (bias is not None and (bias.dtype != torch.bfloat16 or layer.nvfp4_mma_pairs)))
+        m = x.shape[0]
+        if getattr(layer, "nvfp4_mma_words", None) is None or act_scale is not None:
+            return "triton"
+        if x.dtype == torch.bfloat16 and 1 <= m <= mma_gemv.MAX_ROWS:
+            return "gemv"
+        if not self.release_codes:
+            return "triton"
+        return "gemv" if x.dtype == torch.bfloat16 and 1 <= m < self.dequant_rows else "dequant"
 
     def linear(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None,
                act_scale: torch.Tensor | None) -> torch.Tensor:
-        if not self._takes(layer, x, bias, act_scale):
-            self._behind_gated = False
-            return super().linear(layer, x, bias, act_scale)
-        return self._launch(layer, x, bias, gated=False)
+        route = self._route(layer, x, act_scale)
+        if route == "gemv":
+            return self._launch(layer, x, bias, gated=False)
+        self._behind_gated = False
+        if route == "dequant":
+            return self._dequantized(layer, x, bias)
+        return super().linear(layer, x, bias, act_scale)
 
     def gated(self, layer: nn.Module, x: torch.Tensor, activation: str) -> torch.Tensor | None:
         """``silu(gate) * up`` of a paired [gate | up] layer in one launch (the activation in the
         GEMV's epilogue: ``hinge.layers.fast_triton.silu_mul``'s bits), or None where this call
         is not the tensor-core GEMV's (the caller then applies the activation itself)."""
-        if activation != "silu" or not getattr(layer, "nvfp4_mma_pairs", 0) or not self._takes(layer, x, None, None):
+        if (activation != "silu" or not getattr(layer, "nvfp4_mma_pairs", 0)
+                or self._route(layer, x, None) != "gemv"):
             return None
         return self._launch(layer, x, None, gated=True)
 
     def _launch(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None, gated: bool) -> torch.Tensor:
+        """The GEMV over x's rows, 16 at a time; x copied first where it is strided or not
+        16-byte aligned."""
         from hinge_nvfp4 import mma_gemv
 
-        (m, _), n = x.shape, layer.nvfp4_packed.shape[0]
+        m, n = x.shape[0], layer.nvfp4_mma_row_scale.shape[0]
+        if not x.is_contiguous() or x.data_ptr() % 16:
+            x = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+        if bias is not None and bias.dtype != torch.bfloat16:
+            bias = bias.to(torch.bfloat16)
         early = getattr(layer, "nvfp4_mma_early", True) and (self.early_after_gated or not self._behind_gated)
         self._behind_gated = gated
         plan = layer.nvfp4_mma_tiling
         out = torch.empty(m, n // 2 if gated else n, dtype=torch.bfloat16, device=x.device)
-        part = (torch.empty(plan.splits, m, n, dtype=torch.float32, device=x.device)
-                if plan.splits > 1 or gated else None)
-        gemv = layer.nvfp4_mma_gemv16 if m > mma_gemv.SET_ROWS else layer.nvfp4_mma_gemv
-        return gemv(
-            layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x, part, plan.groups_per_split,
-            row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out, pair_tiles=layer.nvfp4_mma_pairs,
-            gated=gated, early=early)
+        for r0 in range(0, m, mma_gemv.MAX_ROWS):  # rows 16 apart: contiguous, 16-byte aligned
+            rows = min(mma_gemv.MAX_ROWS, m - r0)
+            part = (torch.empty(plan.splits, rows, n, dtype=torch.float32, device=x.device)
+                    if plan.splits > 1 or gated else None)
+            gemv = layer.nvfp4_mma_gemv16 if rows > mma_gemv.SET_ROWS else layer.nvfp4_mma_gemv
+            gemv(layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x[r0:r0 + rows], part, plan.groups_per_split,
+                 row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out[r0:r0 + rows],
+                 pair_tiles=layer.nvfp4_mma_pairs, gated=gated, early=early)
+        return out
+
+    def _dequantized(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W^T (+ bias)`` by cuBLAS in bf16, W written from the repack into the shared
+        buffer (x of another dtype is cast to bf16 and the result back: mma computes in bf16)."""
+        n, k = layer.nvfp4_mma_row_scale.shape[0], x.shape[1]
+        w = self._buffer.view(torch.bfloat16)[: n * k].view(n, k)
+        layer.nvfp4_mma_gemv.dequantize(layer.nvfp4_mma_words, layer.nvfp4_mma_scales,
+                                        layer.nvfp4_mma_row_scale, w, pair_tiles=layer.nvfp4_mma_pairs)
+        a = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
+        y = torch.addmm(bias.to(torch.bfloat16), a, w.t()) if bias is not None else torch.mm(a, w.t())
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def gate_up_pairs(layer: nn.Module, n: int) -> int:

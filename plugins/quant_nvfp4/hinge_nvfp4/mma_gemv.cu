@@ -174,12 +174,14 @@ __device__ __forceinline__ float silu_mul(const float gate, const float up) {
     return y;
 }
 
-__device__ __forceinline__ int out_row(const Epilogue& e, const int row) {
-    // a kernel row's place in out: itself, or (pair_tiles) its [gate | up] row
-    if (e.pair_tiles == 0) return row;
+__device__ __forceinline__ int paired_row(const int pair_tiles, const int row) {
+    // a kernel row's place in W: itself, or (pair_tiles) its [gate | up] row
+    if (pair_tiles == 0) return row;
     const int tile = row >> 4;
-    return (tile & 1) * e.pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
+    return (tile & 1) * pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
 }
+
+__device__ __forceinline__ int out_row(const Epilogue& e, const int row) { return paired_row(e.pair_tiles, row); }
 
 template <int SETS, int T>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
@@ -716,3 +718,56 @@ GEMV_KERNELS_16(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv_bulk, BULK)
 #endif
+
+// The weight itself, for x of prefill sizes (mma_gemv.MmaGemv.dequantize, kernels.MmaKernel): from
+// the same words and scale codes (any memory order: the block strides as the GEMV takes them),
+//
+//   w[r, c] = bf16(e2m1(code[r, c]) * scale[r, c / 16] * row_scale[r])   (N, K) row-major
+//
+// with rows in W's order ([gate | up] again for a paired weight; row_scale in the kernel's order).
+// One warp a (tile, superstep) block: a lane decodes its eight words as the GEMV does (fragments,
+// multiplier: e2m1 * scale * 2^-8, exact in bf16), times 256 * row_scale in float32 (the product
+// rounded once, as triton_gemm.dequantize_weight rounds it; 256 is a power of two), to bf16, and
+// stores rows g and g + 8 at columns 32t .. 32t + 31 of the superstep: four 16-byte stores a row.
+extern "C" __global__ void __launch_bounds__(32 * WARPS)
+    nvfp4_mma_dequant(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales, int n, int k,
+                      int c_tile, int c_super, int s_tile, int s_super, const float* __restrict__ row_scale,
+                      uint16_t* __restrict__ out, int pair_tiles) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int supers = k / 128;
+    const long block = (long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int tile = (int)(block / supers), s = (int)(block % supers);
+    if (tile >= n / 16) return;
+    const uint4* c = codes + (size_t)tile * c_tile + (size_t)s * c_super;
+    const uint4 c0 = c[lane], c1 = c[32 + lane];
+    const uint32_t sc =
+        reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint4*>(scales) + (size_t)tile * s_tile +
+                                          (size_t)s * s_super)[lane];
+    const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t mult[2][2] = {{multiplier(sc, 0), multiplier(sc, 2)},   // row g: groups 2t, 2t + 1
+                                 {multiplier(sc, 1), multiplier(sc, 3)}};  // row g + 8
+    const int rows[2] = {tile * 16 + g, tile * 16 + g + 8};
+    const float times[2] = {256.0f * row_scale[rows[0]], 256.0f * row_scale[rows[1]]};
+    uint32_t packed[2][16];  // rows g, g + 8: columns 32t + 2j, 2j + 1 as bf16x2, j = 0 .. 15
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        uint32_t a[4];
+        fragments(words[u], a);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // register r = 2 cp + rs: row g + 8 rs, columns 4u + 2cp, + 1
+            const int rs = r & 1, cp = r >> 1;
+            const uint32_t v = mul_bf16x2(a[r], mult[rs][u >> 2]);
+            const float lo = __fmul_rn(__uint_as_float(v << 16), times[rs]);
+            const float hi = __fmul_rn(__uint_as_float(v & 0xFFFF0000u), times[rs]);
+            packed[rs][2 * u + cp] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+                                     ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+        }
+    }
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+        uint4* dst = reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, rows[rs]) * k + s * 128 + 32 * t);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            dst[q] = make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
+    }
+}

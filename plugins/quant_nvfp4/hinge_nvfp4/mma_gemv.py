@@ -43,6 +43,8 @@ KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
 T2_FORMS = ("plain", "bulk")
+#: the kernel every cubin holds that writes the weight itself in bf16 (``MmaGemv.dequantize``)
+DEQUANT = "nvfp4_mma_dequant"
 T2_MAX_STAGES = 4
 
 
@@ -156,6 +158,9 @@ class MmaGemv:
         self.function = self._function(name, SET_ROWS)
         #: the 9 .. 16-row kernel (None for a diagnostic: 8 rows at most)
         self.function16 = self._function(name16, MAX_ROWS) if name16 is not None else None
+        self.dequant_function = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.dequant_function), self.module,
+                                                  DEQUANT.encode()), "cuModuleGetFunction")
 
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         function = ctypes.c_void_p()
@@ -275,6 +280,35 @@ class MmaGemv:
                                                  self.x_ring_bytes(m), stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out
+
+
+    def dequantize(self, words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
+                   out: torch.Tensor, pair_tiles: int = 0) -> torch.Tensor:
+        """``out`` (N, K) bf16, contiguous = the weight ``bf16(e2m1 * scale * row_scale)`` from
+        ``repack``'s words and scale codes (any memory order), ``row_scale`` (N,) float32 in the
+        words' row order; rows in W's order (``pair_tiles`` > 0: the words are a paired [gate |
+        up], out is [gate | up]). Bits equal to ``triton_gemm.dequantize_weight``'s of the
+        checkpoint's codes. Launched in order on torch's stream (a CUDA graph captures it)."""
+        n, k = words.shape[0] * 16, words.shape[1] * SUPERSTEP
+        if out.shape != (n, k) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.data_ptr() % 16:
+            raise ValueError(f"dequantize writes a contiguous 16-byte aligned ({n}, {k}) bf16 tensor, got "
+                             f"{tuple(out.shape)} {out.dtype}")
+        if row_scale.shape != (n,) or row_scale.dtype != torch.float32 or not row_scale.is_contiguous():
+            raise ValueError(f"dequantize takes a contiguous ({n},) float32 row_scale, got "
+                             f"{tuple(row_scale.shape)} {row_scale.dtype}")
+        if pair_tiles and pair_tiles * 32 != n:
+            raise ValueError(f"a paired [gate | up] weight of {n} rows has {n // 32} tiles a half, not {pair_tiles}")
+        strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
+        args = [ctypes.c_void_p(words.data_ptr()), ctypes.c_void_p(scale_codes.data_ptr()), ctypes.c_int(n),
+                ctypes.c_int(k), *strides, ctypes.c_void_p(row_scale.data_ptr()),
+                ctypes.c_void_p(out.data_ptr()), ctypes.c_int(pair_tiles)]
+        pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
+                                                    for a in args])
+        blocks = -(-(n // 16 * (k // SUPERSTEP)) // WARPS)  # a warp a (tile, superstep)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self._check(self.cuda.cuLaunchKernel(self.dequant_function, blocks, 1, 1, 32 * WARPS, 1, 1, 0, stream,
+                                             pointers, None), "cuLaunchKernel")
+        return out
 
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID

@@ -163,6 +163,16 @@ def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> 
     return (x.double() @ dense_weight(words, scale_codes).t()) * 256.0
 
 
+def dequantize(words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
+               pair_tiles: int = 0) -> torch.Tensor:
+    """(N, K) bf16: what ``mma_gemv.cu``'s ``nvfp4_mma_dequant`` writes, ``bf16(float32(e2m1 *
+    scale * row_scale))`` (the exact product rounded to float32, then to bf16), ``row_scale`` in
+    the words' row order, rows in W's (``pair_tiles``: [gate | up] again)."""
+    exact = dense_weight(words, scale_codes) * 256.0 * row_scale.double()[:, None]  # <= 30 bits: exact
+    w = exact.float().to(torch.bfloat16)
+    return w[torch.argsort(pair_rows(w.shape[0]))] if pair_tiles else w
+
+
 def pair_rows(n: int) -> torch.Tensor:
     """The weight rows of a fused ``[gate | up]`` (N rows, two halves of N / 2, each a multiple of
     16) in the kernel's paired order: kernel tile 2j is gate tile j, tile 2j + 1 up tile j, so a

@@ -41,7 +41,8 @@ class NVFP4Quantizer(Quantizer):
         self.device = str(getattr(build, "device", "cpu"))
         self.format = CheckpointFormat()
         self.w4a4 = self.options.activations == "w4a4"
-        self.kernel = select_kernel(self.options, self.device, self.deterministic)
+        self.kernel = select_kernel(self.options, self.device, self.deterministic,
+                                    dtype=getattr(build, "dtype", None))
 
     # -- checkpoint ---------------------------------------------------------------------------
 
@@ -84,8 +85,11 @@ class NVFP4Quantizer(Quantizer):
             spans = _spans(layer.spec.output_sizes_per_partition)
             cols = torch.cat([torch.arange(*spans[i]) for i in order])
             layer.out_perm = torch.argsort(cols).to(device)
-        self.kernel.prepare_linear(layer, packed=getattr(layer, names["weight"]),
-                                   scales=getattr(layer, names["weight_scale"]))
+        if self.kernel.prepare_linear(layer, packed=getattr(layer, names["weight"]),
+                                      scales=getattr(layer, names["weight_scale"])):
+            for name in (names["weight"], names["weight_scale"]):  # the kernel keeps its own copy
+                param = getattr(layer, name)
+                param.data = torch.empty(0, dtype=param.dtype, device=param.device)
 
     def apply(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if not layer.nvfp4_parts:

@@ -146,6 +146,7 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
+    assert resources.pop(nvfp4_mma.DEQUANT)  # the weight itself (its own test)
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
     names = {nvfp4_mma.kernel_name(form, kw, rows, tiles): (form, kw, rows, tiles) for form in forms
              for kw in nvfp4_mma.KWARPS for rows in (8, 16) for tiles in (1, 2)
@@ -183,6 +184,24 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
 
 
 @needs_nvcc
+def test_the_dequantizing_kernel_reads_a_block_in_three_loads_and_writes_it_in_sixteen_byte_stores(tmp_path):
+    """``nvfp4_mma_dequant``: no stack, no spills, no shared memory but the 1 KiB sm_90 reserves;
+    a lane's two 16-byte code loads and its scale word, the GEMV's decode (bf16x2 multiplies by
+    the scales: HMUL2, or HFMA2 on the MMA pipe), float32 multiplies by the row scale, and two
+    rows of four 16-byte stores (a copy of them for a paired [gate | up]'s rows)."""
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4))
+    usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+    line = usage[nvfp4_mma.DEQUANT]
+    assert "STACK:0" in line and "LOCAL:0" in line and "SHARED:1024" in line, line
+    code = sass_by_function(cubin)[nvfp4_mma.DEQUANT]
+    assert code.count("STG.E.128") == 2 * 8 and not re.search(r"\bSTG\.E(?!\.128)", code)
+    assert code.count("LDG.E.128") == 2 and "LDS" not in code and "STS" not in code
+    assert len(re.findall(r"\b(HMUL2|HFMA2(\.MMA)?)\.BF16", code)) == 32 and "HMMA" not in code
+    assert code.count("F2FP.BF16.F32.PACK") == 32  # 64 values, two a conversion
+
+
+@needs_nvcc
 def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_reads_x_after(tmp_path):
     """Built for programmatic dependent launch, every kernel waits once (griddepcontrol.wait:
     ACQBULK) after its first weight copies and before any load of x, store or atomic; x comes
@@ -190,6 +209,7 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
     codes = sass_by_function(cubin)
+    assert "ACQBULK" not in codes.pop(nvfp4_mma.DEQUANT)  # launched after the kernel before ends
     kernels = 2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS) + len(nvfp4_mma.T2_FORMS)
     assert len(codes) == kernels * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():

@@ -27,6 +27,10 @@ class EmulatedLauncher:
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
 
+    def dequantize(self, words, scale_codes, row_scale, out, pair_tiles=0):
+        self.calls.append(("dequantize", tuple(out.shape), pair_tiles))
+        return out.copy_(mma_layout.dequantize(words, scale_codes, row_scale, pair_tiles))
+
     def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out,
                  pair_tiles=0, gated=False, early=True):
         groups, n = x.shape[1] // 16, words.shape[0] * 16
@@ -308,26 +312,90 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
                                                         "r16": {"kwarps": 1, "form": "plain", "tiles": 2}}})
 
 
-def test_everything_else_takes_the_triton_path(monkeypatch):
+def test_with_the_checkpoints_codes_kept_everything_else_takes_the_triton_path(monkeypatch):
     triton_calls = []
     monkeypatch.setattr(TritonKernel, "linear", lambda self, layer, x, bias, act: triton_calls.append(
         (tuple(x.shape), x.dtype, act is not None)) or "triton")
     launcher = EmulatedLauncher()
-    kernel = MmaKernel(gemv=launcher, num_sms=132)
+    kernel = MmaKernel(gemv=launcher, num_sms=132)  # dequant_rows 0: the codes stay
     layer, x, packed, scales, bias = layer_of(48, 128)
-    kernel.prepare_linear(layer, packed, scales)
+    assert kernel.prepare_linear(layer, packed, scales) is False and layer.nvfp4_packed is packed
     assert layer.nvfp4_mma_words is not None
     seventeen = torch.cat([x, x[:1]])
     assert kernel.linear(layer, seventeen, None, None) == "triton"  # more than 16 rows
     assert kernel.linear(layer, x.float(), None, None) == "triton"  # not bf16
     assert kernel.linear(layer, x[:2], None, torch.tensor(1.0)) == "triton"  # w4a4 activations
-    assert kernel.linear(layer, x.t().contiguous().t(), None, None) == "triton"  # strided rows
-    assert kernel.linear(layer, x.view(-1)[1:129].view(1, 128), None, None) == "triton"  # unaligned
     odd, x2, packed2, scales2, _ = layer_of(24, 96)  # N % 16 and K % 128 both off
-    kernel.prepare_linear(odd, packed2, scales2)
-    assert odd.nvfp4_mma_words is None
+    assert kernel.prepare_linear(odd, packed2, scales2) is False and odd.nvfp4_mma_words is None
     assert kernel.linear(odd, x2[:1].contiguous(), None, None) == "triton"
-    assert len(triton_calls) == 6 and not launcher.calls
+    assert len(triton_calls) == 4 and not launcher.calls
+    # strided or unaligned rows are copied for the GEMV (a copy of <= 16 rows, not the Triton GEMV)
+    want = reference.linear(x, packed, scales, layer.row_scale, None)
+    for strided in (x.t().contiguous().t(), torch.cat([x.view(-1)[:1], x.view(-1)])[1:].view(16, 128)):
+        assert strided.data_ptr() % 16 or not strided.is_contiguous()
+        got = kernel.linear(layer, strided, None, None)
+        assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    assert len(launcher.calls) == 2 and len(triton_calls) == 4
+
+
+def test_past_sixteen_rows_the_gemv_runs_sixteen_at_a_time_then_the_weight_is_dequantized_from_the_repack(
+        monkeypatch):
+    monkeypatch.setattr(TritonKernel, "linear", lambda *a: pytest.fail("the Triton path ran"))
+    launcher = EmulatedLauncher()
+    kernel = MmaKernel(gemv=launcher, num_sms=132, dequant_rows=40)
+    layer, x, packed, scales, bias = layer_of(48, 256)
+    x = torch.cat([x, x.flip(0), x]).contiguous()  # 48 rows
+    assert kernel.prepare_linear(layer, packed, scales) is True  # the codes: the caller may free them
+    assert layer.nvfp4_packed is None and layer.nvfp4_scales is None
+    assert kernel._buffer.numel() == 48 * 256 * 2  # one bf16 weight, reserved at load
+    for rows, b, calls in ((17, bias, [(16, 256), (1, 256)]), (39, None, [(16, 256), (16, 256), (7, 256)]),
+                           (40, bias, [("dequantize", (48, 256), 0)]), (48, None, [("dequantize", (48, 256), 0)])):
+        launcher.calls.clear()
+        got = kernel.linear(layer, x[:rows], b, None)
+        want = reference.linear(x[:rows], packed, scales, layer.row_scale, b)
+        assert got.shape == (rows, 48) and got.dtype == torch.bfloat16
+        assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max(), rows
+        assert [c[0] if c[0] != "dequantize" else c for c in launcher.calls] == calls, rows
+    # the dequantized weight is the reference's, rounded once; any dtype of x goes through it
+    w = kernel._buffer.view(torch.bfloat16)[: 48 * 256].view(48, 256)
+    assert torch.equal(w, (reference.dequantize_unscaled(packed, scales) * layer.row_scale[:, None]).bfloat16())
+    got = kernel.linear(layer, x[:3].float(), None, None)
+    assert got.dtype == torch.float32 and launcher.calls[-1][0] == "dequantize"
+
+
+def test_a_paired_gate_up_past_sixteen_rows_is_gated_in_sixteen_row_launches_and_dequantized_in_its_order():
+    launcher = EmulatedLauncher()
+    kernel = MmaKernel(gemv=launcher, num_sms=132, dequant_rows=64)
+    layer, x, packed, scales = gate_up_layer(96, 256)
+    assert kernel.prepare_linear(layer, packed, scales) is True
+    x = torch.cat([x, x, x, x]).contiguous()  # 64 rows
+    want = reference.linear(x, packed, scales, layer.row_scale, None)
+    gated = kernel.gated(layer, x[:20], "silu")
+    gate, up = want[:20].float().chunk(2, dim=-1)
+    silu = gate / (1.0 + torch.exp(-gate)) * up
+    assert gated.shape == (20, 96) and (gated.float() - silu).abs().max() <= 3e-2 * silu.abs().max()
+    assert [c[0][0] for c in launcher.calls] == [16, 4] and all(c[4] for c in launcher.calls)
+    assert kernel.gated(layer, x, "silu") is None  # 64 rows: the caller's activation, after linear
+    got = kernel.linear(layer, x, None, None)
+    assert launcher.calls[-1] == ("dequantize", (192, 256), 6)  # [gate | up] rows again
+    assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+
+
+def test_the_quantizer_frees_the_checkpoint_codes_a_kernel_no_longer_reads():
+    from nvfp4_helpers import build, nvfp4_mlp
+
+    from hinge_nvfp4.quantizer import NVFP4Quantizer
+
+    for rows, freed in ((64, True), (0, False)):
+        q = NVFP4Quantizer(NVFP4Options(), build(dtype=torch.bfloat16))
+        q.kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132, dequant_rows=rows)
+        mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
+        for layer in (mlp.gate_up_proj, mlp.down_proj):
+            assert (layer.weight.numel() == 0 and layer.weight_scale.numel() == 0) == freed
+            assert layer.weight.dtype == torch.uint8 and layer.nvfp4_mma_words is not None
+        x = torch.randn(70, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+        if freed:
+            assert mlp(x).shape == (70, 256)  # 70 rows: dequantized from the repack, gate_up and down
 
 
 def test_two_tiles_a_warp_at_sixteen_rows_is_an_option_and_a_wrong_count_is_refused(monkeypatch):
@@ -337,6 +405,35 @@ def test_two_tiles_a_warp_at_sixteen_rows_is_an_option_and_a_wrong_count_is_refu
     monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", "4")
     with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_TILES16=4: 1 or 2 tiles a warp"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+
+
+def test_auto_takes_mma_on_hopper_for_a_bf16_w4a16_model_in_default_mode_and_triton_if_it_cannot_build(
+        monkeypatch, caplog):
+    from hinge_nvfp4 import kernels
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(kernels, "MmaKernel", lambda dequant_rows: ("mma", dequant_rows))
+    auto = NVFP4Options()
+    assert select_kernel(auto, "cuda", False, torch.bfloat16) == ("mma", 64)
+    for options, det, dtype in ((auto, True, torch.bfloat16), (auto, False, torch.float16), (auto, False, None),
+                                (NVFP4Options(activations="w4a4"), False, torch.bfloat16),
+                                (NVFP4Options(kernel="triton"), False, torch.bfloat16)):
+        assert isinstance(select_kernel(options, "cuda", det, dtype), TritonKernel), (options, det, dtype)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
+    assert isinstance(select_kernel(auto, "cuda", False, torch.bfloat16), TritonKernel)  # not measured there
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+
+    def no_nvcc(dequant_rows):
+        raise FileNotFoundError("nvcc is not on PATH")
+
+    monkeypatch.setattr(kernels, "MmaKernel", no_nvcc)
+    with caplog.at_level("WARNING", logger="hinge_nvfp4.kernels"):
+        assert isinstance(select_kernel(auto, "cuda", False, torch.bfloat16), TritonKernel)
+    assert "kernel=mma) could not be built, running kernel=triton: nvcc is not on PATH" in caplog.text
+    with pytest.raises(FileNotFoundError):  # asked for by name: its error, not a silent fallback
+        select_kernel(NVFP4Options(kernel="mma"), "cuda", False, torch.bfloat16)
+    with pytest.raises(ValueError, match="bf16 activations and this model runs float16; use dtype bfloat16"):
+        select_kernel(NVFP4Options(kernel="mma"), "cuda", False, torch.float16)
 
 
 def test_the_option_is_refused_where_it_cannot_run_naming_the_alternative():
@@ -608,3 +705,57 @@ def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeyp
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(FileNotFoundError, match="nvcc is not on PATH.*kernel=triton"):
         mma_gemv.build_cubin("sm_90")
+
+
+@pytest.mark.gpu
+def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_dequantization():
+    # every memory order, a paired [gate | up] too: MmaGemv.dequantize == triton_gemm.dequantize_weight
+    # == the reference rounded to nearest even, bit for bit
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from hinge_nvfp4.triton_gemm import dequantize_weight
+
+    major, minor = torch.cuda.get_device_capability()
+    gemv = mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4), "plain", 4)
+    for n, k in QWEN3_8B + [(96, 384)]:
+        _, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n + 1, device="cuda")
+        scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x80 | 0x38, 0x01], dtype=torch.uint8)  # 0, -1, subnormal
+        want = torch.empty(n, k, dtype=torch.bfloat16, device="cuda")
+        dequantize_weight(packed, scales, row_scale, want)
+        assert torch.equal(want, (reference.dequantize_unscaled(packed, scales) * row_scale[:, None]).bfloat16())
+        for order in mma_layout.LAYOUTS:
+            for pairs in (0, n // 32):
+                rows = mma_layout.pair_rows(n).cuda() if pairs else torch.arange(n, device="cuda")
+                words, codes = mma_layout.in_order(*mma_layout.repack(packed[rows], scales[rows]), order)
+                got = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device="cuda")
+                gemv.dequantize(words, codes, row_scale[rows].contiguous(), got, pair_tiles=pairs)
+                torch.cuda.synchronize()
+                assert torch.equal(got, want), (n, k, order, pairs)
+
+
+@pytest.mark.gpu
+def test_cuda_mma_past_sixteen_rows_equals_the_reference_eager_and_in_a_graph_with_the_codes_freed():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False, torch.bfloat16)
+    assert kernel.dequant_rows == 64 and kernel.release_codes
+    for n, k in QWEN3_8B:
+        x, packed, scales, row_scale, bias = problem(300, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
+        layer = torch.nn.Module()
+        layer.row_scale = row_scale
+        assert kernel.prepare_linear(layer, packed, scales) is True
+        for rows in (17, 40, 63, 64, 300):
+            xr = x[:rows].contiguous()
+            got = kernel.linear(layer, xr, bias, None)
+            want = reference.linear(xr, packed, scales, row_scale, bias)
+            err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+            assert err < 1e-2, (n, k, rows, float(err))
+        for rows in (40, 300):
+            static = x[:rows].contiguous()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = kernel.linear(layer, static, bias, None)
+            static.copy_(torch.randn_like(static))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(captured, kernel.linear(layer, static, bias, None)), (n, k, rows)
