@@ -47,6 +47,9 @@
 #   bash tools/gpu/open_issue_checks.sh t2       # two tiles a warp at 16 rows: tests, engine, probe (~4 min)
 #   bash tools/gpu/open_issue_checks.sh next15   # what the 14th session left unrun: tests with r16, the
 #                                                 # GEMM table with/without PDL, a tilings file with r16
+#   bash tools/gpu/open_issue_checks.sh next16 / bench16  # 2026-12-06 (15th): kernel: mma from its
+#                                                 # repack alone, auto -> mma (tests); GEMM table
+#                                                 # to prefill sizes, end to end with a prefill
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -407,6 +410,24 @@ next15)
     for f in gemm_pdl gemm_nopdl; do echo "$f"; grep -E "^(qkv|gate_up|down|o) +[0-9x]+ +(1|16) " "$OUT/$f.log"; done
     grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_prefill.log"
     grep -E "^\| " "$OUT/plan16.log"
+    ;;
+next16)
+    # the fifteenth session's GPU tests (~5 min): kernel: mma from its repack alone (the
+    # dequantizing kernel's bits, 16-row launches past 16 rows, the codes freed, graphs), auto ->
+    # mma on sm_90, the prefill dequantization, the Triton GEMM and experts
+    b next16_tests 420 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        plugins/quant_nvfp4/tests/test_prefill_dequant.py plugins/quant_nvfp4/tests/test_triton_gemm.py \
+        plugins/quant_nvfp4/tests/test_triton_moe.py
+    cat "$OUT/rc.txt"; tail -12 "$OUT/next16_tests.log"
+    ;;
+bench16)
+    # the fifteenth session's benchmarks (~5 min): the GEMM table at decode and prefill sizes
+    # (mma column: the engine's kernel: mma, 16-row launches to 63 rows, then the weight from the
+    # repack); end to end with the defaults (auto = mma here), decode and a 2048-token prefill
+    b gemm16 170 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 20 --ms 1 16 32 48 64 256 1024 8192
+    b e2e16 250 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048
+    cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm16.log"; grep -E "prefill|/ bf16|decoding" "$OUT/e2e16.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

@@ -101,3 +101,33 @@ def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_lau
             runs[label] = [(o.token_ids, o.logprobs) for prompts in (PROMPTS, PROMPTS * 4)
                            for o in llm.generate(prompts, params)]
     assert runs["fused"] == runs["unfused"]
+
+
+@pytest.mark.gpu
+def test_cuda_auto_runs_mma_on_hopper_frees_the_codes_and_prefills_with_the_triton_kernels_bits(tmp_path):
+    # bf16, default mode, w4a16 on sm_90: kernel auto is mma; every linear's checkpoint codes are
+    # freed (the repack serves every row count); a 100-token prefill dequantizes each weight from
+    # the repack (>= prefill_dequant_rows 64), which has the bits the Triton kernel dequantizes
+    # from the checkpoint's codes: the first token's logprob is the same bit for bit
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (where auto picks mma)")
+    src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
+                               head_dim=64, num_attention_heads=4, num_key_value_heads=2)
+    write_byte_tokenizer(src)
+    dst = tmp_path / "nvfp4"
+    quantize_checkpoint(src, dst, calib_samples=2, progress=False)
+    prompt = [[(5 * i) % 200 + 3 for i in range(100)]]
+    params = SamplingParams(max_new_tokens=8, temperature=0.0, logprobs=True)
+    runs = {}
+    for kernel in ("auto", "triton"):
+        options = {} if kernel == "auto" else {"kernel": kernel}
+        with LLM(str(dst), device="cuda", dtype="bfloat16", quantizer_options=options, cache="none") as llm:
+            layers = [m for name, m in llm.engine.model.named_modules() if name.endswith("_proj")
+                      and getattr(m, "nvfp4_parts", None)]
+            assert layers, "no NVFP4 linear layers"
+            assert {m.quantizer.kernel.name for m in layers} == {"mma" if kernel == "auto" else "triton"}
+            freed = {m.weight.numel() == 0 for m in layers}
+            assert freed == ({True} if kernel == "auto" else {False}), (kernel, freed)
+            runs[kernel] = llm.generate(prompt, params)[0]
+    assert runs["auto"].logprobs[0] == runs["triton"].logprobs[0]
+    assert runs["auto"].token_ids[0] == runs["triton"].token_ids[0]
