@@ -103,7 +103,8 @@ def test_rows_from_the_option_take_the_dequantized_weight_and_fewer_rows_determi
 def test_the_option_reaches_the_kernels_and_a_negative_count_is_refused():
     assert select_kernel(NVFP4Options(kernel="triton", prefill_dequant_rows=128), "cuda", False).dequant_rows == 128
     assert select_kernel(NVFP4Options(kernel="triton", prefill_dequant_rows=128), "cuda", True).dequant_rows == 0
-    assert select_kernel(NVFP4Options(kernel="triton"), "cuda", False).dequant_rows == 0
+    assert select_kernel(NVFP4Options(kernel="triton"), "cuda", False).dequant_rows == 64  # the default
+    assert select_kernel(NVFP4Options(kernel="triton", prefill_dequant_rows=0), "cuda", False).dequant_rows == 0
     with pytest.raises(ValueError, match="prefill_dequant_rows"):
         NVFP4Options(prefill_dequant_rows=-1)
 
