@@ -99,3 +99,15 @@ def kl_and_top1(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     lp, lq = ref.log_softmax(-1), test.log_softmax(-1)
     kl = (lp.exp() * (lp - lq)).sum(-1).mean()
     return float(kl), float((test.argmax(-1) == ref.argmax(-1)).float().mean())
+
+
+def replay_matches_eager(call, static: torch.Tensor) -> bool:
+    """``call()`` captured in a CUDA graph, ``static`` (its input) refilled with new values, the
+    graph replayed: whether its output equals ``call()`` run eagerly on the new values."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    static.copy_(torch.randn_like(static))
+    graph.replay()
+    torch.cuda.synchronize()
+    return torch.equal(captured, call())

@@ -74,6 +74,15 @@ def test_deterministic_logprobs_are_identical_alone_and_batched(arch, checkpoint
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
 
 
+def mma_sized_checkpoint(tmp_path):
+    """A tiny Qwen3 the MMA GEMV takes (N % 16 == 0, K % 128 == 0), quantized by hinge."""
+    src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
+                               head_dim=64, num_attention_heads=4, num_key_value_heads=2)
+    write_byte_tokenizer(src)
+    quantize_checkpoint(src, tmp_path / "nvfp4", calib_samples=2, progress=False)
+    return tmp_path / "nvfp4"
+
+
 @pytest.mark.gpu
 def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_launches_as_without(
         tmp_path, monkeypatch):
@@ -84,11 +93,7 @@ def test_cuda_kernel_mma_decodes_the_same_bits_with_the_gated_gemv_and_early_lau
     # and at batch 12 (the 16-row kernels, padded rows included)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
-    src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
-                               head_dim=64, num_attention_heads=4, num_key_value_heads=2)
-    write_byte_tokenizer(src)
-    dst = tmp_path / "nvfp4"
-    quantize_checkpoint(src, dst, calib_samples=2, progress=False)
+    dst = mma_sized_checkpoint(tmp_path)
     params = SamplingParams(max_new_tokens=16, temperature=0.0, logprobs=True)
     runs = {}
     for label, gated, pdl in (("fused", "1", "1"), ("unfused", "0", "0")):
@@ -111,11 +116,7 @@ def test_cuda_auto_runs_mma_on_hopper_frees_the_codes_and_prefills_with_the_trit
     # from the checkpoint's codes: the first token's logprob is the same bit for bit
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (where auto picks mma)")
-    src = make_tiny_checkpoint("qwen3", tmp_path / "src", hidden_size=256, intermediate_size=512,
-                               head_dim=64, num_attention_heads=4, num_key_value_heads=2)
-    write_byte_tokenizer(src)
-    dst = tmp_path / "nvfp4"
-    quantize_checkpoint(src, dst, calib_samples=2, progress=False)
+    dst = mma_sized_checkpoint(tmp_path)
     prompt = [[(5 * i) % 200 + 3 for i in range(100)]]
     params = SamplingParams(max_new_tokens=8, temperature=0.0, logprobs=True)
     runs = {}
