@@ -719,7 +719,7 @@ def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_
     gemv = mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4), "plain", 4)
     for n, k in QWEN3_8B + [(96, 384)]:
         _, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n + 1, device="cuda")
-        scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x80 | 0x38, 0x01], dtype=torch.uint8)  # 0, -1, subnormal
+        scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x7E, 0x01], dtype=torch.uint8)  # 0, 448, subnormal
         want = torch.empty(n, k, dtype=torch.bfloat16, device="cuda")
         dequantize_weight(packed, scales, row_scale, want)
         assert torch.equal(want, (reference.dequantize_unscaled(packed, scales) * row_scale[:, None]).bfloat16())
