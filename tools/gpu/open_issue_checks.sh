@@ -50,6 +50,7 @@
 #   bash tools/gpu/open_issue_checks.sh next16 / bench16  # 2026-12-06 (15th): kernel: mma from its
 #                                                 # repack alone, auto -> mma (tests); GEMM table
 #                                                 # to prefill sizes, end to end with a prefill
+#   bash tools/gpu/open_issue_checks.sh dq16     # the dequantizing kernel's forms: bits and times
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -428,6 +429,14 @@ bench16)
     b gemm16 170 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 20 --ms 1 16 32 48 64 256 1024 8192
     b e2e16 250 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm16.log"; grep -E "prefill|/ bf16|decoding" "$OUT/e2e16.log"
+    ;;
+dq16)
+    # the dequantizing kernel's two forms (~3 min): their bits (every layout, paired, a ragged
+    # last warp), kernel: mma past 16 rows, and their times against the Triton dequantization
+    b dq_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack or past_sixteen"
+    b dq_bench 150 python3 tools/gpu/nvfp4_dequant.py
+    cat "$OUT/rc.txt"; tail -3 "$OUT/dq_tests.log"; cat "$OUT/dq_bench.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

@@ -725,49 +725,119 @@ GEMV_KERNELS_16_T2(nvfp4_mma_gemv_bulk, BULK)
 //   w[r, c] = bf16(e2m1(code[r, c]) * scale[r, c / 16] * row_scale[r])   (N, K) row-major
 //
 // with rows in W's order ([gate | up] again for a paired weight; row_scale in the kernel's order).
-// One warp a (tile, superstep) block: a lane decodes its eight words as the GEMV does (fragments,
+// A lane decodes its eight words of a (tile, superstep) block as the GEMV does (fragments,
 // multiplier: e2m1 * scale * 2^-8, exact in bf16), times 256 * row_scale in float32 (the product
-// rounded once, as triton_gemm.dequantize_weight rounds it; 256 is a power of two), to bf16, and
-// stores rows g and g + 8 at columns 32t .. 32t + 31 of the superstep: four 16-byte stores a row.
-extern "C" __global__ void __launch_bounds__(32 * WARPS)
-    nvfp4_mma_dequant(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales, int n, int k,
-                      int c_tile, int c_super, int s_tile, int s_super, const float* __restrict__ row_scale,
-                      uint16_t* __restrict__ out, int pair_tiles) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int supers = k / 128;
-    const long block = (long)blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int tile = (int)(block / supers), s = (int)(block % supers);
-    if (tile >= n / 16) return;
-    const uint4* c = codes + (size_t)tile * c_tile + (size_t)s * c_super;
-    const uint4 c0 = c[lane], c1 = c[32 + lane];
-    const uint32_t sc =
-        reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint4*>(scales) + (size_t)tile * s_tile +
-                                          (size_t)s * s_super)[lane];
+// rounded once, as triton_gemm.dequantize_weight rounds it; 256 is a power of two), to bf16: rows
+// g and g + 8 at columns 32t .. 32t + 31 of the superstep (decode_block). Two forms: ``direct``,
+// a warp a block, each lane storing its two 64-byte pieces (four 16-byte stores a row: a warp's
+// store touches 32 sectors half), and ``staged``, a warp DQ_BLOCKS blocks, their loads issued
+// first, each block's 16 rows passed through shared memory so that a store writes two whole
+// 256-byte row pieces.
+
+#define DQ_BLOCKS 4  // (tile, superstep) blocks a warp of the staged form
+
+struct DequantArgs {
+    const uint4* codes;
+    const uint32_t* scales;
+    int n, k, c_tile, c_super, s_tile, s_super;
+    const float* row_scale;
+    uint16_t* out;
+    int pair_tiles;
+};
+
+__device__ __forceinline__ void load_block(const DequantArgs& a, const int tile, const int s, const int lane,
+                                           uint4& c0, uint4& c1, uint32_t& sc) {
+    const uint4* c = a.codes + (size_t)tile * a.c_tile + (size_t)s * a.c_super;
+    c0 = c[lane];
+    c1 = c[32 + lane];
+    sc = reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint4*>(a.scales) + (size_t)tile * a.s_tile +
+                                           (size_t)s * a.s_super)[lane];
+}
+
+__device__ __forceinline__ void decode_block(const DequantArgs& a, const int tile, const int lane, const uint4 c0,
+                                             const uint4 c1, const uint32_t sc, uint32_t (&packed)[2][16]) {
+    // packed[rs][j]: row g + 8 rs, columns 32t + 2j, 2j + 1 as bf16x2
+    const int g = lane >> 2;
     const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const uint32_t mult[2][2] = {{multiplier(sc, 0), multiplier(sc, 2)},   // row g: groups 2t, 2t + 1
                                  {multiplier(sc, 1), multiplier(sc, 3)}};  // row g + 8
-    const int rows[2] = {tile * 16 + g, tile * 16 + g + 8};
-    const float times[2] = {256.0f * row_scale[rows[0]], 256.0f * row_scale[rows[1]]};
-    uint32_t packed[2][16];  // rows g, g + 8: columns 32t + 2j, 2j + 1 as bf16x2, j = 0 .. 15
+    const float times[2] = {256.0f * a.row_scale[tile * 16 + g], 256.0f * a.row_scale[tile * 16 + g + 8]};
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-        uint32_t a[4];
-        fragments(words[u], a);
+        uint32_t f[4];
+        fragments(words[u], f);
 #pragma unroll
         for (int r = 0; r < 4; ++r) {  // register r = 2 cp + rs: row g + 8 rs, columns 4u + 2cp, + 1
             const int rs = r & 1, cp = r >> 1;
-            const uint32_t v = mul_bf16x2(a[r], mult[rs][u >> 2]);
+            const uint32_t v = mul_bf16x2(f[r], mult[rs][u >> 2]);
             const float lo = __fmul_rn(__uint_as_float(v << 16), times[rs]);
             const float hi = __fmul_rn(__uint_as_float(v & 0xFFFF0000u), times[rs]);
             packed[rs][2 * u + cp] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
                                      ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
         }
     }
+}
+
+#define DEQUANT_PARAMS                                                                           \
+    const uint4 *__restrict__ codes, const uint32_t *__restrict__ scales, int n, int k, int c_tile, \
+        int c_super, int s_tile, int s_super, const float *__restrict__ row_scale,               \
+        uint16_t *__restrict__ out, int pair_tiles
+#define DEQUANT_ARGS {codes, scales, n, k, c_tile, c_super, s_tile, s_super, row_scale, out, pair_tiles}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant(DEQUANT_PARAMS) {
+    const DequantArgs a = DEQUANT_ARGS;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int supers = k / 128;
+    const long block = (long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int tile = (int)(block / supers), s = (int)(block % supers);
+    if (tile >= n / 16) return;
+    uint4 c0, c1;
+    uint32_t sc;
+    load_block(a, tile, s, lane, c0, c1, sc);
+    uint32_t packed[2][16];
+    decode_block(a, tile, lane, c0, c1, sc, packed);
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-        uint4* dst = reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, rows[rs]) * k + s * 128 + 32 * t);
+        uint4* dst = reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, tile * 16 + g + 8 * rs) * k +
+                                              s * 128 + 32 * t);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
             dst[q] = make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_staged(DEQUANT_PARAMS) {
+    __shared__ __align__(16) uint4 stage[WARPS][16][17];  // a block's 16 rows of 16 pieces (+1: banks)
+    const DequantArgs a = DEQUANT_ARGS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int supers = k / 128;
+    const long blocks = (long)(n / 16) * supers;
+    const long first = ((long)blockIdx.x * WARPS + warp) * DQ_BLOCKS;
+    uint4 c0[DQ_BLOCKS], c1[DQ_BLOCKS];
+    uint32_t sc[DQ_BLOCKS];
+#pragma unroll
+    for (int j = 0; j < DQ_BLOCKS; ++j)  // every load first: DQ_BLOCKS blocks in flight a warp
+        if (first + j < blocks)
+            load_block(a, (int)((first + j) / supers), (int)((first + j) % supers), lane, c0[j], c1[j], sc[j]);
+#pragma unroll
+    for (int j = 0; j < DQ_BLOCKS; ++j) {
+        if (first + j >= blocks) return;
+        const int tile = (int)((first + j) / supers), s = (int)((first + j) % supers);
+        uint32_t packed[2][16];
+        decode_block(a, tile, lane, c0[j], c1[j], sc[j], packed);
+#pragma unroll
+        for (int rs = 0; rs < 2; ++rs)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                stage[warp][g + 8 * rs][4 * t + q] =
+                    make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {  // rows 2i, 2i + 1: 16 lanes a row, 16 bytes a lane
+            const int row = 2 * i + (lane >> 4), piece = lane & 15;
+            reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, tile * 16 + row) * k + s * 128)[piece] =
+                stage[warp][row][piece];
+        }
+        __syncwarp();
     }
 }

@@ -43,8 +43,12 @@ KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
 T2_FORMS = ("plain", "bulk")
-#: the kernel every cubin holds that writes the weight itself in bf16 (``MmaGemv.dequantize``)
-DEQUANT = "nvfp4_mma_dequant"
+#: the kernels every cubin holds that write the weight itself in bf16 (``MmaGemv.dequantize``):
+#: a warp a (tile, superstep) block, stored from registers, or ``DQ_BLOCKS`` blocks a warp, their
+#: loads first, each stored through shared memory in whole 256-byte row pieces
+DEQUANTS = {"direct": "nvfp4_mma_dequant", "staged": "nvfp4_mma_dequant_staged"}
+DQ_BLOCKS = 4  #: blocks a warp of the staged form (``DQ_BLOCKS`` in mma_gemv.cu)
+DEQUANT_FORM = "direct"  #: the form ``dequantize`` launches unless told
 T2_MAX_STAGES = 4
 
 
@@ -158,9 +162,10 @@ class MmaGemv:
         self.function = self._function(name, SET_ROWS)
         #: the 9 .. 16-row kernel (None for a diagnostic: 8 rows at most)
         self.function16 = self._function(name16, MAX_ROWS) if name16 is not None else None
-        self.dequant_function = ctypes.c_void_p()
-        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.dequant_function), self.module,
-                                                  DEQUANT.encode()), "cuModuleGetFunction")
+        self.dequant_functions = {form: ctypes.c_void_p() for form in DEQUANTS}
+        for form, function in self.dequant_functions.items():
+            self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module,
+                                                      DEQUANTS[form].encode()), "cuModuleGetFunction")
 
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         function = ctypes.c_void_p()
@@ -283,13 +288,17 @@ class MmaGemv:
 
 
     def dequantize(self, words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
-                   out: torch.Tensor, pair_tiles: int = 0) -> torch.Tensor:
+                   out: torch.Tensor, pair_tiles: int = 0, form: str | None = None) -> torch.Tensor:
         """``out`` (N, K) bf16, contiguous = the weight ``bf16(e2m1 * scale * row_scale)`` from
         ``repack``'s words and scale codes (any memory order), ``row_scale`` (N,) float32 in the
         words' row order; rows in W's order (``pair_tiles`` > 0: the words are a paired [gate |
         up], out is [gate | up]). Bits equal to ``triton_gemm.dequantize_weight``'s of the
-        checkpoint's codes. Launched in order on torch's stream (a CUDA graph captures it)."""
+        checkpoint's codes. Launched in order on torch's stream (a CUDA graph captures it).
+        ``form``: of ``DEQUANTS`` (default ``DEQUANT_FORM``)."""
         n, k = words.shape[0] * 16, words.shape[1] * SUPERSTEP
+        form = form or DEQUANT_FORM
+        if form not in DEQUANTS:
+            raise ValueError(f"no form {form!r} of the dequantizing kernel; the forms are {', '.join(DEQUANTS)}")
         if out.shape != (n, k) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.data_ptr() % 16:
             raise ValueError(f"dequantize writes a contiguous 16-byte aligned ({n}, {k}) bf16 tensor, got "
                              f"{tuple(out.shape)} {out.dtype}")
@@ -304,10 +313,11 @@ class MmaGemv:
                 ctypes.c_void_p(out.data_ptr()), ctypes.c_int(pair_tiles)]
         pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
                                                     for a in args])
-        blocks = -(-(n // 16 * (k // SUPERSTEP)) // WARPS)  # a warp a (tile, superstep)
+        per_warp = DQ_BLOCKS if form == "staged" else 1  # (tile, superstep) blocks
+        blocks = -(-(n // 16 * (k // SUPERSTEP)) // (WARPS * per_warp))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self._check(self.cuda.cuLaunchKernel(self.dequant_function, blocks, 1, 1, 32 * WARPS, 1, 1, 0, stream,
-                                             pointers, None), "cuLaunchKernel")
+        self._check(self.cuda.cuLaunchKernel(self.dequant_functions[form], blocks, 1, 1, 32 * WARPS, 1, 1, 0,
+                                             stream, pointers, None), "cuLaunchKernel")
         return out
 
 

@@ -146,7 +146,7 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
-    assert resources.pop(nvfp4_mma.DEQUANT)  # the weight itself (its own test)
+    assert all(resources.pop(name) for name in nvfp4_mma.DEQUANTS.values())  # the weight itself (own test)
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
     names = {nvfp4_mma.kernel_name(form, kw, rows, tiles): (form, kw, rows, tiles) for form in forms
              for kw in nvfp4_mma.KWARPS for rows in (8, 16) for tiles in (1, 2)
@@ -184,21 +184,27 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
 
 
 @needs_nvcc
-def test_the_dequantizing_kernel_reads_a_block_in_three_loads_and_writes_it_in_sixteen_byte_stores(tmp_path):
-    """``nvfp4_mma_dequant``: no stack, no spills, no shared memory but the 1 KiB sm_90 reserves;
-    a lane's two 16-byte code loads and its scale word, the GEMV's decode (bf16x2 multiplies by
-    the scales: HMUL2, or HFMA2 on the MMA pipe), float32 multiplies by the row scale, and two
-    rows of four 16-byte stores (a copy of them for a paired [gate | up]'s rows)."""
+def test_the_dequantizing_kernels_read_a_block_in_three_loads_and_write_it_in_sixteen_byte_stores(tmp_path):
+    """``DEQUANTS``: no stack, no spills; a lane's two 16-byte code loads and its scale word a
+    block, the GEMV's decode (bf16x2 multiplies by the scales: HMUL2, or HFMA2 on the MMA pipe),
+    float32 multiplies by the row scale, 64 values to bf16 in 32 conversions, and two rows of four
+    16-byte stores a lane (a second copy of the stores for a paired [gate | up]'s rows). The
+    staged form: ``DQ_BLOCKS`` blocks a warp, each through 16 rows of 17 16-byte pieces a warp of
+    shared memory (eight 16-byte writes a lane, eight reads and stores of whole row pieces)."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4))
     usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
-    line = usage[nvfp4_mma.DEQUANT]
-    assert "STACK:0" in line and "LOCAL:0" in line and "SHARED:1024" in line, line
-    code = sass_by_function(cubin)[nvfp4_mma.DEQUANT]
-    assert code.count("STG.E.128") == 2 * 8 and not re.search(r"\bSTG\.E(?!\.128)", code)
-    assert code.count("LDG.E.128") == 2 and "LDS" not in code and "STS" not in code
-    assert len(re.findall(r"\b(HMUL2|HFMA2(\.MMA)?)\.BF16", code)) == 32 and "HMMA" not in code
-    assert code.count("F2FP.BF16.F32.PACK") == 32  # 64 values, two a conversion
+    sass = sass_by_function(cubin)
+    for form, name in nvfp4_mma.DEQUANTS.items():
+        blocks = nvfp4_mma.DQ_BLOCKS if form == "staged" else 1
+        shared = 1024 + (4 * 16 * 17 * 16 if form == "staged" else 0)
+        line, code = usage[name], sass[name]
+        assert "STACK:0" in line and "LOCAL:0" in line and f"SHARED:{shared}" in line, line
+        assert code.count("STG.E.128") == 2 * 8 * blocks and not re.search(r"\bSTG\.E(?!\.128)", code)
+        assert code.count("LDG.E.128") == 2 * blocks and "HMMA" not in code
+        assert len(re.findall(r"\b(HMUL2|HFMA2(\.MMA)?)\.BF16", code)) == 32 * blocks
+        assert code.count("F2FP.BF16.F32.PACK") == 32 * blocks
+        assert code.count("STS.128") == (8 * blocks if form == "staged" else 0)
 
 
 @needs_nvcc
@@ -209,7 +215,8 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
     codes = sass_by_function(cubin)
-    assert "ACQBULK" not in codes.pop(nvfp4_mma.DEQUANT)  # launched after the kernel before ends
+    for name in nvfp4_mma.DEQUANTS.values():  # launched after the kernel before ends
+        assert "ACQBULK" not in codes.pop(name)
     kernels = 2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS) + len(nvfp4_mma.T2_FORMS)
     assert len(codes) == kernels * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():

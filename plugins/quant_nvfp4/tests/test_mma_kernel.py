@@ -717,7 +717,7 @@ def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_
 
     major, minor = torch.cuda.get_device_capability()
     gemv = mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4), "plain", 4)
-    for n, k in QWEN3_8B + [(96, 384)]:
+    for n, k in QWEN3_8B + [(96, 384), (32, 640)]:  # (32, 640): 10 blocks, the staged form's last warp has 2
         _, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n + 1, device="cuda")
         scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x7E, 0x01], dtype=torch.uint8)  # 0, 448, subnormal
         want = torch.empty(n, k, dtype=torch.bfloat16, device="cuda")
@@ -727,10 +727,11 @@ def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_
             for pairs in (0, n // 32):
                 rows = mma_layout.pair_rows(n).cuda() if pairs else torch.arange(n, device="cuda")
                 words, codes = mma_layout.in_order(*mma_layout.repack(packed[rows], scales[rows]), order)
-                got = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device="cuda")
-                gemv.dequantize(words, codes, row_scale[rows].contiguous(), got, pair_tiles=pairs)
-                torch.cuda.synchronize()
-                assert torch.equal(got, want), (n, k, order, pairs)
+                for form in mma_gemv.DEQUANTS:
+                    got = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device="cuda")
+                    gemv.dequantize(words, codes, row_scale[rows].contiguous(), got, pair_tiles=pairs, form=form)
+                    torch.cuda.synchronize()
+                    assert torch.equal(got, want), (n, k, order, pairs, form)
 
 
 @pytest.mark.gpu
