@@ -51,6 +51,7 @@
 #                                                 # repack alone, auto -> mma (tests); GEMM table
 #                                                 # to prefill sizes, end to end with a prefill
 #   bash tools/gpu/open_issue_checks.sh dq16     # the dequantizing kernel's forms: bits and times
+#   bash tools/gpu/open_issue_checks.sh host16   # launches' parameter blocks built once: tests, end to end
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -437,6 +438,14 @@ dq16)
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack or past_sixteen"
     b dq_bench 150 python3 tools/gpu/nvfp4_dequant.py
     cat "$OUT/rc.txt"; tail -3 "$OUT/dq_tests.log"; cat "$OUT/dq_bench.log"
+    ;;
+host16)
+    # parameter blocks built once a launcher (~4 min): kernel: mma's GPU tests, the engine's, end
+    # to end with the defaults (every launch's parameters now set in place)
+    b host_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    b host_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048
+    cat "$OUT/rc.txt"; tail -3 "$OUT/host_tests.log"; grep -E "prefill|/ bf16|decoding" "$OUT/host_e2e.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

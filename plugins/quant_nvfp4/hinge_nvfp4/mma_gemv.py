@@ -156,6 +156,7 @@ class MmaGemv:
             form, stages, kwarps, pdl, carveout, tiles16)
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
+        self._make_arguments()
         self._make_torch_context_current()
         self.module = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
@@ -166,6 +167,14 @@ class MmaGemv:
         for form, function in self.dequant_functions.items():
             self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module,
                                                       DEQUANTS[form].encode()), "cuModuleGetFunction")
+
+    def _make_arguments(self) -> None:
+        """The launches' parameter blocks (``GEMV_PARAMS``, ``DEQUANT_PARAMS`` of mma_gemv.cu),
+        set in place a launch, and the PDL launch configurations made so far."""
+        ptr, i32 = ctypes.c_void_p, ctypes.c_int
+        self._gemv_args = KernelArguments([ptr] * 4 + [i32] * 8 + [ptr] * 4 + [i32] * 2)
+        self._dequant_args = KernelArguments([ptr, ptr] + [i32] * 6 + [ptr, ptr, i32])
+        self._configs: dict = {}  #: (grid, dynamic shared bytes, stream) -> LaunchConfig
 
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         function = ctypes.c_void_p()
@@ -263,22 +272,19 @@ class MmaGemv:
                                                      or part.shape != (splits, m, n)):
             raise ValueError(f"part must be a ({splits}, {m}, {n}) float32 tensor for {splits} splits")
 
-        def ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
-            return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
-
-        strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
-        args = [ptr(words), ptr(scale_codes), ptr(x), ptr(part), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(m), *strides, ctypes.c_int(groups_per_split), ptr(row_scale), ptr(bias),
-                ptr(out), ptr(self._counters), ctypes.c_int(pair_tiles), ctypes.c_int(int(gated))]
-        pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
-                                                    for a in args])
+        pointers = self._gemv_args.set(
+            _address(words), _address(scale_codes), _address(x), _address(part), n, k, m,
+            *block_strides(words, scale_codes), groups_per_split, _address(row_scale), _address(bias),
+            _address(out), _address(self._counters), pair_tiles, int(gated))
         tiles = self.tiles16 if rows > SET_ROWS else 1  # a warp's
         grid = (-(-(n // 16) // (tiles * WARPS // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
         if self.pdl and early:
-            config = launch_config(grid, (32 * WARPS, 1, 1), self.x_ring_bytes(m), stream)
-            self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), function, pointers, None),
+            key = (grid, self.x_ring_bytes(m), stream.value)
+            if key not in self._configs:  # a few (grid, stream) a launcher: built once each
+                self._configs[key] = launch_config(grid, (32 * WARPS, 1, 1), key[1], stream)
+            self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(self._configs[key]), function, pointers, None),
                         "cuLaunchKernelEx")
         else:
             self._check(self.cuda.cuLaunchKernel(function, *grid, 32 * WARPS, 1, 1,
@@ -307,18 +313,38 @@ class MmaGemv:
                              f"{tuple(row_scale.shape)} {row_scale.dtype}")
         if pair_tiles and pair_tiles * 32 != n:
             raise ValueError(f"a paired [gate | up] weight of {n} rows has {n // 32} tiles a half, not {pair_tiles}")
-        strides = [ctypes.c_int(st) for st in block_strides(words, scale_codes)]
-        args = [ctypes.c_void_p(words.data_ptr()), ctypes.c_void_p(scale_codes.data_ptr()), ctypes.c_int(n),
-                ctypes.c_int(k), *strides, ctypes.c_void_p(row_scale.data_ptr()),
-                ctypes.c_void_p(out.data_ptr()), ctypes.c_int(pair_tiles)]
-        pointers = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
-                                                    for a in args])
+        pointers = self._dequant_args.set(_address(words), _address(scale_codes), n, k,
+                                          *block_strides(words, scale_codes), _address(row_scale),
+                                          _address(out), pair_tiles)
         per_warp = DQ_BLOCKS if form == "staged" else 1  # (tile, superstep) blocks
         blocks = -(-(n // 16 * (k // SUPERSTEP)) // (WARPS * per_warp))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self._check(self.cuda.cuLaunchKernel(self.dequant_functions[form], blocks, 1, 1, 32 * WARPS, 1, 1, 0,
                                              stream, pointers, None), "cuLaunchKernel")
         return out
+
+
+def _address(t: torch.Tensor | None) -> int:
+    return t.data_ptr() if t is not None else 0
+
+
+class KernelArguments:
+    """A kernel's parameters as ``cuLaunchKernel`` takes them (an array of pointers to their
+    values), built once: a launch sets the values in place (building the ctypes objects each
+    launch cost ~20 us of host time, most of an eager launch's)."""
+
+    def __init__(self, types: list) -> None:
+        self.values = [kind() for kind in types]
+        self.pointers = (ctypes.c_void_p * len(types))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
+
+    def set(self, *values: int) -> ctypes.Array:
+        """The pointer array, the parameters set to ``values`` (in the kernel's order)."""
+        if len(values) != len(self.values):
+            raise ValueError(f"the kernel takes {len(self.values)} parameters, got {len(values)}")
+        for slot, value in zip(self.values, values, strict=True):
+            slot.value = value
+        return self.pointers
 
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID

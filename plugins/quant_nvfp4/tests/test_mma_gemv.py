@@ -290,3 +290,48 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
         nvfp4_mma.MmaGemv(b"", "xring")
     with pytest.raises(ValueError, match="carveout is a percentage, 0 to 100, got 120"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, carveout=120)
+
+
+def test_a_launch_passes_the_kernels_parameters_in_order_from_blocks_built_once(monkeypatch):
+    # no GPU: the driver stood in for, the parameter block read back through its pointers
+    import types
+
+    launches = []
+    gemv = object.__new__(nvfp4_mma.MmaGemv)
+    gemv.form, gemv.stages, gemv.kwarps, gemv.pdl, gemv.tiles16 = "plain", 4, 1, True, 2
+    gemv.cuda = types.SimpleNamespace(cuLaunchKernel=lambda *a: launches.append(("plain", a)) or 0,
+                                      cuLaunchKernelEx=lambda *a: launches.append(("pdl", a)) or 0)
+    gemv.function = gemv.function16 = "function"
+    gemv.dequant_functions = {form: form for form in nvfp4_mma.DEQUANTS}
+    gemv._counters = torch.zeros(64, dtype=torch.int32)
+    gemv._make_arguments()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=7))
+    n, k = 64, 256
+    words = torch.zeros(n // 16, k // 128, 2, 32, 4, dtype=torch.int32)
+    codes = torch.zeros(n // 16, k // 128, 32, dtype=torch.int32)
+    x, rs = torch.zeros(3, k, dtype=torch.bfloat16), torch.ones(n)
+    out, bias = torch.empty(3, n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.bfloat16)
+
+    def values(pointers, kinds):
+        return [ctypes.cast(p, ctypes.POINTER(kind)).contents.value or 0 for p, kind in zip(pointers, kinds, strict=True)]
+
+    ptr, i32 = ctypes.c_void_p, ctypes.c_int
+    gemv_kinds = [ptr] * 4 + [i32] * 8 + [ptr] * 4 + [i32] * 2
+    strides = list(nvfp4_mma.block_strides(words, codes))
+    for early in (True, False, True):
+        gemv(words, codes, x, None, 16, row_scale=rs, bias=bias, out=out, early=early)
+        kind, args = launches[-1]
+        assert kind == ("pdl" if early else "plain")
+        pointers = args[2] if early else args[-2]
+        assert values(pointers, gemv_kinds) == [words.data_ptr(), codes.data_ptr(), x.data_ptr(), 0, n, k, 3,
+                                                *strides, 16, rs.data_ptr(), bias.data_ptr(), out.data_ptr(),
+                                                gemv._counters.data_ptr(), 0, 0]
+    assert len(gemv._configs) == 1  # the PDL configuration of this grid and stream, made once
+    w = torch.empty(n, k, dtype=torch.bfloat16)
+    gemv.dequantize(words, codes, rs, w)
+    kind, args = launches[-1]
+    assert args[0] == nvfp4_mma.DEQUANT_FORM and args[1] == -(-(n // 16 * 2) // (4 * nvfp4_mma.DQ_BLOCKS))
+    assert values(args[-2], [ptr, ptr] + [i32] * 6 + [ptr, ptr, i32]) == [words.data_ptr(), codes.data_ptr(), n, k, *strides,
+                                                               rs.data_ptr(), w.data_ptr(), 0]
+    with pytest.raises(ValueError, match="takes 11 parameters, got 2"):
+        gemv._dequant_args.set(1, 2)
