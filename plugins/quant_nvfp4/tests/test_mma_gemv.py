@@ -260,6 +260,7 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
         gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
             FakeDriver(), None, None, "plain", 4, 1, pdl)
         gemv._counters = None
+        gemv._make_arguments()
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
     assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1])]
