@@ -1,6 +1,6 @@
 // NVFP4 W4A16 GEMV on the tensor cores (docs/nvfp4.md, "The tensor-core GEMV"), compiled and
-// launched by hinge_nvfp4/mma_gemv.py (kernel = "mma", experimental); tools/gpu/nvfp4_mma_probe.py
-// times it.
+// launched by hinge_nvfp4/mma_gemv.py (kernel = "mma": auto on sm_90 for a bf16 model);
+// tools/gpu/nvfp4_mma_probe.py times it. At the end, the weight dequantized from the same repack.
 //
 //   part[s, m, n] = sum over k of split s of e2m1(code[n, k]) * scale[n, k / 16] * x[m, k]
 //

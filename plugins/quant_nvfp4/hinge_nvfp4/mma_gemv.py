@@ -1,8 +1,9 @@
-"""NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 16 rows of x): its nvcc build
-(cached on disk) and a CUDA driver-API launcher. The weights come in ``mma_layout``'s repack, a
-launch is cut by ``mma_tiling``. ``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``,
-experimental) runs it for decode GEMVs; ``tools/gpu/nvfp4_mma_probe.py`` times it against the
-Triton GEMV.
+"""NVFP4 decode GEMVs on the tensor cores (``mma_gemv.cu``, M <= 16 rows of x), and the weight
+dequantized from the same repack for prefill sizes: its nvcc build (cached on disk) and a CUDA
+driver-API launcher. The weights come in ``mma_layout``'s repack, a launch is cut by
+``mma_tiling``. ``kernel = "mma"`` (``hinge_nvfp4.kernels.MmaKernel``; ``auto`` on sm_90 for a
+bf16 model) runs them; ``tools/gpu/nvfp4_mma_probe.py`` times the GEMV against the Triton GEMV,
+``tools/gpu/nvfp4_dequant.py`` the dequantization against Triton's.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> 
 
 def dequantize(words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
                pair_tiles: int = 0) -> torch.Tensor:
-    """(N, K) bf16: what ``mma_gemv.cu``'s ``nvfp4_mma_dequant`` writes, ``bf16(float32(e2m1 *
+    """(N, K) bf16: what ``mma_gemv.cu``'s dequantizing kernels (``DEQUANTS``) write, ``bf16(float32(e2m1 *
     scale * row_scale))`` (the exact product rounded to float32, then to bf16), ``row_scale`` in
     the words' row order, rows in W's (``pair_tiles``: [gate | up] again)."""
     exact = dense_weight(words, scale_codes) * 256.0 * row_scale.double()[:, None]  # <= 30 bits: exact
