@@ -26,7 +26,8 @@ NVFP4_SPEC = QuantizerSpec(
     ),
     options_model=NVFP4Options,
     description="NVFP4 weights (ModelOpt, compressed-tensors): W4A16 by default, W4A4 emulation "
-    "by option; CPU reference, Triton fused dequant GEMM on CUDA, flashinfer mm_fp4 on Blackwell",
+    "by option; CPU reference, tensor-core decode GEMVs on Hopper (bf16; nvcc), Triton fused "
+    "dequant GEMM elsewhere on CUDA, flashinfer mm_fp4 on Blackwell",
 )
 
 
