@@ -45,6 +45,19 @@ def check_dtype(tensor: torch.Tensor, expected: torch.dtype, role: str) -> None:
         raise ValueError(f"has dtype {tensor.dtype}, an NVFP4 {role} is {expected}")
 
 
+def check_block_scales(tensor: torch.Tensor) -> None:
+    """Block scales are amax / 6 (/ the global scale): finite and not negative. A NaN or a
+    negative one is refused (the kernels would disagree on it: Triton's decode reads magnitudes,
+    the reference and the MMA repack honour the sign); -0 passes as 0."""
+    bits = tensor.view(torch.uint8)
+    bad = (bits > 0x80) | ((bits & 0x7F) == 0x7F)
+    if bad.any():
+        at = tuple(int(i) for i in bad.nonzero()[0])
+        value = float(tensor[at].float())
+        raise ValueError(f"has block scale {value} at {list(at)}; NVFP4 block scales are finite and not "
+                         "negative (amax / 6): the checkpoint is malformed (re-export it)")
+
+
 def scalar_of(tensor: torch.Tensor, role: str) -> torch.Tensor:
     """A per-tensor scale as a 0-d fp32 tensor (checkpoints store 0-d or (1,))."""
     check_dtype(tensor, GLOBAL, role)
@@ -121,6 +134,7 @@ def _sub_spec(spec: LinearSpec, parts: tuple[int, ...]) -> LinearSpec:
 def _checked(loader: Callable, dtype: torch.dtype, role: str, index: dict[int, int]) -> Callable:
     def load(param: torch.Tensor, tensor: torch.Tensor, shard_id: int | None = None) -> None:
         check_dtype(tensor, dtype, role)
+        check_block_scales(tensor)
         loader(param, tensor, index.get(0 if shard_id is None else shard_id, shard_id))
 
     return load
@@ -172,6 +186,8 @@ def create_moe_params(layer: nn.Module, spec: MoESpec, fmt: CheckpointFormat) ->
 def _checked_moe(loader: Callable, dtype: torch.dtype, role: str) -> Callable:
     def load(param: torch.Tensor, tensor: torch.Tensor, shard_id: str, expert_id: int) -> None:
         check_dtype(tensor, dtype, role)
+        if dtype == SCALE:
+            check_block_scales(tensor)
         loader(param, tensor, shard_id, expert_id)
 
     return load

@@ -154,6 +154,10 @@ def test_weight_only_checkpoint_loads_and_refuses_w4a4(tmp_path):
      "tensor model.layers.0.mlp.down_proj.weight has shape"),
     (lambda t: t.update({"model.layers.0.self_attn.q_proj.weight_scale_2": torch.ones(2)}),
      "tensor model.layers.0.self_attn.q_proj.weight_scale_2 has shape"),
+    (lambda t: t["model.layers.1.self_attn.k_proj.weight_scale"].view(torch.uint8)[2, 1].fill_(0xB8),
+     r"tensor model.layers.1.self_attn.k_proj.weight_scale has block scale -1.0 at \[2, 1\]; .*not negative"),
+    (lambda t: t["model.layers.0.mlp.gate_proj.weight_scale"].view(torch.uint8)[0, 0].fill_(0x7F),
+     r"tensor model.layers.0.mlp.gate_proj.weight_scale has block scale nan at \[0, 0\]; .*re-export"),
 ])
 def test_malformed_checkpoint_is_refused_naming_the_tensor(change, message, tmp_path):
     path = copy_checkpoint(FIXTURES / "qwen3" / "modelopt", tmp_path / "bad")
@@ -164,6 +168,19 @@ def test_malformed_checkpoint_is_refused_naming_the_tensor(change, message, tmp_
 
     edit_tensors(path, edit)
     with pytest.raises(ValueError, match=message):
+        load(path)
+
+
+def test_a_negative_expert_block_scale_is_refused_naming_the_tensor(tmp_path):
+    path = copy_checkpoint(FIXTURES / "qwen3_moe" / "modelopt", tmp_path / "bad")
+    name = "model.layers.0.mlp.experts.1.up_proj.weight_scale"
+
+    def edit(tensors):
+        tensors[name].view(torch.uint8)[3, 0] = 0xC0  # -2.0
+        return tensors
+
+    edit_tensors(path, edit)
+    with pytest.raises(ValueError, match=rf"tensor {name} has block scale -2.0 at \[3, 0\]"):
         load(path)
 
 
