@@ -44,13 +44,13 @@ KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
 T2_FORMS = ("plain", "bulk")
+T2_MAX_STAGES = 4
 #: the kernels every cubin holds that write the weight itself in bf16 (``MmaGemv.dequantize``):
 #: a warp a (tile, superstep) block, stored from registers, or ``DQ_BLOCKS`` blocks a warp, their
 #: loads first, each stored through shared memory in whole 256-byte row pieces
 DEQUANTS = {"direct": "nvfp4_mma_dequant", "staged": "nvfp4_mma_dequant_staged"}
 DQ_BLOCKS = 4  #: blocks a warp of the staged form (``DQ_BLOCKS`` in mma_gemv.cu)
 DEQUANT_FORM = "staged"  #: the form ``dequantize`` launches unless told (H100: 82-84% of peak, direct 47-52%)
-T2_MAX_STAGES = 4
 
 
 def two_tiles_built(form: str, stages: int | None) -> bool:
@@ -164,10 +164,7 @@ class MmaGemv:
         self.function = self._function(name, SET_ROWS)
         #: the 9 .. 16-row kernel (None for a diagnostic: 8 rows at most)
         self.function16 = self._function(name16, MAX_ROWS) if name16 is not None else None
-        self.dequant_functions = {form: ctypes.c_void_p() for form in DEQUANTS}
-        for form, function in self.dequant_functions.items():
-            self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module,
-                                                      DEQUANTS[form].encode()), "cuModuleGetFunction")
+        self.dequant_functions = {form: self._lookup(name) for form, name in DEQUANTS.items()}
 
     def _make_arguments(self) -> None:
         """The launches' parameter blocks (``GEMV_PARAMS``, ``DEQUANT_PARAMS`` of mma_gemv.cu),
@@ -177,10 +174,16 @@ class MmaGemv:
         self._dequant_args = KernelArguments([ptr, ptr] + [i32] * 6 + [ptr, ptr, i32])
         self._configs: dict = {}  #: (grid, dynamic shared bytes, stream) -> LaunchConfig
 
-    def _function(self, name: str, rows: int) -> ctypes.c_void_p:
+    def _lookup(self, name: str) -> ctypes.c_void_p:
+        """The loaded module's function ``name``."""
         function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(function), self.module, name.encode()),
                     "cuModuleGetFunction")
+        return function
+
+    def _function(self, name: str, rows: int) -> ctypes.c_void_p:
+        """A GEMV function of x of up to ``rows`` rows, with this launcher's attributes set."""
+        function = self._lookup(name)
         if self.form == "xring":  # past the 48 KiB a block gets without asking
             self._check(self.cuda.cuFuncSetAttribute(
                 function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.x_ring_bytes(rows)),
