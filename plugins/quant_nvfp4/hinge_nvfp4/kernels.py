@@ -362,13 +362,13 @@ class MmaKernel(TritonKernel):
     def _dequantized(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """``x @ W^T (+ bias)`` by cuBLAS in bf16, W written from the repack into the shared
         buffer (x of another dtype is cast to bf16 and the result back: mma computes in bf16)."""
-        n, k = layer.nvfp4_mma_row_scale.shape[0], x.shape[1]
-        w = self._buffer.view(torch.bfloat16)[: n * k].view(n, k)
+        from hinge_nvfp4.triton_gemm import times_weight, weight_view
+
+        w = weight_view(self._buffer, layer.nvfp4_mma_row_scale.shape[0], x.shape[1], torch.bfloat16)
         layer.nvfp4_mma_gemv.dequantize(layer.nvfp4_mma_words, layer.nvfp4_mma_scales,
                                         layer.nvfp4_mma_row_scale, w, pair_tiles=layer.nvfp4_mma_pairs)
-        a = x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16)
-        y = torch.addmm(bias.to(torch.bfloat16), a, w.t()) if bias is not None else torch.mm(a, w.t())
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+        y = times_weight(x.to(torch.bfloat16), w, bias)
+        return y.to(x.dtype)
 
 
 def gate_up_pairs(layer: nn.Module, n: int) -> int:

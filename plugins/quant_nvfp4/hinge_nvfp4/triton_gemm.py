@@ -22,7 +22,7 @@ At prefill sizes the fused GEMM decodes every weight once a BLOCK_M of rows (the
 writes the weight once as ``e2m1 * scale * row_scale`` rounded to x's dtype (``dequantize_weight``:
 one pass, into a caller's buffer) and calls cuBLAS (``torch.addmm``): a bf16 checkpoint's
 rounding of the weight, then bf16 GEMM speed plus the pass (``NVFP4Options.prefill_dequant_rows``
-says from which M; off by default until a GPU has measured the crossover).
+says from which M: 64 by default, where the H100 measured the crossover).
 """
 
 from __future__ import annotations
@@ -186,7 +186,16 @@ def nvfp4_linear_dequantized(x: torch.Tensor, packed: torch.Tensor, scales: torc
     if x.dtype not in (torch.bfloat16, torch.float16) or buffer.numel() * buffer.element_size() < 2 * n * k:
         raise ValueError(f"nvfp4_linear_dequantized takes bf16/fp16 x and a buffer of >= {2 * n * k} "
                          f"bytes; got {x.dtype} and {buffer.numel() * buffer.element_size()} bytes")
-    w = dequantize_weight(packed, scales, row_scale, buffer.view(-1).view(x.dtype)[: n * k].view(n, k))
+    return times_weight(x, dequantize_weight(packed, scales, row_scale, weight_view(buffer, n, k, x.dtype)), bias)
+
+
+def weight_view(buffer: torch.Tensor, n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """The first N x K elements of ``buffer`` (any dtype, contiguous) as an (N, K) ``dtype`` weight."""
+    return buffer.view(-1).view(dtype)[: n * k].view(n, k)
+
+
+def times_weight(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ w^T (+ bias)`` by cuBLAS, in x's dtype (w's too)."""
     return torch.addmm(bias.to(x.dtype), x, w.t()) if bias is not None else torch.mm(x, w.t())
 
 
