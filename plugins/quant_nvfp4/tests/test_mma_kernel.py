@@ -58,11 +58,22 @@ class EmulatedLauncher:
         return out
 
 
-def layer_of(n, k, seed=0):
-    x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=seed)
+def layer_of(n, k, seed=0, rows=16, device="cpu"):
+    x, packed, scales, row_scale, bias = problem(rows, n, k, dtype=torch.bfloat16, seed=seed, device=device)
     layer = torch.nn.Module()
     layer.row_scale = row_scale
     return layer, x, packed, scales, bias
+
+
+def assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, row_counts):
+    """``kernel.linear`` over x's first rows, each count of ``row_counts``, within 1% (of the
+    largest output) of the reference."""
+    for rows in row_counts:
+        xr = x[:rows].contiguous()
+        got = kernel.linear(layer, xr, bias, None)
+        want = reference.linear(xr, packed, scales, layer.row_scale, bias)
+        err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+        assert err < 1e-2, (packed.shape, rows, float(err))
 
 
 @pytest.mark.parametrize("num_sms, splits", [(132, 4), (1, 2)])
@@ -477,16 +488,9 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
     monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", tiles16)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
     for n, k in QWEN3_8B:
-        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
-        layer = torch.nn.Module()
-        layer.row_scale = row_scale
+        layer, x, packed, scales, bias = layer_of(n, k, seed=n, device="cuda")
         kernel.prepare_linear(layer, packed, scales)
-        for rows in (1, 2, 5, 8, 9, 12, 16):
-            xr = x[:rows].contiguous()
-            got = kernel.linear(layer, xr, bias, None)
-            want = reference.linear(xr, packed, scales, row_scale, bias)
-            err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-            assert err < 1e-2, (n, k, rows, float(err))
+        assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 2, 5, 8, 9, 12, 16))
         for rows in (1, 16):
             graph = torch.cuda.CUDAGraph()
             static = x[:rows].contiguous()
@@ -745,16 +749,9 @@ def test_cuda_mma_past_sixteen_rows_equals_the_reference_eager_and_in_a_graph_wi
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False, torch.bfloat16)
     assert kernel.dequant_rows == 64 and kernel.release_codes
     for n, k in QWEN3_8B:
-        x, packed, scales, row_scale, bias = problem(300, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
-        layer = torch.nn.Module()
-        layer.row_scale = row_scale
+        layer, x, packed, scales, bias = layer_of(n, k, seed=n, rows=300, device="cuda")
         assert kernel.prepare_linear(layer, packed, scales) is True
-        for rows in (17, 40, 63, 64, 300):
-            xr = x[:rows].contiguous()
-            got = kernel.linear(layer, xr, bias, None)
-            want = reference.linear(xr, packed, scales, row_scale, bias)
-            err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-            assert err < 1e-2, (n, k, rows, float(err))
+        assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (17, 40, 63, 64, 300))
         for rows in (40, 300):
             static = x[:rows].contiguous()
             assert replay_matches_eager(partial(kernel.linear, layer, static, bias, None), static), (n, k, rows)
