@@ -327,8 +327,9 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
     monkeypatch.setattr(fast_triton, "enabled", lambda x, deterministic=False, invariant=False:
                         invariant or not deterministic)
     monkeypatch.setenv("HINGE_FAST_GEMV", "1")
-    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "0")  # the separate KV write's wiring (the rope
-    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)  # kernel's: the test below)
+    # the separate KV write's wiring (the rope kernel's: the test below)
+    monkeypatch.setenv("HINGE_ROPE_KV_WRITE", "0")
+    monkeypatch.setattr(fast_triton, "kernels", lambda: fake)
     fast = prefill_and_decode(model, build, ids, decode_steps=2)
     layers = len(model.model.layers)
     steps = 3  # one prefill of 12 + 6 rows (too many for the GEMV), two decodes of 2 rows
@@ -345,9 +346,9 @@ def test_a_model_with_the_interpreted_fast_kernels_forced_on_stays_within_bf16_o
 def test_the_rope_kernel_writing_the_kv_gives_the_bits_of_the_kv_write_and_launches_it_no_more(
         tiny, interpreted, monkeypatch):
     """By default (HINGE_ROPE_KV_WRITE=0 turns it off), over a backend claiming
-    kv_written_by_layer (torch): q/k norm + rope stores the step's KV, the KV write is never called, and the logits keep their bits (the
-    pool holds the same values, which the backend reads); over a backend that does not claim
-    it, the KV write runs as before."""
+    kv_written_by_layer (torch): q/k norm + rope stores the step's KV, the KV write is never
+    called, and the logits keep their bits (the pool holds the same values, which the backend
+    reads); over a backend that does not claim it, the KV write runs as before."""
     from hinge.builtin.torch_attention import TorchAttentionBackend
 
     torch.set_num_threads(1)
