@@ -283,10 +283,14 @@ def decode_e2e(tokens: int = 128) -> None:
         rates, prefills = {}, {}
         if ARGS.e2e_layout != "default" or FASTEST:
             use_configs(ARGS.e2e_layout if ARGS.e2e_layout != "default" else None, FASTEST)
-        runs = [("none", paths["none"], None)] + [
-            ("nvfp4" if plan == "-" else f"nvfp4 plan {Path(plan).name}", paths["nvfp4"], plan)
-            for plan in ARGS.e2e_plan]
-        for quantizer, path, plan in runs:
+        runs = [("none", paths["none"], None, "-")] + [
+            ("nvfp4" + ("" if plan == "-" else f" plan {Path(plan).name}") + ("" if env == "-" else f" {env}"),
+             paths["nvfp4"], plan, env)
+            for plan in ARGS.e2e_plan for env in ARGS.e2e_env]
+        for quantizer, path, plan, env in runs:
+            for name in {pair.split("=")[0] for e in ARGS.e2e_env if e != "-" for pair in e.split(",")}:
+                os.environ.pop(name, None)  # the variables of the other runs
+            os.environ.update(dict(pair.split("=", 1) for pair in env.split(",")) if env != "-" else {})
             options = {"kernel": ARGS.e2e_kernel} if plan is not None and ARGS.e2e_kernel != "auto" else {}
             if plan is not None:  # kernel: mma's tilings: the built-in plan or a tuned file
                 os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
@@ -357,6 +361,9 @@ if __name__ == "__main__":
     parser.add_argument("--e2e-plan", nargs="+", default=["-"],
                         help="kernel: mma tilings files (HINGE_NVFP4_MMA_PLAN) to run the nvfp4 "
                              "side with, each its own run; - is the built-in plan")
+    parser.add_argument("--e2e-env", nargs="+", default=["-"],
+                        help="environments to run the nvfp4 side in, each its own run (NAME=VALUE[,NAME=VALUE]; "
+                             "- for none), e.g. HINGE_NVFP4_MMA_TRIGGER=start,HINGE_NVFP4_MMA_L2_AHEAD=1")
     parser.add_argument("--e2e-profile", action="store_true",
                         help="also the kernels of a few decode steps of each run (step_profile.py)")
     parser.add_argument("--e2e-best", action="store_true",

@@ -28,6 +28,11 @@ RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` b
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
 PREFETCH = 0  #: the one ``MmaKernel`` builds
+#: when a PDL build lets the kernel after it launch (``MMA_TRIGGER``): once a block's weights are
+#: read, or at its start (the next kernel's blocks then fill the room this launch leaves and
+#: copy their first weights while this one streams)
+TRIGGERS = {"read": 0, "start": 1}
+TRIGGER = "read"  #: the one ``MmaKernel`` builds unless told
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
@@ -78,12 +83,17 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
             + ("_t2" if tiles == 2 else ""))
 
 
-def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False) -> bytes:
+def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
+                trigger: str = TRIGGER, l2_ahead: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
     (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
-    coherent loads; sm_90 and later); needs nvcc on PATH."""
+    coherent loads; sm_90 and later), its dependents let launch at ``trigger`` (``TRIGGERS``),
+    ``l2_ahead``: each warp's whole run of weights asked of L2 before x (``MMA_L2_AHEAD``: bulk
+    prefetches, sm_90 and later); needs nvcc on PATH."""
+    if trigger not in TRIGGERS:
+        raise ValueError(f"the MMA GEMV's dependents launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     if not 2 <= stages <= MAX_STAGES:
         raise ValueError(f"the cp.async ring takes 2 to {MAX_STAGES} stages (static shared "
                          f"memory), got {stages}")
@@ -96,7 +106,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
-                               f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}", "-o", str(out),
+                               f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
+                               f"-DMMA_TRIGGER={TRIGGERS[trigger]}", f"-DMMA_L2_AHEAD={int(l2_ahead)}", "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -111,15 +122,17 @@ def default_cache_dir() -> Path:
 
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
-                 prefetch: int | None = None, pdl: bool = False) -> bytes:
+                 prefetch: int | None = None, pdl: bool = False, trigger: str = TRIGGER,
+                 l2_ahead: bool = False) -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
-    key = hashlib.sha256(SOURCE.read_bytes() + f"{arch}:{stages}:{prefetch}:{pdl}".encode()).hexdigest()[:24]
+    options = f"{arch}:{stages}:{prefetch}:{pdl}:{trigger}:{l2_ahead}"
+    key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl)
+    cubin = build_cubin(arch, stages, prefetch, pdl, trigger, l2_ahead)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

@@ -228,6 +228,33 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
         assert "LDG.E.128.CONSTANT" not in code, name
 
 
+@needs_nvcc
+@pytest.mark.parametrize("trigger", sorted(nvfp4_mma.TRIGGERS))
+def test_a_pdl_build_lets_its_dependents_launch_where_told_and_asks_l2_for_its_run_before_waiting(tmp_path, trigger):
+    """``trigger``: griddepcontrol.launch_dependents (PREEXIT) once, at the kernel's start (before
+    any copy) or after its last weight copy; ``l2_ahead``: bulk L2 prefetches (UBLKPF.L2) before
+    the wait (ACQBULK), none in a build without it."""
+    plain = tmp_path / "plain.cubin"
+    plain.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger))
+    ahead = tmp_path / "ahead.cubin"
+    ahead.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger, l2_ahead=True))
+    for cubin, prefetches in ((plain, False), (ahead, True)):
+        for name, code in sass_by_function(cubin).items():
+            if name in nvfp4_mma.DEQUANTS.values():
+                assert "PREEXIT" not in code and "UBLKPF" not in code, name
+                continue
+            trigger_at, wait = code.index("PREEXIT"), code.index("ACQBULK")
+            copies = [m.start() for m in re.finditer(r"LDGSTS|UBLKCP", code)]
+            assert code.count("PREEXIT") == 1, name
+            if trigger == "start":
+                assert trigger_at < min(copies), name
+            else:
+                assert trigger_at > max(copies), name
+            assert ("UBLKPF.L2" in code) == prefetches, name
+            if prefetches:
+                assert code.rindex("UBLKPF.L2") < wait, name
+
+
 def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
     assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56

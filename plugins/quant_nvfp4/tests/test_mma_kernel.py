@@ -472,12 +472,14 @@ def test_the_repack_in_row_blocks_equals_the_repack_at_once():
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl: builds.append((arch, stages)) or b"cubin")
+                        lambda arch, stages, prefetch, pdl, trigger, l2_ahead:
+                        builds.append((arch, stages, trigger, l2_ahead)) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
-    assert builds == [("sm_90", 8), ("sm_90", 4)]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 2 and not list(tmp_path.glob("*.tmp"))
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start", l2_ahead=True) == b"cubin"
+    assert builds == [("sm_90", 8, "read", False), ("sm_90", 4, "read", False), ("sm_90", 4, "start", True)]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 3 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
@@ -536,8 +538,15 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
                     assert err < 1e-2, (form, kw, order, n, k, rows, gemv.tiles16, float(err))
 
 
+#: (when a GEMV lets its dependents launch, each warp's run asked of L2 first): the GPU tests of
+#: launch order run each build
+LAUNCH_BUILDS = [("read", "0"), ("start", "0"), ("start", "1"), ("read", "1")]
+
+
 @pytest.mark.gpu
-def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_eager_and_in_a_graph(monkeypatch):
+@pytest.mark.parametrize("trigger, l2_ahead", LAUNCH_BUILDS)
+def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_eager_and_in_a_graph(
+        trigger, l2_ahead, monkeypatch):
     # HINGE_PDL=1: add_rmsnorm lets its dependents launch at its start; the GEMV, launched with
     # programmatic serialization, must still read the x the norm writes (a stale x: wrong output)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
@@ -545,8 +554,10 @@ def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_e
     from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
 
     monkeypatch.setenv("HINGE_PDL", "1")
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", trigger)
+    monkeypatch.setenv("HINGE_NVFP4_MMA_L2_AHEAD", l2_ahead)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
-    assert kernel.pdl
+    assert kernel.pdl and (kernel.trigger, kernel.l2_ahead) == (trigger, l2_ahead == "1")
     for n, k in QWEN3_8B:
         _, packed, scales, row_scale, bias = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
         layer = torch.nn.Module()
@@ -624,39 +635,48 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
 
 
 @pytest.mark.gpu
-def test_cuda_norms_launched_early_behind_a_triggering_gemv_read_its_output_eager_and_in_a_graph():
-    # the GEMV triggers its dependents once its weights are read; add_rmsnorm and qk_norm_rope,
-    # launched with programmatic serialization, must wait for its output (stale x: wrong result)
+@pytest.mark.parametrize("trigger, l2_ahead", LAUNCH_BUILDS)
+def test_cuda_norms_and_gemvs_launched_early_behind_a_triggering_gemv_read_its_output_eager_and_in_a_graph(
+        trigger, l2_ahead, monkeypatch):
+    # the GEMV triggers its dependents once its weights are read (or at its start); add_rmsnorm,
+    # qk_norm_rope and the o GEMV on qkv's q, launched with programmatic serialization, must wait
+    # for their input (stale x: wrong result)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("needs a CUDA GPU of compute capability >= 9.0")
     from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
     from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
 
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", trigger)
+    monkeypatch.setenv("HINGE_NVFP4_MMA_L2_AHEAD", l2_ahead)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
-    assert kernel.pdl
+    assert kernel.pdl and (kernel.trigger, kernel.l2_ahead) == (trigger, l2_ahead == "1")
     layers = {}
-    for n, k in ((4096, 12288), (6144, 4096)):
+    for n, k in ((4096, 12288), (6144, 4096), (4096, 4096)):
         x, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
         layer = torch.nn.Module()
         layer.row_scale = row_scale
         kernel.prepare_linear(layer, packed, scales)
-        layers[n] = (layer, x.contiguous())
+        layers[n, k] = (layer, x.contiguous())
     residual = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     weight = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
     head_w = torch.rand(128, device="cuda", dtype=torch.bfloat16) + 0.5
     cos, sin = torch.rand(1, 1, 128, device="cuda"), torch.rand(1, 1, 128, device="cuda")
 
     def step():
-        down = kernel.linear(layers[4096][0], layers[4096][1], None, None)
+        down = kernel.linear(*layers[4096, 12288], None, None)
         normed, _ = add_rmsnorm(down, residual, weight, 1e-6)
-        qkv = kernel.linear(layers[6144][0], layers[6144][1], None, None)
+        qkv = kernel.linear(*layers[6144, 4096], None, None)
+        o = kernel.linear(layers[4096, 4096][0], qkv[:, :4096], None, None)  # a GEMV behind a GEMV
         q, k = qkv[:, :4096].view(1, 32, 128), qkv[:, 4096:5120].view(1, 8, 128)
-        return (down, qkv), (normed, *qk_norm_rope(q, k, head_w, head_w, 1e-6, cos.to(q.dtype), sin.to(q.dtype)))
+        return (down, qkv), (normed, o, *qk_norm_rope(q, k, head_w, head_w, 1e-6, cos.to(q.dtype), sin.to(q.dtype)))
 
     def expected(down, qkv):
         normed, _ = add_rmsnorm(down.clone(), residual, weight, 1e-6)
+        torch.cuda.synchronize()
+        o = kernel.linear(layers[4096, 4096][0], qkv[:, :4096].clone(), None, None)
         q, k = qkv[:, :4096].reshape(1, 32, 128), qkv[:, 4096:5120].reshape(1, 8, 128)
-        return (normed, *qk_norm_rope(q.clone(), k.clone(), head_w, head_w, 1e-6, cos.to(q.dtype), sin.to(q.dtype)))
+        return (normed, o, *qk_norm_rope(q.clone(), k.clone(), head_w, head_w, 1e-6, cos.to(q.dtype),
+                                         sin.to(q.dtype)))
 
     (inputs, got) = step()
     torch.cuda.synchronize()
