@@ -49,8 +49,10 @@ def peak_hbm_tbs() -> float:
     return 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
 
 
-def graph_time(fn, iters: int) -> float:
-    """Median microseconds per ``fn()`` call, replayed from a CUDA graph of ROTATE calls."""
+def graph_time(fn, iters: int, replays: int = 0) -> float:
+    """Median microseconds per ``fn()`` call, replayed from a CUDA graph of ROTATE calls: events
+    around one replay (``replays`` 0: the graph's launch counts in it), or ``replays`` replays
+    timed from while one already runs (the kernels alone, the GPU never idle between them)."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -60,11 +62,14 @@ def graph_time(fn, iters: int) -> float:
     times = []
     for _ in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if replays:
+            graph.replay()
         start.record()
-        graph.replay()
+        for _ in range(max(replays, 1)):
+            graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / ROTATE)
+        times.append(start.elapsed_time(end) * 1000 / (ROTATE * max(replays, 1)))
     return statistics.median(times)
 
 

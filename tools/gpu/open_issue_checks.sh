@@ -55,6 +55,8 @@
 #   bash tools/gpu/open_issue_checks.sh trig17 / trig17e  # 2026-12-06 (16th): MMA GEMVs letting the
 #                                                 # next launch at their start, their runs asked of
 #                                                 # L2 first: tests, back to back; end to end
+#   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
+#                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
 #                                                 # the defaults (~2 min)
 #   bash tools/gpu/open_issue_checks.sh verify-bench  # qwen3 default roofline (no transformers), a
@@ -474,6 +476,15 @@ m.cached_cubin('sm_90', 4, pdl=True, trigger='$trigger', l2_ahead=$ahead)" &
             HINGE_NVFP4_MMA_L2_AHEAD=1
         cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/trig_e2e.log"
     fi
+    ;;
+ceil17)
+    # 2026-12-06 (16th, ~6 min): what a plain read of each shape's NVFP4 bytes takes against
+    # cuBLAS's bf16 GEMV of as many bytes and kernel: mma (tools/gpu/read_ceiling.py); kernel:
+    # mma's and the engine's NVFP4 GPU tests at this tree (the 15th session's review left unrun)
+    b ceil_read 300 python3 tools/gpu/read_ceiling.py
+    b ceil_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    cat "$OUT/rc.txt"; cat "$OUT/ceil_read.log"; tail -3 "$OUT/ceil_tests.log"
     ;;
 ab14)
     # fa4's tail rules on one machine, batch 1 and 4, with and without the KV stored by the layer;

@@ -1,0 +1,104 @@
+"""What reading an NVFP4 weight's bytes takes at all, next to kernel: mma's GEMV; one run.
+
+    python tools/gpu/read_ceiling.py [--iters 30] [--replays 4]
+
+The GEMV goal is 70% of the datasheet bandwidth at M <= 16 on Qwen3-8B's qkv, gate_up and down
+(14.2, 56.6 and 28.3 MB of codes and scales). For each shape's bytes this times, as
+``nvfp4_gemm.py`` times kernels (``ROTATE`` copies in turn from one CUDA graph, so HBM serves
+them; both clocks: ``replay`` events around one replay, ``steady`` from while one runs):
+
+- ``read``: the fastest of a sweep of plain streaming reads (Triton: each program loads
+  ``ITERS`` x ``BLOCK`` int32 words, all loads before the sum; grids of 1/2 to 64 programs a
+  multiprocessor), the bytes and nothing else;
+- ``cuBLAS bf16``: torch's bf16 GEMV (M = 1) over a weight of the same bytes (K = 4096 or the
+  shape's, N to match), what NVIDIA's library reaches at that size;
+- ``mma``: kernel: mma's call as the engine makes it, M = 1 (the shipped tilings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import torch
+import triton
+import triton.language as tl
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # NOTE: the sibling script
+
+
+@triton.jit
+def read_words(src, out, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    base = tl.program_id(0) * BLOCK * ITERS
+    total = tl.zeros([BLOCK], dtype=tl.int32)
+    for i in tl.static_range(ITERS):
+        offs = base + i * BLOCK + tl.arange(0, BLOCK)
+        total += tl.load(src + offs, mask=offs < n_words, other=0, cache_modifier=".cg")
+    tl.store(out + tl.program_id(0), tl.sum(total, 0))
+
+
+def best_read(n_bytes: int, iters: int, replays: int) -> tuple:
+    words = n_bytes // 4
+    bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda") for _ in range(ROTATE)]
+    out = torch.empty(words // 256 + 1, dtype=torch.int32, device="cuda")
+    best = (float("inf"), None)
+    for block in (512, 1024, 2048):
+        for its in (1, 2, 4, 8, 16):
+            for warps in (4, 8):
+                grid = (triton.cdiv(words, block * its),)
+
+                def fn(i=0, block=block, its=its, warps=warps, grid=grid):
+                    read_words[grid](bufs[i], out, words, BLOCK=block, ITERS=its, num_warps=warps)
+
+                t = graph_time(fn, iters, replays)
+                if t < best[0]:
+                    best = (t, f"block {block} x {its}, {warps} warps, {grid[0]} programs")
+    return best
+
+
+def main(args) -> None:
+    from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.kernels import MmaKernel
+    from hinge_nvfp4.options import NVFP4Options
+
+    kernel = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)
+    print(f"{'shape':8} {'MB':>5} {'clock':7} {'read us (%)':>14} {'cuBLAS bf16 us (%)':>19} {'mma us (%)':>14}  best read")
+    for label, (n, k) in SHAPES.items():
+        n_bytes = n * k // 2 + n * k // 16
+        roof = n_bytes / (args.hbm_tbs * 1e12) * 1e6
+        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
+        layers = []
+        for w in ws:
+            packed, scales, _ = fp4.quantize_weight(w)
+            layer = torch.nn.Module()
+            layer.row_scale = torch.ones(n, device="cuda")
+            kernel.prepare_linear(layer, packed, scales)
+            layers.append(layer)
+        del ws
+        same = [torch.randn(n_bytes // (2 * k) // 16 * 16, k, device="cuda", dtype=torch.bfloat16)
+                for _ in range(ROTATE)]
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        for clock, replays in (("replay", 0), ("steady", args.replays)):
+            read, how = best_read(n_bytes, args.iters, replays)
+            dense = graph_time(lambda i=0, x=x, same=same: torch.nn.functional.linear(x, same[i]),
+                               args.iters, replays)
+            dense_roof = same[0].numel() * 2 / (args.hbm_tbs * 1e12) * 1e6
+            mma = graph_time(lambda i=0, x=x, layers=layers: kernel.linear(layers[i], x, None, None),
+                             args.iters, replays)
+            print(f"{label.split()[0]:8} {n_bytes / 1e6:5.1f} {clock:7} {read:7.1f} ({100 * roof / read:3.0f}%) "
+                  f"{dense:11.1f} ({100 * dense_roof / dense:3.0f}%) {mma:7.1f} ({100 * roof / mma:3.0f}%)  {how}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--replays", type=int, default=4)
+    parser.add_argument("--hbm-tbs", type=float, default=None)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    args.hbm_tbs = args.hbm_tbs or peak_hbm_tbs()
+    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}; "
+          f"us a call (% of {args.hbm_tbs} TB/s), {ROTATE} copies in turn from one graph")
+    main(args)
