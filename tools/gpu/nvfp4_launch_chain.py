@@ -1,92 +1,89 @@
-"""kernel: mma's decode GEMVs back to back, by when each lets the next launch and whether it asks
-L2 for its whole weight stream first; one run.
+"""kernel: mma's decode GEMVs back to back under the shipped tilings and variants of them; one run.
 
     python tools/gpu/nvfp4_launch_chain.py [--ms 1 8 16] [--iters 50] [--replays 4]
 
-A GEMV of 14 to 57 MB (Qwen3-8B's qkv, gate_up, down, o) spends a few microseconds starting and
-draining that its bytes do not need (docs/nvfp4.md). Built for programmatic dependent launch it
-copies its first weights before it waits for the kernel before it; this script times the builds
-(``mma_gemv.TRIGGERS`` x ``l2_ahead``) as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
-the engine's call on ``ROTATE`` weight copies in turn in one CUDA graph, each launched early
-behind the one before, so each reads its weights from HBM. Two clocks: ``replay`` (events around
-one replay, as the GEMM table; the graph's launch counts in it) and ``steady`` (a replay already
-running when the first event is recorded, then ``--replays`` more: the kernels alone). Percent of
-the datasheet bandwidth (``--hbm-tbs``: 3.35 TB/s on an H100, 4.8 otherwise), as the table's.
+Each variant is the tilings file shipped for this GPU with every shape's entry changed the
+same way (``VARIANTS``: eight warps a tile, a block a tile, in the plain or bulk form; its
+16-row launch likewise), run through ``kernel: mma`` as the engine builds it
+(``$HINGE_NVFP4_MMA_PLAN``). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
+``ROTATE`` weight copies in turn in one CUDA graph, each launched early behind the one before,
+so HBM serves them; two clocks: ``replay`` (events around one replay, as the GEMM table) and
+``steady`` (``--replays`` replays timed from while one already runs: the kernels alone). Percent
+of the datasheet bandwidth (``--hbm-tbs``: 3.35 TB/s on an H100, 4.8 otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
+import json
+import os
 import sys
+import tempfile
 
 import torch
 from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # NOTE: the sibling script
 
-BUILDS = (("read", False), ("read", True), ("start", False), ("start", True))
+#: label -> the change to every shape's tuned entry (None: the shipped file as it is)
+VARIANTS = {
+    "shipped": None,
+    "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
+    "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
+    "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
+                       "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
+}
 
 
-def steady_time(fn, iters: int, replays: int) -> float:
-    """Median microseconds per ``fn()`` call over ``replays`` replays of a graph of ROTATE calls,
-    the first event recorded while a replay already runs (no idle GPU between them)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(ROTATE):
-            fn(i)
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        graph.replay()
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / (ROTATE * replays))
-    return statistics.median(times)
+def kernels(tmp: str) -> dict:
+    """A ``kernel: mma`` object a variant, each reading its own tilings file."""
+    from hinge_nvfp4 import mma_tiling
+    from hinge_nvfp4.kernels import MmaKernel
+    from hinge_nvfp4.options import NVFP4Options
 
-
-def layers_for(kernel, quant: list, n: int) -> list:
-    layers = []
-    for packed, scales, _ in quant:
-        layer = torch.nn.Module()
-        layer.row_scale = torch.ones(n, device="cuda")
-        kernel.prepare_linear(layer, packed, scales)
-        layers.append(layer)
-    return layers
+    os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+    shipped = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name()) or {}
+    out = {}
+    for label, change in VARIANTS.items():
+        os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+        if change is not None:  # (kept in --keep-plans when given)
+            path = os.path.join(tmp, f"{label.replace(' ', '_')}.json")
+            with open(path, "w") as f:
+                json.dump({shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}, f)
+            os.environ["HINGE_NVFP4_MMA_PLAN"] = path
+        out[label] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
+    os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+    return out
 
 
 def main(args) -> None:
     from hinge_nvfp4 import format as fp4
-    from hinge_nvfp4.kernels import MmaKernel
-    from hinge_nvfp4.options import NVFP4Options
 
-    rows = NVFP4Options().prefill_dequant_rows  # as the engine builds it: the codes freed
-    kernels = {(t, a): MmaKernel(dequant_rows=rows, trigger=t, l2_ahead=a) for t, a in BUILDS}
-    names = [f"{t}{'+l2' if a else ''}" for t, a in BUILDS]
-    print(f"{'shape':10} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{n:>13}" for n in names))
+    with tempfile.TemporaryDirectory() as tmp:
+        by_variant = kernels(args.keep_plans or tmp)
+    print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
     for label, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
-        per_build = {key: layers_for(kn, quant, n) for key, kn in kernels.items()}
+        layers = {}
+        for name, kernel in by_variant.items():
+            layers[name] = []
+            for packed, scales, _ in quant:
+                layer = torch.nn.Module()
+                layer.row_scale = torch.ones(n, device="cuda")
+                kernel.prepare_linear(layer, packed, scales)
+                layers[name].append(layer)
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
-            for clock in ("replay", "steady"):
-                def timed(fn, clock=clock):
-                    return graph_time(fn, args.iters) if clock == "replay" else steady_time(
-                        fn, args.iters, args.replays)
-
-                bf16 = timed(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]))
+            for clock, replays in (("replay", 0), ("steady", args.replays)):
+                bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), args.iters, replays)
                 cells = []
-                for key, kn in kernels.items():
-                    t = timed(lambda i=0, x=x, kn=kn, ls=per_build[key]: kn.linear(ls[i], x, None, None))
-                    cells.append(f"{t:6.1f} ({100 * roof / t:3.0f}%)")
-                print(f"{label.split()[0]:10} {m:>3} {clock:7} {bf16:7.1f} " + " ".join(cells), flush=True)
-        del per_build, quant
+                for name, kernel in by_variant.items():
+                    t = graph_time(lambda i=0, x=x, kn=kernel, ls=layers[name]: kn.linear(ls[i], x, None, None),
+                                   args.iters, replays)
+                    cells.append(f"{t:8.1f} ({100 * roof / t:3.0f}%)")
+                print(f"{label.split()[0]:8} {m:>3} {clock:7} {bf16:7.1f} " + " ".join(cells), flush=True)
+        del layers, quant
 
 
 if __name__ == "__main__":
@@ -95,6 +92,7 @@ if __name__ == "__main__":
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)
+    parser.add_argument("--keep-plans", help="a directory to write the variants' tilings files to")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")

@@ -52,9 +52,8 @@
 #                                                 # to prefill sizes, end to end with a prefill
 #   bash tools/gpu/open_issue_checks.sh dq16     # the dequantizing kernel's forms: bits and times
 #   bash tools/gpu/open_issue_checks.sh host16   # launches' parameter blocks built once: tests, end to end
-#   bash tools/gpu/open_issue_checks.sh trig17 / trig17e  # 2026-12-06 (16th): MMA GEMVs letting the
-#                                                 # next launch at their start, their runs asked of
-#                                                 # L2 first: tests, back to back; end to end
+#   bash tools/gpu/open_issue_checks.sh kw17     # 2026-12-06 (16th): eight warps a tile: tests, the
+#                                                 # GEMVs back to back under kw8 tilings
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -452,30 +451,21 @@ host16)
     b host_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048
     cat "$OUT/rc.txt"; tail -3 "$OUT/host_tests.log"; grep -E "prefill|/ bf16|decoding" "$OUT/host_e2e.log"
     ;;
-trig17|trig17e)
-    # 2026-12-06 (16th): when each MMA GEMV lets the next kernel launch (once its weights are read,
-    # or at its start) and whether it asks L2 for its whole run before x. trig17 (~5 min): the
-    # four builds compiled at once, the launch-order GPU tests in each, the GEMVs back to back by
-    # build (tools/gpu/nvfp4_launch_chain.py); trig17e (~5 min): end to end by build
-    lane=$1
-    for build in "read False" "read True" "start False" "start True"; do
-        read -r trigger ahead <<< "$build"
-        python3 -c "from hinge_nvfp4 import mma_gemv as m
-m.cached_cubin('sm_90', 4, pdl=True, trigger='$trigger', l2_ahead=$ahead)" &
+kw17)
+    # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
+    # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
+    # (tools/gpu/nvfp4_launch_chain.py; the variants' files in $OUT/plans)
+    for warps in 4 8; do for pdl in True False; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=$pdl, warps=$warps)" &
+    done; done
+    for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=256, warps=$warps)" &
     done
-    python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4)" &
     wait
-    if [ "$lane" = trig17 ]; then
-        b trig_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-            plugins/quant_nvfp4/tests/test_mma_kernel.py -k "early_triggering or launched_early"
-        b trig_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16
-        cat "$OUT/rc.txt"; tail -3 "$OUT/trig_tests.log"; cat "$OUT/trig_chain.log"
-    else
-        b trig_e2e 560 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - \
-            HINGE_NVFP4_MMA_TRIGGER=start HINGE_NVFP4_MMA_TRIGGER=start,HINGE_NVFP4_MMA_L2_AHEAD=1 \
-            HINGE_NVFP4_MMA_L2_AHEAD=1
-        cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/trig_e2e.log"
-    fi
+    b kw_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --keep-plans "$OUT/plans"
+    b kw_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "every_form or pdl_gemv or launched_early"
+    cat "$OUT/rc.txt"; cat "$OUT/kw_chain.log"; tail -3 "$OUT/kw_tests.log"
     ;;
 ceil17)
     # 2026-12-06 (16th, ~6 min): what a plain read of each shape's NVFP4 bytes takes against

@@ -212,8 +212,7 @@ class MmaKernel(TritonKernel):
     TILES16 = 2
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
-                 form: str | None = None, device_name: str | None = None, dequant_rows: int = 0,
-                 trigger: str | None = None, l2_ahead: bool | None = None) -> None:
+                 form: str | None = None, device_name: str | None = None, dequant_rows: int = 0) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
@@ -233,15 +232,6 @@ class MmaKernel(TritonKernel):
         self.fuse_gated = os.environ.get("HINGE_NVFP4_MMA_GATED", "1") != "0"
         #: programmatic dependent launch (on Hopper unless $HINGE_PDL=0: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
-        #: when a GEMV lets the kernel after it launch: once its weights are read, or at its start
-        #: ($HINGE_NVFP4_MMA_TRIGGER; mma_gemv.TRIGGERS)
-        self.trigger = trigger or os.environ.get("HINGE_NVFP4_MMA_TRIGGER") or mma_gemv.TRIGGER
-        if self.trigger not in mma_gemv.TRIGGERS:
-            raise ValueError(f"nvfp4 kernel 'mma' trigger {self.trigger!r}: one of "
-                             f"{', '.join(mma_gemv.TRIGGERS)} (HINGE_NVFP4_MMA_TRIGGER)")
-        #: each warp's whole run of weights asked of L2 before x ($HINGE_NVFP4_MMA_L2_AHEAD=1)
-        self.l2_ahead = (os.environ.get("HINGE_NVFP4_MMA_L2_AHEAD", "0") == "1" if l2_ahead is None
-                         else l2_ahead)
         #: the GEMV right behind a gated one (the MLP's down) launched early too
         #: ($HINGE_NVFP4_MMA_AFTER_GATED=early), or only once the gated GEMV has ended (after)
         self.early_after_gated = os.environ.get("HINGE_NVFP4_MMA_AFTER_GATED", "after") == "early"
@@ -274,11 +264,10 @@ class MmaKernel(TritonKernel):
             key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
-            t2 = mma_gemv.two_tiles_built(form, plan.stages)
+            t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
             key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
-                                                               trigger=self.trigger, l2_ahead=self.l2_ahead)
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4])
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
@@ -394,12 +383,11 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
-                  tiles16: int = 1, trigger: str = "read", l2_ahead: bool = False) -> Any:
+                  tiles16: int = 1) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
-    dependent launch, its dependents let launch at ``trigger``; ``tiles16`` tiles a warp at
-    9 .. 16 rows; ``l2_ahead``: each warp's run asked of L2 first), built or read from the disk
-    cache."""
+    dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
+    block as ``kwarps`` needs: ``mma_gemv.block_warps``), built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv
 
     major, minor = torch.cuda.get_device_capability()
@@ -408,5 +396,5 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
-                                  trigger=trigger, l2_ahead=l2_ahead)
+                                  warps=mma_gemv.block_warps(kwarps))
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16)

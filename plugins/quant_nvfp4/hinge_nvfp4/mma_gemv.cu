@@ -46,21 +46,16 @@
 #ifndef STAGES
 #define STAGES 4  // supersteps in a warp's ring (mma_gemv.build_cubin sets it)
 #endif
-#define WARPS 4  // warps a block (mma_gemv.MmaGemv launches this many)
+#ifndef WARPS
+#define WARPS 4  // warps a block (mma_gemv.build_cubin sets it: 4, or 8 for the _kw8 kernels)
+#endif
 #ifndef MMA_PDL
 #define MMA_PDL 0  // 1: built for programmatic dependent launch (mma_gemv.build_cubin pdl=True)
 #endif
 constexpr bool PDL = MMA_PDL;
-#ifndef MMA_TRIGGER
-#define MMA_TRIGGER 0  // PDL: 0 the dependents launch once a block's weights are read, 1 at its start
-#endif
-#ifndef MMA_L2_AHEAD
-#define MMA_L2_AHEAD 0  // 1: before x, each warp asks L2 for its whole run's weights (bulk prefetches)
-#endif
-constexpr bool TRIGGER_AT_START = MMA_TRIGGER == 1, L2_AHEAD = MMA_L2_AHEAD;
-#define BLOCKS_PER_SM 6  // registers for 6 blocks a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
-#define BLOCKS_PER_SM_16 4  // ... for the 16-row kernels (<= 128: twice the x registers)
-#define BLOCKS_PER_SM_16_T2 3  // ... and those of two tiles a warp (<= 168: twice the codes and sums)
+#define BLOCKS_PER_SM (24 / WARPS)  // registers for 24 warps a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
+#define BLOCKS_PER_SM_16 (16 / WARPS)  // ... 16 warps for the 16-row kernels (<= 128: twice the x registers)
+#define BLOCKS_PER_SM_16_T2 (12 / WARPS)  // ... 12 for those of two tiles a warp (<= 168: twice the codes and sums)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
     // the repack's bit places (mma_layout.FRAGMENT_BITS): three registers a shift and a mask each,
@@ -413,23 +408,6 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parit
         " @!done bra WAIT;\n}" ::"r"(shared_address(bar)), "r"(parity) : "memory");
 }
 
-template <int T>
-__device__ __forceinline__ void prefetch_run(const uint4* const (&c_block)[T], const uint4* const (&s_block)[T],
-                                             const int c_step, const int s_step, const int from,
-                                             const int steps, const int lane) {
-    // L2_AHEAD: supersteps from .. steps - 1 of the warp's run (those past the ring's prologue)
-    // asked of L2 at once, a superstep a lane: the run's whole weight stream in flight before
-    // the kernel waits for x, the ring's copies then served from L2
-#pragma unroll
-    for (int j = 0; j < T; ++j)
-        for (int i = from + lane; i < steps; i += 32) {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], 1024;"
-                         ::"l"(c_block[j] + (size_t)i * c_step) : "memory");
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], 128;"
-                         ::"l"(s_block[j] + (size_t)i * s_step) : "memory");
-        }
-}
-
 __device__ __forceinline__ void wait_for_prerequisites() {
     // programmatic dependent launch (mma_gemv.MmaGemv pdl=True, hinge.devices.early_dependents):
     // the kernel may have started while the one before it runs; it reads x (that kernel's output)
@@ -519,7 +497,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         }
         __syncwarp();
     }
-    if constexpr (L2_AHEAD) prefetch_run<T>(c_block, s_block, c_step, s_step, STAGES - 1, steps, lane);
     if constexpr (PDL) {
         // the prologue: supersteps 0 .. STAGES - 2 in flight, their weights first (copy group 0
         // holds them all: waiting for group i still means superstep i's weights have landed),
@@ -658,11 +635,6 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // (slice 0's warp then finishes the tile as one warp would): KW times the warps of a launch
     // with no global reduction
     static_assert(WARPS % KW == 0, "KW warps a tile divide the block's WARPS");
-    if constexpr (PDL && TRIGGER_AT_START) {
-        // the kernel after this one may launch now: its blocks take the room this launch
-        // leaves, copy their first weights, then wait for this grid to end
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // T tiles a warp (T = 2: the 16-row kernels' ``_t2``): tiles tile .. tile + T - 1
     const int tile = (blockIdx.x * (WARPS / KW) + warp / KW) * T, slice = warp % KW;
@@ -676,7 +648,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     float acc[T][4 * SETS] = {};
     if (steps > 0) accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
                                              tile, (n >> 4) - 1, first, steps, warp, lane, acc);
-    if constexpr (PDL && !TRIGGER_AT_START) {
+    if constexpr (PDL) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
         // tiles are past N exited above, which counts as its trigger
@@ -744,9 +716,19 @@ GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_16(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS_16(nvfp4_mma_gemv_bulk, BULK)
-#if STAGES <= 4
+#if STAGES <= 4 && WARPS == 4
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv_bulk, BULK)
+#endif
+#if WARPS == 8
+// eight warps a tile, a block a tile (a build of 8 warps a block, rings of at most 5 stages:
+// mma_gemv.WIDE_WARPS): twice the warps of _kw4 on a weight of few tiles, no global reduction
+#define GEMV_KERNELS_KW8(name, FORM)                                                             \
+    GEMV_KERNEL(name##_kw8, FORM, 8, 1, 1, BLOCKS_PER_SM) GEMV_KERNEL(name##_kw8_r16, FORM, 8, 2, 1, BLOCKS_PER_SM_16)
+GEMV_KERNELS_KW8(nvfp4_mma_gemv, PLAIN)
+GEMV_KERNELS_KW8(nvfp4_mma_gemv_ahead, AHEAD)
+GEMV_KERNELS_KW8(nvfp4_mma_gemv_xring, XRING)
+GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
 #endif
 
 // The weight itself, for x of prefill sizes (mma_gemv.MmaGemv.dequantize, kernels.MmaKernel): from

@@ -24,15 +24,15 @@ SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 16  #: rows of x: the MMA's B columns, in sets of ``SET_ROWS``
 SET_ROWS = 8  #: rows of one set (one MMA a decoded A fragment); more take the ``_r16`` kernels
 WARPS = 4  #: warps a block (``WARPS`` in mma_gemv.cu)
+#: warps a block of the cubins that hold the ``_kw8`` kernels (eight warps a tile, a block a
+#: tile: a weight of few tiles gets twice ``_kw4``'s warps), their rings at most
+#: ``WIDE_MAX_STAGES`` deep (8 warps' rings in 48 KiB); no two-tiles kernels in them
+WIDE_WARPS = 8
+WIDE_MAX_STAGES = 5
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
 PREFETCH = 0  #: the one ``MmaKernel`` builds
-#: when a PDL build lets the kernel after it launch (``MMA_TRIGGER``): once a block's weights are
-#: read, or at its start (the next kernel's blocks then fill the room this launch leaves and
-#: copy their first weights while this one streams)
-TRIGGERS = {"read": 0, "start": 1}
-TRIGGER = "read"  #: the one ``MmaKernel`` builds unless told
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
@@ -58,9 +58,15 @@ DQ_BLOCKS = 4  #: blocks a warp of the staged form (``DQ_BLOCKS`` in mma_gemv.cu
 DEQUANT_FORM = "staged"  #: the form ``dequantize`` launches unless told (H100: 82-84% of peak, direct 47-52%)
 
 
-def two_tiles_built(form: str, stages: int | None) -> bool:
-    """Whether a cubin of ``stages`` holds ``form``'s two-tiles-a-warp kernels (``_t2``)."""
-    return form in T2_FORMS and stages is not None and stages <= T2_MAX_STAGES
+def two_tiles_built(form: str, stages: int | None, kwarps: int = 1) -> bool:
+    """Whether a cubin of ``stages`` holds ``form``'s two-tiles-a-warp kernels (``_t2``) of
+    ``kwarps`` warps a tile."""
+    return form in T2_FORMS and stages is not None and stages <= T2_MAX_STAGES and kwarps in KWARPS
+
+
+def block_warps(kwarps: int) -> int:
+    """Warps a block of the cubin that holds the kernels of ``kwarps`` warps a tile."""
+    return WIDE_WARPS if kwarps == WIDE_WARPS else WARPS
 
 
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
@@ -71,12 +77,13 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
     names = KERNELS | DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
-    if kwarps not in KWARPS:
-        raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, not {kwarps}")
+    if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in KERNELS):
+        raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, or {WIDE_WARPS} "
+                         f"in its GEMV forms, not {kwarps} ({form})")
     if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
         raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
                          f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")
-    if tiles not in (1, 2) or (tiles == 2 and (rows != MAX_ROWS or form not in T2_FORMS)):
+    if tiles not in (1, 2) or (tiles == 2 and (rows != MAX_ROWS or form not in T2_FORMS or kwarps == WIDE_WARPS)):
         raise ValueError(f"two tiles a warp are built for {MAX_ROWS} rows in the "
                          f"{' and '.join(T2_FORMS)} forms; got {tiles} tiles, {rows} rows, {form}")
     return (names[form] + ("" if kwarps == 1 else f"_kw{kwarps}") + ("_r16" if rows > SET_ROWS else "")
@@ -84,16 +91,16 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
-                trigger: str = TRIGGER, l2_ahead: bool = False) -> bytes:
+                warps: int = WARPS) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
     (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
-    coherent loads; sm_90 and later), its dependents let launch at ``trigger`` (``TRIGGERS``),
-    ``l2_ahead``: each warp's whole run of weights asked of L2 before x (``MMA_L2_AHEAD``: bulk
-    prefetches, sm_90 and later); needs nvcc on PATH."""
-    if trigger not in TRIGGERS:
-        raise ValueError(f"the MMA GEMV's dependents launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
+    coherent loads; sm_90 and later), ``warps`` a block (``WARPS``, or ``WIDE_WARPS``: the ``_kw8``
+    kernels, rings of at most ``WIDE_MAX_STAGES``); needs nvcc on PATH."""
+    if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
+        raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
+                         f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
     if not 2 <= stages <= MAX_STAGES:
         raise ValueError(f"the cp.async ring takes 2 to {MAX_STAGES} stages (static shared "
                          f"memory), got {stages}")
@@ -107,7 +114,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
                                f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
-                               f"-DMMA_TRIGGER={TRIGGERS[trigger]}", f"-DMMA_L2_AHEAD={int(l2_ahead)}", "-o", str(out),
+                               f"-DWARPS={warps}", "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -122,17 +129,16 @@ def default_cache_dir() -> Path:
 
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
-                 prefetch: int | None = None, pdl: bool = False, trigger: str = TRIGGER,
-                 l2_ahead: bool = False) -> bytes:
+                 prefetch: int | None = None, pdl: bool = False, warps: int = WARPS) -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
-    options = f"{arch}:{stages}:{prefetch}:{pdl}:{trigger}:{l2_ahead}"
+    options = f"{arch}:{stages}:{prefetch}:{pdl}:{warps}"
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, trigger, l2_ahead)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)
@@ -165,9 +171,12 @@ class MmaGemv:
         if tiles16 == 2 and (stages is None or stages > T2_MAX_STAGES):
             raise ValueError(f"two tiles a warp are built in cubins of at most {T2_MAX_STAGES} stages; "
                              f"got stages {stages}")
+        if tiles16 == 2 and kwarps == WIDE_WARPS:
+            raise ValueError(f"two tiles a warp are not built with {WIDE_WARPS} warps a tile")
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
+        self.warps = block_warps(kwarps)  #: warps a block: the cubin must be built with as many
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_arguments()
@@ -209,7 +218,7 @@ class MmaGemv:
 
     def x_ring_bytes(self, m: int) -> int:
         """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
-        return WARPS * self.stages * m * X_RING_BYTES if self.form == "xring" else 0
+        return self.warps * self.stages * m * X_RING_BYTES if self.form == "xring" else 0
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made
@@ -294,17 +303,17 @@ class MmaGemv:
             *block_strides(words, scale_codes), groups_per_split, _address(row_scale), _address(bias),
             _address(out), _address(self._counters), pair_tiles, int(gated))
         tiles = self.tiles16 if rows > SET_ROWS else 1  # a warp's
-        grid = (-(-(n // 16) // (tiles * WARPS // self.kwarps)), splits, 1)
+        grid = (-(-(n // 16) // (tiles * self.warps // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
         if self.pdl and early:
             key = (grid, self.x_ring_bytes(m), stream.value)
             if key not in self._configs:  # a few (grid, stream) a launcher: built once each
-                self._configs[key] = launch_config(grid, (32 * WARPS, 1, 1), key[1], stream)
+                self._configs[key] = launch_config(grid, (32 * self.warps, 1, 1), key[1], stream)
             self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(self._configs[key]), function, pointers, None),
                         "cuLaunchKernelEx")
         else:
-            self._check(self.cuda.cuLaunchKernel(function, *grid, 32 * WARPS, 1, 1,
+            self._check(self.cuda.cuLaunchKernel(function, *grid, 32 * self.warps, 1, 1,
                                                  self.x_ring_bytes(m), stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out
@@ -334,9 +343,9 @@ class MmaGemv:
                                           *block_strides(words, scale_codes), _address(row_scale),
                                           _address(out), pair_tiles)
         per_warp = DQ_BLOCKS if form == "staged" else 1  # (tile, superstep) blocks
-        blocks = -(-(n // 16 * (k // SUPERSTEP)) // (WARPS * per_warp))
+        blocks = -(-(n // 16 * (k // SUPERSTEP)) // (self.warps * per_warp))
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        self._check(self.cuda.cuLaunchKernel(self.dequant_functions[form], blocks, 1, 1, 32 * WARPS, 1, 1, 0,
+        self._check(self.cuda.cuLaunchKernel(self.dequant_functions[form], blocks, 1, 1, 32 * self.warps, 1, 1, 0,
                                              stream, pointers, None), "cuLaunchKernel")
         return out
 

@@ -20,6 +20,8 @@ from hinge_nvfp4.mma_gemv import (
     T2_FORMS,
     T2_MAX_STAGES,
     WARPS,
+    WIDE_MAX_STAGES,
+    WIDE_WARPS,
     two_tiles_built,
 )
 from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP
@@ -92,11 +94,13 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     if entry is not None:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
-        if (kwarps not in KWARPS or stages not in RING_STAGES or not 1 <= splits <= groups // 8
+        if (kwarps not in KWARPS + (WIDE_WARPS,) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
+                or (kwarps == WIDE_WARPS and stages > WIDE_MAX_STAGES)
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
                 or prefetch not in (None, *PREFETCHES)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
-                             f"runs: kwarps of {KWARPS}, stages of {RING_STAGES}, 1 to {groups // 8} "
+                             f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
+                             f"stages of {RING_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join(KERNELS)}, "
                              f"prefetch of {PREFETCHES} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
@@ -124,12 +128,15 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
     if entry is None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
-    if (kwarps not in KWARPS or form not in KERNELS or tiles not in (1, 2)
-            or (tiles == 2 and not two_tiles_built(form, stages))):
+    if (kwarps not in KWARPS + (WIDE_WARPS,) or form not in KERNELS or tiles not in (1, 2)
+            or (kwarps == WIDE_WARPS and stages > WIDE_MAX_STAGES)
+            or (tiles == 2 and not two_tiles_built(form, stages, kwarps))):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
-                         f"runs: kwarps of {KWARPS}, forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
+                         f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
+                         f"forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
                          f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
-                         "stages) (re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+                         f"stages, up to {max(KWARPS)} warps a tile) "
+                         "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
     return Rows16(kwarps, form, tiles)
 
 

@@ -184,6 +184,30 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
 
 
 @needs_nvcc
+@pytest.mark.parametrize("stages", [4, 5])
+def test_a_build_of_eight_warps_a_block_holds_the_eight_warps_a_tile_kernels_in_as_many_registers(tmp_path, stages):
+    """``WIDE_WARPS``: each GEMV form's ``_kw8`` and ``_kw8_r16`` kernels (80 and 128 registers
+    at most: 3 and 2 blocks of 256 threads a multiprocessor), no stack, eight rings of ``stages``
+    in static shared memory, a named barrier for the tile's warps, no two-tiles kernels; the
+    4-warp kernels are built too (a launcher takes any function of its cubin)."""
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, warps=nvfp4_mma.WIDE_WARPS))
+    resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+    codes = sass_by_function(cubin)
+    assert not any(name.endswith("_t2") for name in resources)
+    for form in nvfp4_mma.KERNELS:
+        for rows, most in ((8, 80), (16, 128)):
+            name = nvfp4_mma.kernel_name(form, 8, rows)
+            line = resources[name]
+            assert int(re.search(r"REG:(\d+)", line).group(1)) <= most and "STACK:0" in line, (name, line)
+            ring = 8 * stages * 1152 + (8 * stages * 8 if form == "bulk" else 0) + 1024
+            assert f"SHARED:{ring}" in line, (name, line)
+            assert codes[name].count("HMMA.16816.F32.BF16") == 8 * stages * rows // 8, name
+            assert codes[name].count("BAR.SYNC") == 1 and "BAR.ARV" not in codes[name], name
+        assert nvfp4_mma.kernel_name(form, 4) in resources
+
+
+@needs_nvcc
 def test_the_dequantizing_kernels_read_a_block_in_three_loads_and_write_it_in_sixteen_byte_stores(tmp_path):
     """``DEQUANTS``: no stack, no spills; a lane's two 16-byte code loads and its scale word a
     block, the GEMV's decode (bf16x2 multiplies by the scales: HMUL2, or HFMA2 on the MMA pipe),
@@ -228,33 +252,6 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
         assert "LDG.E.128.CONSTANT" not in code, name
 
 
-@needs_nvcc
-@pytest.mark.parametrize("trigger", sorted(nvfp4_mma.TRIGGERS))
-def test_a_pdl_build_lets_its_dependents_launch_where_told_and_asks_l2_for_its_run_before_waiting(tmp_path, trigger):
-    """``trigger``: griddepcontrol.launch_dependents (PREEXIT) once, at the kernel's start (before
-    any copy) or after its last weight copy; ``l2_ahead``: bulk L2 prefetches (UBLKPF.L2) before
-    the wait (ACQBULK), none in a build without it."""
-    plain = tmp_path / "plain.cubin"
-    plain.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger))
-    ahead = tmp_path / "ahead.cubin"
-    ahead.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger, l2_ahead=True))
-    for cubin, prefetches in ((plain, False), (ahead, True)):
-        for name, code in sass_by_function(cubin).items():
-            if name in nvfp4_mma.DEQUANTS.values():
-                assert "PREEXIT" not in code and "UBLKPF" not in code, name
-                continue
-            trigger_at, wait = code.index("PREEXIT"), code.index("ACQBULK")
-            copies = [m.start() for m in re.finditer(r"LDGSTS|UBLKCP", code)]
-            assert code.count("PREEXIT") == 1, name
-            if trigger == "start":
-                assert trigger_at < min(copies), name
-            else:
-                assert trigger_at > max(copies), name
-            assert ("UBLKPF.L2" in code) == prefetches, name
-            if prefetches:
-                assert code.rindex("UBLKPF.L2") < wait, name
-
-
 def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
     assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56
@@ -276,21 +273,24 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
             return 0
 
         def cuLaunchKernel(self, function, *args):  # noqa: N802
-            calls.append(("plain", list(args[:3])))
+            calls.append(("plain", list(args[:3]), args[3]))
             return 0
 
     packed, scales = weights(64, 256)
     words, codes = layout.repack(packed, scales)
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
-    for pdl in (True, False):
+    # 4 tiles: a block of 4 at one warp a tile, 4 blocks of 4 warps at 4, of 8 warps (block_warps) at 8
+    for pdl, kwarps in ((True, 1), (False, 1), (False, 4), (False, 8)):
         gemv = object.__new__(nvfp4_mma.MmaGemv)
         gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
-            FakeDriver(), None, None, "plain", 4, 1, pdl)
+            FakeDriver(), None, None, "plain", 4, kwarps, pdl)
+        gemv.warps, gemv.tiles16 = nvfp4_mma.block_warps(kwarps), 1
         gemv._counters = None
         gemv._make_arguments()
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
-    assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1])]
+    assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1], 128), ("plain", [4, 1, 1], 128),
+                     ("plain", [4, 1, 1], 256)]
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():
@@ -303,8 +303,15 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
 def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
     with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, bulk, ring, math"):
         nvfp4_mma.MmaGemv(b"", "fast")
-    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, not 3"):
+    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, or 8 in its GEMV forms, not 3"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)
+    assert nvfp4_mma.kernel_name("bulk", 8, 16) == "nvfp4_mma_gemv_bulk_kw8_r16"
+    with pytest.raises(ValueError, match="or 8 in its GEMV forms, not 8 \\(ring\\)"):
+        nvfp4_mma.kernel_name("ring", 8)
+    with pytest.raises(ValueError, match="two tiles a warp are not built with 8 warps a tile"):
+        nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=8, tiles16=2)
+    with pytest.raises(ValueError, match="8 with rings of at most 5 stages; got 8 warps, 8 stages"):
+        nvfp4_mma.build_cubin("sm_90", stages=8, warps=8)
     assert nvfp4_mma.kernel_name("xring", 2) == "nvfp4_mma_gemv_xring_kw2"
     assert nvfp4_mma.kernel_name("bulk", 4, 16) == "nvfp4_mma_gemv_bulk_kw4_r16"
     with pytest.raises(ValueError, match="ring form is built for 8 rows of x, not 16"):
@@ -326,7 +333,7 @@ def test_a_launch_passes_the_kernels_parameters_in_order_from_blocks_built_once(
 
     launches = []
     gemv = object.__new__(nvfp4_mma.MmaGemv)
-    gemv.form, gemv.stages, gemv.kwarps, gemv.pdl, gemv.tiles16 = "plain", 4, 1, True, 2
+    gemv.form, gemv.stages, gemv.kwarps, gemv.pdl, gemv.tiles16, gemv.warps = "plain", 4, 1, True, 2, 4
     gemv.cuda = types.SimpleNamespace(cuLaunchKernel=lambda *a: launches.append(("plain", a)) or 0,
                                       cuLaunchKernelEx=lambda *a: launches.append(("pdl", a)) or 0)
     gemv.function = gemv.function16 = "function"

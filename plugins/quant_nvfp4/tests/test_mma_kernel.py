@@ -291,6 +291,14 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
     assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    # eight warps a tile (rings of <= 5 stages): its own launcher, no two tiles a warp
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 8, "stages": 4, "form": "bulk"}}')
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 8, 4, None, "bulk")
+    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1)
+    with pytest.raises(ValueError, match=r"kwarps of \(1, 2, 4\) \(or 8 with rings of <= 5\)"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 8, "stages": 8}})
     path.write_text("{not json")
     with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_PLAN=.*unset it"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
@@ -315,7 +323,8 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [c[0][0] for c in few.calls[-2:]] == [1, 8] and [c[0][0] for c in sixteen.calls] == [9, 16]
     for bad, why in (({"kwarps": 3, "form": "plain"}, "kwarps of"), ({"kwarps": 1, "form": "xring", "tiles": 2},
-                                                                     "2 in the plain and bulk forms")):
+                                                                     "2 in the plain and bulk forms"),
+                     ({"kwarps": 8, "form": "plain", "tiles": 2}, "up to 4 warps a tile")):
         with pytest.raises(ValueError, match=f"16-row MMA GEMV launch of 6144x4096 .*{why}"):
             mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4, "r16": bad}})
     with pytest.raises(ValueError, match="rings of <= 4 stages"):
@@ -472,13 +481,12 @@ def test_the_repack_in_row_blocks_equals_the_repack_at_once():
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, trigger, l2_ahead:
-                        builds.append((arch, stages, trigger, l2_ahead)) or b"cubin")
+                        lambda arch, stages, prefetch, pdl, warps: builds.append((arch, stages, warps)) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
-    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start", l2_ahead=True) == b"cubin"
-    assert builds == [("sm_90", 8, "read", False), ("sm_90", 4, "read", False), ("sm_90", 4, "start", True)]
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, warps=8) == b"cubin"
+    assert builds == [("sm_90", 8, 4), ("sm_90", 4, 4), ("sm_90", 4, 8)]
     assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 3 and not list(tmp_path.glob("*.tmp"))
 
 
@@ -506,26 +514,30 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
-def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equals_the_reference(form):
+def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout_equals_the_reference(form):
     # qkv and down (4 and 8 splits); 3 tiles of 20 supersteps in splits of 8, 8, 4 (4 warps a tile:
-    # runs of 2 and of 1; 2 warps a tile: the second block's second tile is past N); 25 tiles of
-    # 2 supersteps in one split (4 warps a tile: two of them have no superstep)
+    # runs of 2 and of 1; 2 warps a tile: the second block's second tile is past N; 8: runs of 1,
+    # some slices without a superstep); 25 tiles of 2 supersteps in one split (4 and 8 warps a
+    # tile: some of them have no superstep). 8 warps a tile: the cubin of 8 warps a block
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
     stages = 4
-    cubins = {pf: mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf) for pf in (0, 256)}
+    cubins = {(pf, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf, warps=warps)
+              for pf in (0, 256) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
     for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
         x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
         splits = -(-(k // 16) // per_split)
-        for kw, order in ((kw, order) for kw in mma_gemv.KWARPS for order in mma_layout.LAYOUTS):
+        for kw, order in ((kw, order) for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,)
+                          for order in mma_layout.LAYOUTS):
             words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales), order)
             # the copies' L2 prefetch changes no result: 256 bytes with the interleaved layout
-            cubin = cubins[256 if order == "interleaved" else 0]
+            cubin = cubins[256 if order == "interleaved" else 0, mma_gemv.block_warps(kw)]
             # and at 9 .. 16 rows two tiles a warp where built (the second of 25 or 3 tiles'
             # last warp past N)
             gemvs = [mma_gemv.MmaGemv(cubin, form, stages, kw)] + (
-                [mma_gemv.MmaGemv(cubin, form, stages, kw, tiles16=2)] if form in mma_gemv.T2_FORMS else [])
+                [mma_gemv.MmaGemv(cubin, form, stages, kw, tiles16=2)]
+                if mma_gemv.two_tiles_built(form, stages, kw) else [])
             for gemv in gemvs:
                 gemv.reserve_counters(n // 16, torch.device("cuda"))
                 for rows in (1, 3, 8, 9, 16) if gemv.tiles16 == 1 else (9, 16):
@@ -538,15 +550,8 @@ def test_cuda_every_form_with_one_two_or_four_warps_a_tile_in_every_layout_equal
                     assert err < 1e-2, (form, kw, order, n, k, rows, gemv.tiles16, float(err))
 
 
-#: (when a GEMV lets its dependents launch, each warp's run asked of L2 first): the GPU tests of
-#: launch order run each build
-LAUNCH_BUILDS = [("read", "0"), ("start", "0"), ("start", "1"), ("read", "1")]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("trigger, l2_ahead", LAUNCH_BUILDS)
-def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_eager_and_in_a_graph(
-        trigger, l2_ahead, monkeypatch):
+def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_eager_and_in_a_graph(monkeypatch):
     # HINGE_PDL=1: add_rmsnorm lets its dependents launch at its start; the GEMV, launched with
     # programmatic serialization, must still read the x the norm writes (a stale x: wrong output)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
@@ -554,10 +559,8 @@ def test_cuda_a_pdl_gemv_after_an_early_triggering_norm_reads_the_norms_output_e
     from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
 
     monkeypatch.setenv("HINGE_PDL", "1")
-    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", trigger)
-    monkeypatch.setenv("HINGE_NVFP4_MMA_L2_AHEAD", l2_ahead)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
-    assert kernel.pdl and (kernel.trigger, kernel.l2_ahead) == (trigger, l2_ahead == "1")
+    assert kernel.pdl
     for n, k in QWEN3_8B:
         _, packed, scales, row_scale, bias = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
         layer = torch.nn.Module()
@@ -635,10 +638,8 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("trigger, l2_ahead", LAUNCH_BUILDS)
-def test_cuda_norms_and_gemvs_launched_early_behind_a_triggering_gemv_read_its_output_eager_and_in_a_graph(
-        trigger, l2_ahead, monkeypatch):
-    # the GEMV triggers its dependents once its weights are read (or at its start); add_rmsnorm,
+def test_cuda_norms_and_gemvs_launched_early_behind_a_triggering_gemv_read_its_output_eager_and_in_a_graph():
+    # the GEMV triggers its dependents once its weights are read; add_rmsnorm,
     # qk_norm_rope and the o GEMV on qkv's q, launched with programmatic serialization, must wait
     # for their input (stale x: wrong result)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
@@ -646,10 +647,8 @@ def test_cuda_norms_and_gemvs_launched_early_behind_a_triggering_gemv_read_its_o
     from hinge.layers.fast_triton.add_rmsnorm import add_rmsnorm
     from hinge.layers.fast_triton.qk_norm_rope import qk_norm_rope
 
-    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", trigger)
-    monkeypatch.setenv("HINGE_NVFP4_MMA_L2_AHEAD", l2_ahead)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
-    assert kernel.pdl and (kernel.trigger, kernel.l2_ahead) == (trigger, l2_ahead == "1")
+    assert kernel.pdl
     layers = {}
     for n, k in ((4096, 12288), (6144, 4096), (4096, 4096)):
         x, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
