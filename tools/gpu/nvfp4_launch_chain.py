@@ -58,6 +58,8 @@ def kernels(tmp: str) -> dict:
 def main(args) -> None:
     from hinge_nvfp4 import format as fp4
 
+    if args.keep_plans:
+        os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         by_variant = kernels(args.keep_plans or tmp)
     print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
