@@ -54,6 +54,7 @@
 #   bash tools/gpu/open_issue_checks.sh host16   # launches' parameter blocks built once: tests, end to end
 #   bash tools/gpu/open_issue_checks.sh kw17     # 2026-12-06 (16th): eight warps a tile: tests, the
 #                                                 # GEMVs back to back under kw8 tilings
+#   bash tools/gpu/open_issue_checks.sh e2e17    # end to end: down at 8 warps a tile against 4
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -466,6 +467,22 @@ kw17)
     b kw_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "every_form or pdl_gemv or launched_early"
     cat "$OUT/rc.txt"; cat "$OUT/kw_chain.log"; tail -3 "$OUT/kw_tests.log"
+    ;;
+e2e17)
+    # 2026-12-06 (16th, ~4 min): the H100 tilings with down at eight warps a tile (shipped now)
+    # against the file before (down at 4 warps a tile, bulk form) end to end in one process, and
+    # kernel: mma's Qwen3-8B-shape GPU tests with the file
+    python3 - "$OUT/plan-down-kw4.json" <<'PY'
+import json, sys
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+plan["4096x12288"].update({"kwarps": 4, "form": "bulk"})
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+    b e2e_kw8 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-down-kw4.json"
+    b e2e_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or past_sixteen"
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/e2e_kw8.log"; tail -3 "$OUT/e2e_tests.log"
     ;;
 ceil17)
     # 2026-12-06 (16th, ~6 min): what a plain read of each shape's NVFP4 bytes takes against
