@@ -34,6 +34,16 @@ VARIANTS = {
 }
 
 
+def sweep_variants(kwarps: list) -> dict:
+    """``--sweep``: every form and memory order at these warps a tile (the 16-row launch as
+    shipped)."""
+    from hinge_nvfp4.mma_gemv import KERNELS
+    from hinge_nvfp4.mma_layout import LAYOUTS
+
+    return {"shipped": None} | {f"kw{kw} {form} {layout}": {"kwarps": kw, "form": form, "layout": layout}
+                                for kw in kwarps for form in KERNELS for layout in LAYOUTS}
+
+
 def kernels(tmp: str) -> dict:
     """A ``kernel: mma`` object a variant, each reading its own tilings file."""
     from hinge_nvfp4 import mma_tiling
@@ -62,6 +72,9 @@ def main(args) -> None:
         os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         by_variant = kernels(args.keep_plans or tmp)
+    if args.sweep:  # a column a variant is too wide: a line a variant
+        sweep_lines(args, by_variant)
+        return
     print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
     for label, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
@@ -88,6 +101,34 @@ def main(args) -> None:
         del layers, quant
 
 
+def sweep_lines(args, by_variant: dict) -> None:
+    """``--sweep``: the shapes of ``--shapes`` at ``--ms``, steady clock, a line a variant, the
+    fastest marked."""
+    from hinge_nvfp4 import format as fp4
+
+    for label, (n, k) in SHAPES.items():
+        if args.shapes and label.split()[0] not in args.shapes:
+            continue
+        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
+        for m in args.ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
+            times = {}
+            for name, kernel in by_variant.items():
+                layers = []
+                for packed, scales, _ in quant:
+                    layer = torch.nn.Module()
+                    layer.row_scale = torch.ones(n, device="cuda")
+                    kernel.prepare_linear(layer, packed, scales)
+                    layers.append(layer)
+                times[name] = graph_time(lambda i=0, x=x, kn=kernel, ls=layers: kn.linear(ls[i], x, None, None),
+                                         args.iters, args.replays)
+            best = min(times, key=times.get)
+            for name, t in times.items():
+                print(f"{label.split()[0]:8} {m:>3} {name:28} {t:7.1f} us ({100 * roof / t:3.0f}%)"
+                      f"{'  <- fastest' if name == best else ''}", flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 8, 16])
@@ -95,10 +136,15 @@ if __name__ == "__main__":
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)
     parser.add_argument("--keep-plans", help="a directory to write the variants' tilings files to")
+    parser.add_argument("--sweep", type=int, nargs="*", metavar="KWARPS",
+                        help="every form and memory order at these warps a tile instead of VARIANTS")
+    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     args.hbm_tbs = args.hbm_tbs or peak_hbm_tbs()
+    if args.sweep:
+        VARIANTS = sweep_variants(args.sweep)  # noqa: F811 - the module's table, replaced for this run
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}; "
           f"us a call (% of {args.hbm_tbs} TB/s), {ROTATE} weight copies in turn, launched early")
     main(args)

@@ -54,6 +54,7 @@
 #   bash tools/gpu/open_issue_checks.sh host16   # launches' parameter blocks built once: tests, end to end
 #   bash tools/gpu/open_issue_checks.sh kw17     # 2026-12-06 (16th): eight warps a tile: tests, the
 #                                                 # GEMVs back to back under kw8 tilings
+#   bash tools/gpu/open_issue_checks.sh sweep17  # every form and order at 4 and 8 warps a tile
 #   bash tools/gpu/open_issue_checks.sh e2e17    # end to end: down at 8 warps a tile against 4
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
@@ -467,6 +468,12 @@ kw17)
     b kw_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "every_form or pdl_gemv or launched_early"
     cat "$OUT/rc.txt"; cat "$OUT/kw_chain.log"; tail -3 "$OUT/kw_tests.log"
+    ;;
+sweep17)
+    # 2026-12-06 (16th, ~2 min): every form and memory order at 4 and 8 warps a tile for qkv,
+    # down and o at 1 and 8 rows, back to back as the engine calls them
+    b kw_sweep 300 python3 tools/gpu/nvfp4_launch_chain.py --sweep 4 8 --shapes qkv down o --ms 1 8
+    cat "$OUT/rc.txt"; grep -E "fastest|shipped" "$OUT/kw_sweep.log"
     ;;
 e2e17)
     # 2026-12-06 (16th, ~4 min): the H100 tilings with down at eight warps a tile (shipped now)
