@@ -5,7 +5,7 @@ the plain and bulk forms also with two tiles a warp, ``plain_t2``, ``bulk_t2``);
 
     python3 tools/gpu/nvfp4_mma_probe.py [--iters 100] [--splits 1 2 4 8] [--stages 3 4 6 8 10]
                                          [--layouts tile super] [--forms plain ahead]
-                                         [--kwarps 1 2 4] [--shapes gate_up ...]
+                                         [--kwarps 1 2 4 8] [--shapes gate_up ...]
                                          [--best-json FILE] [--all-json FILE] [--hbm-tbs TB/s]
                                          [--ms 1 2 4 8 16]
     python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--kwarps 1 2] [--splits ...] [--shapes ...]
@@ -120,18 +120,25 @@ def main() -> None:
     stages = sorted(set(args.stages) | set(nvfp4_mma.RING_STAGES))
     forms = sorted(set(args.forms) | {MmaKernel.FORM})
     prefetches = sorted(set(args.prefetch) | {nvfp4_mma.PREFETCH})
-    cubins = {(st, pf): nvfp4_mma.build_cubin("sm_90", st, pf) for st in stages for pf in prefetches}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kwarps = sorted(set(args.kwarps) | {mma_tiling.tiling(n, k, sms).kwarps
                                         for n, k in SHAPES.values()})
-    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw, carveout=args.carveout)
-               for form in forms
-               for st in stages for kw in kwarps for pf in prefetches}
+    # a cubin by (stages, prefetch, warps a block): 8 warps a tile (--kwarps 8) in their own,
+    # rings of at most WIDE_MAX_STAGES
+    built = [(st, kw, pf) for st in stages for kw in kwarps for pf in prefetches
+             if kw != nvfp4_mma.WIDE_WARPS or st <= nvfp4_mma.WIDE_MAX_STAGES]
+    cubins = {key: nvfp4_mma.build_cubin("sm_90", key[0], key[1], warps=key[2])
+              for key in {(st, pf, nvfp4_mma.block_warps(kw)) for st, kw, pf in built}}
+
+    def cubin(st, kw, pf):
+        return cubins[(st, pf, nvfp4_mma.block_warps(kw))]
+
+    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw, carveout=args.carveout)
+               for form in forms for st, kw, pf in built}
     # two tiles a warp at 9 .. 16 rows (MmaGemv tiles16=2): forms "plain_t2", "bulk_t2"
-    kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubins[(st, pf)], form, st, kw,
+    kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw,
                                                               carveout=args.carveout, tiles16=2)
-                for form in forms for st in stages if nvfp4_mma.two_tiles_built(form, st)
-                for kw in kwarps for pf in prefetches}
+                for form in forms for st, kw, pf in built if nvfp4_mma.two_tiles_built(form, st, kw)}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
     ours_total: dict = {}  # (layout, form) -> us over the shapes at M = 1 as kernel: mma runs them
@@ -239,7 +246,8 @@ def diagnose(args: argparse.Namespace) -> None:
     def launcher(form, stages, kw, pf):
         if (form, stages, kw, pf) not in launchers:
             launchers[(form, stages, kw, pf)] = nvfp4_mma.MmaGemv(
-                nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf), form, stages, kw)
+                nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf, warps=nvfp4_mma.block_warps(kw)),
+                form, stages, kw)
         return launchers[(form, stages, kw, pf)]
 
     print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.FORM}) and its diagnostic forms "
