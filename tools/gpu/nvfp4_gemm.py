@@ -84,13 +84,19 @@ def mma_layers(quant: list, n: int) -> tuple:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"(no kernel: mma column: {exc})")
         return None, None
+    return kernel, layers_of(kernel, quant, n)
+
+
+def layers_of(kernel, quant: list, n: int) -> list:
+    """A layer a quantized weight copy, prepared by ``kernel`` (``kernel: mma``: its repack and
+    tiling), row scales 1."""
     layers = []
     for packed, scales, _ in quant:
         layer = torch.nn.Module()
         layer.row_scale = torch.ones(n, device="cuda")
         kernel.prepare_linear(layer, packed, scales)
         layers.append(layer)
-    return kernel, layers
+    return layers
 
 
 def gemm_table(iters: int, hbm_tbs: float, ms: tuple = MS) -> None:

@@ -22,7 +22,13 @@ import sys
 import tempfile
 
 import torch
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # NOTE: the sibling script
+from nvfp4_gemm import (  # NOTE: the sibling script
+    ROTATE,
+    SHAPES,
+    graph_time,
+    layers_of,
+    peak_hbm_tbs,
+)
 
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
@@ -79,14 +85,7 @@ def main(args) -> None:
     for label, (n, k) in SHAPES.items():
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
-        layers = {}
-        for name, kernel in by_variant.items():
-            layers[name] = []
-            for packed, scales, _ in quant:
-                layer = torch.nn.Module()
-                layer.row_scale = torch.ones(n, device="cuda")
-                kernel.prepare_linear(layer, packed, scales)
-                layers[name].append(layer)
+        layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
@@ -115,12 +114,7 @@ def sweep_lines(args, by_variant: dict) -> None:
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
             times = {}
             for name, kernel in by_variant.items():
-                layers = []
-                for packed, scales, _ in quant:
-                    layer = torch.nn.Module()
-                    layer.row_scale = torch.ones(n, device="cuda")
-                    kernel.prepare_linear(layer, packed, scales)
-                    layers.append(layer)
+                layers = layers_of(kernel, quant, n)
                 times[name] = graph_time(lambda i=0, x=x, kn=kernel, ls=layers: kn.linear(ls[i], x, None, None),
                                          args.iters, args.replays)
             best = min(times, key=times.get)

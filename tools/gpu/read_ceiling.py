@@ -24,7 +24,13 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # NOTE: the sibling script
+from nvfp4_gemm import (  # NOTE: the sibling script
+    ROTATE,
+    SHAPES,
+    graph_time,
+    layers_of,
+    peak_hbm_tbs,
+)
 
 
 @triton.jit
@@ -67,13 +73,7 @@ def main(args) -> None:
         n_bytes = n * k // 2 + n * k // 16
         roof = n_bytes / (args.hbm_tbs * 1e12) * 1e6
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
-        layers = []
-        for w in ws:
-            packed, scales, _ = fp4.quantize_weight(w)
-            layer = torch.nn.Module()
-            layer.row_scale = torch.ones(n, device="cuda")
-            kernel.prepare_linear(layer, packed, scales)
-            layers.append(layer)
+        layers = layers_of(kernel, [fp4.quantize_weight(w) for w in ws], n)
         del ws
         same = [torch.randn(n_bytes // (2 * k) // 16 * 16, k, device="cuda", dtype=torch.bfloat16)
                 for _ in range(ROTATE)]
