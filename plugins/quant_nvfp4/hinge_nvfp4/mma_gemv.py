@@ -150,7 +150,8 @@ class MmaGemv:
     """The compiled kernel, loaded through the CUDA driver API into torch's current context and
     launched on torch's current stream (so a CUDA graph captures it). ``stages``: the cubin's
     ring depth, which the xring form needs to size its dynamic shared memory; ``kwarps``: warps
-    a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles). A GEMV
+    a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles; or
+    ``WIDE_WARPS``: a block a tile, from a cubin built with ``warps=WIDE_WARPS``). A GEMV
     form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
     (``_r16``); a launch takes the one for its rows. ``carveout``: the share of the unified L1
     and shared memory (percent, 0 .. 100) the kernels prefer as shared memory, a hint to the
