@@ -183,7 +183,21 @@ __device__ __forceinline__ int paired_row(const int pair_tiles, const int row) {
     return (tile & 1) * pair_tiles * 16 + (tile >> 1) * 16 + (row & 15);
 }
 
-__device__ __forceinline__ int out_row(const Epilogue& e, const int row) { return paired_row(e.pair_tiles, row); }
+__device__ __forceinline__ int value_row(const int tile, const int lane, const int i) {
+    // the W row of a lane's accumulator value i of ``tile`` (finish's order, below)
+    return tile * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+}
+
+__device__ __forceinline__ int value_col(const int lane, const int i) {
+    // the x row of a lane's accumulator value i
+    return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+
+__device__ __forceinline__ void store_gated(const Epilogue& e, const int half, const int pair, const int col,
+                                            const int row, const float gate, const float up) {
+    // a gated output: silu(gate) * up of pair ``pair``'s row ``row`` (either tile's) for x row col
+    e.out[(size_t)col * half + pair * 16 + (row & 15)] = __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
+}
 
 template <int SETS, int T>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
@@ -191,14 +205,10 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     // lane (g, t) holds of set s's D (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows,
     // x rows 8s + 2t, 8s + 2t + 1 (value i: set i / 4, row g + 8 (i / 2 % 2), column i % 2)
     constexpr int V = 4 * SETS;
-    const int g = lane >> 2, t = lane & 3;
     const bool direct = e.out != nullptr && gridDim.y == 1;
     int rows[V], cols[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-        rows[i] = tile * 16 + g + 8 * ((i >> 1) & 1);
-        cols[i] = 8 * (i >> 2) + 2 * t + (i & 1);
-    }
+    for (int i = 0; i < V; ++i) rows[i] = value_row(tile, lane, i), cols[i] = value_col(lane, i);
     if (!direct) {
 #pragma unroll
         for (int i = 0; i < V; ++i)
@@ -226,7 +236,8 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
 #pragma unroll
         for (int i = 0; i < V; ++i)
             if (cols[i] < m)
-                e.out[(size_t)cols[i] * n + out_row(e, rows[i])] = __bfloat16_as_ushort(__float2bfloat16_rn(y[i]));
+                e.out[(size_t)cols[i] * n + paired_row(e.pair_tiles, rows[i])] =
+                    __bfloat16_as_ushort(__float2bfloat16_rn(y[i]));
         return;
     }
     const int pair = tile >> 1, half = n >> 1;
@@ -250,9 +261,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         const float* gates = reinterpret_cast<const float*>(codes_ring<1>(warp - kw));
 #pragma unroll
         for (int i = 0; i < V; ++i)
-            if (cols[i] < m)
-                e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
-                    __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gates[i * 32 + lane], y[i])));
+            if (cols[i] < m) store_gated(e, half, pair, cols[i], rows[i], gates[i * 32 + lane], y[i]);
         return;
     }
     // gated otherwise (splits, or a tile a block): this tile's bf16 values into part[0] (the
@@ -272,9 +281,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     for (int i = 0; i < V; ++i) {
         if (cols[i] >= m) continue;
         const float theirs = __ldcg(&e.part[(size_t)cols[i] * n + rows[i] + other]);
-        const float gate = (tile & 1) ? theirs : y[i], up = (tile & 1) ? y[i] : theirs;
-        e.out[(size_t)cols[i] * half + pair * 16 + (rows[i] & 15)] =
-            __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
+        store_gated(e, half, pair, cols[i], rows[i], (tile & 1) ? theirs : y[i], (tile & 1) ? y[i] : theirs);
     }
     if (lane == 0) e.counters[(n >> 4) + pair] = 0;  // ready for the next launch
 }
@@ -284,16 +291,12 @@ __device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, cons
                                             const int lane, float (&acc)[2][4 * SETS]) {
     // gated, one split, a warp of two tiles: a pair's gate tile ``tile`` (even) and its up tile
     // tile + 1 in registers, silu(gate) * up of their bf16 values written as finish's exchanges do
-    constexpr int V = 4 * SETS;
-    const int g = lane >> 2, t = lane & 3, half = n >> 1, pair = tile >> 1;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-        const int row = tile * 16 + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
+    for (int i = 0; i < 4 * SETS; ++i) {
+        const int row = value_row(tile, lane, i), col = value_col(lane, i);
         if (col >= m) continue;
-        const float gate = rounded(acc[0][i], e.row_scale[row], nullptr, row);
-        const float up = rounded(acc[1][i], e.row_scale[row + 16], nullptr, row + 16);
-        e.out[(size_t)col * half + pair * 16 + (row & 15)] =
-            __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
+        store_gated(e, n >> 1, tile >> 1, col, row, rounded(acc[0][i], e.row_scale[row], nullptr, row),
+                    rounded(acc[1][i], e.row_scale[row + 16], nullptr, row + 16));
     }
 }
 
