@@ -58,6 +58,13 @@ def check_block_scales(tensor: torch.Tensor) -> None:
                          "negative (amax / 6): the checkpoint is malformed (re-export it)")
 
 
+def check_loaded(tensor: torch.Tensor, dtype: torch.dtype, role: str) -> None:
+    """A checkpoint tensor loaded as ``role``: its dtype, and a block scale's values."""
+    check_dtype(tensor, dtype, role)
+    if dtype == SCALE:
+        check_block_scales(tensor)
+
+
 def scalar_of(tensor: torch.Tensor, role: str) -> torch.Tensor:
     """A per-tensor scale as a 0-d fp32 tensor (checkpoints store 0-d or (1,))."""
     check_dtype(tensor, GLOBAL, role)
@@ -133,8 +140,7 @@ def _sub_spec(spec: LinearSpec, parts: tuple[int, ...]) -> LinearSpec:
 
 def _checked(loader: Callable, dtype: torch.dtype, role: str, index: dict[int, int]) -> Callable:
     def load(param: torch.Tensor, tensor: torch.Tensor, shard_id: int | None = None) -> None:
-        check_dtype(tensor, dtype, role)
-        check_block_scales(tensor)
+        check_loaded(tensor, dtype, role)
         loader(param, tensor, index.get(0 if shard_id is None else shard_id, shard_id))
 
     return load
@@ -185,9 +191,7 @@ def create_moe_params(layer: nn.Module, spec: MoESpec, fmt: CheckpointFormat) ->
 
 def _checked_moe(loader: Callable, dtype: torch.dtype, role: str) -> Callable:
     def load(param: torch.Tensor, tensor: torch.Tensor, shard_id: str, expert_id: int) -> None:
-        check_dtype(tensor, dtype, role)
-        if dtype == SCALE:
-            check_block_scales(tensor)
+        check_loaded(tensor, dtype, role)
         loader(param, tensor, shard_id, expert_id)
 
     return load
