@@ -64,6 +64,12 @@ def two_tiles_built(form: str, stages: int | None, kwarps: int = 1) -> bool:
     return form in T2_FORMS and stages is not None and stages <= T2_MAX_STAGES and kwarps in KWARPS
 
 
+def kwarps_built(kwarps: int, stages: int) -> bool:
+    """Whether a cubin of ``stages`` holds the kernels of ``kwarps`` warps a tile (``KWARPS``, or
+    ``WIDE_WARPS`` in rings of at most ``WIDE_MAX_STAGES``)."""
+    return kwarps in KWARPS or (kwarps == WIDE_WARPS and stages <= WIDE_MAX_STAGES)
+
+
 def block_warps(kwarps: int) -> int:
     """Warps a block of the cubin that holds the kernels of ``kwarps`` warps a tile."""
     return WIDE_WARPS if kwarps == WIDE_WARPS else WARPS

@@ -22,6 +22,7 @@ from hinge_nvfp4.mma_gemv import (
     WARPS,
     WIDE_MAX_STAGES,
     WIDE_WARPS,
+    kwarps_built,
     two_tiles_built,
 )
 from hinge_nvfp4.mma_layout import LAYOUTS, SUPERSTEP
@@ -94,8 +95,7 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     if entry is not None:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
-        if (kwarps not in KWARPS + (WIDE_WARPS,) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
-                or (kwarps == WIDE_WARPS and stages > WIDE_MAX_STAGES)
+        if (not kwarps_built(kwarps, stages) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
                 or prefetch not in (None, *PREFETCHES)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
@@ -128,8 +128,7 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
     if entry is None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
-    if (kwarps not in KWARPS + (WIDE_WARPS,) or form not in KERNELS or tiles not in (1, 2)
-            or (kwarps == WIDE_WARPS and stages > WIDE_MAX_STAGES)
+    if (not kwarps_built(kwarps, stages) or form not in KERNELS or tiles not in (1, 2)
             or (tiles == 2 and not two_tiles_built(form, stages, kwarps))):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
