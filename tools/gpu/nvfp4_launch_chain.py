@@ -50,8 +50,9 @@ def sweep_variants(kwarps: list) -> dict:
                                 for kw in kwarps for form in KERNELS for layout in LAYOUTS}
 
 
-def kernels(tmp: str) -> dict:
-    """A ``kernel: mma`` object a variant, each reading its own tilings file."""
+def kernels(tmp: str, variants: dict) -> dict:
+    """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``), each reading its
+    own tilings file."""
     from hinge_nvfp4 import mma_tiling
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.options import NVFP4Options
@@ -59,7 +60,7 @@ def kernels(tmp: str) -> dict:
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
     shipped = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name()) or {}
     out = {}
-    for label, change in VARIANTS.items():
+    for label, change in variants.items():
         os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
         if change is not None:  # (kept in --keep-plans when given)
             path = os.path.join(tmp, f"{label.replace(' ', '_')}.json")
@@ -77,7 +78,7 @@ def main(args) -> None:
     if args.keep_plans:
         os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        by_variant = kernels(args.keep_plans or tmp)
+        by_variant = kernels(args.keep_plans or tmp, sweep_variants(args.sweep) if args.sweep else VARIANTS)
     if args.sweep:  # a column a variant is too wide: a line a variant
         sweep_lines(args, by_variant)
         return
@@ -137,8 +138,6 @@ if __name__ == "__main__":
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")
     args.hbm_tbs = args.hbm_tbs or peak_hbm_tbs()
-    if args.sweep:
-        VARIANTS = sweep_variants(args.sweep)  # noqa: F811 - the module's table, replaced for this run
     print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}; "
           f"us a call (% of {args.hbm_tbs} TB/s), {ROTATE} weight copies in turn, launched early")
     main(args)
