@@ -1,11 +1,13 @@
 """kernel: mma's decode GEMVs back to back under the shipped tilings and variants of them; one run.
 
     python tools/gpu/nvfp4_launch_chain.py [--ms 1 8 16] [--iters 50] [--replays 4]
+                                            [--columns contiguous coalesced]
 
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: eight warps a tile, a block a tile, in the plain or bulk form; its
 16-row launch likewise), run through ``kernel: mma`` as the engine builds it
-(``$HINGE_NVFP4_MMA_PLAN``). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
+(``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (the weights repacked and the
+kernels built for it; a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
 ``ROTATE`` weight copies in turn in one CUDA graph, each launched early behind the one before,
 so HBM serves them; two clocks: ``replay`` (events around one replay, as the GEMM table) and
 ``steady`` (``--replays`` replays timed from while one already runs: the kernels alone). Percent
@@ -50,9 +52,9 @@ def sweep_variants(kwarps: list) -> dict:
                                 for kw in kwarps for form in KERNELS for layout in LAYOUTS}
 
 
-def kernels(tmp: str, variants: dict) -> dict:
-    """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``), each reading its
-    own tilings file."""
+def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
+    """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``) and column map of
+    ``columns`` (None: the default), each reading its own tilings file."""
     from hinge_nvfp4 import mma_tiling
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.options import NVFP4Options
@@ -67,7 +69,9 @@ def kernels(tmp: str, variants: dict) -> dict:
             with open(path, "w") as f:
                 json.dump({shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}, f)
             os.environ["HINGE_NVFP4_MMA_PLAN"] = path
-        out[label] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
+        for i, cols in enumerate(columns):  # as the engine builds it
+            out[label if i == 0 else f"{label} {cols}"] = MmaKernel(
+                dequant_rows=NVFP4Options().prefill_dequant_rows, columns=cols)
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
     return out
 
@@ -78,7 +82,9 @@ def main(args) -> None:
     if args.keep_plans:
         os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        by_variant = kernels(args.keep_plans or tmp, sweep_variants(args.sweep) if args.sweep else VARIANTS)
+        chosen = {k: v for k, v in VARIANTS.items() if not args.variants or k in args.variants}
+        by_variant = kernels(args.keep_plans or tmp, sweep_variants(args.sweep) if args.sweep else chosen,
+                             tuple(args.columns or (None,)))
     if args.sweep:  # a column a variant is too wide: a line a variant
         sweep_lines(args, by_variant)
         return
@@ -134,6 +140,9 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", type=int, nargs="*", metavar="KWARPS",
                         help="every form and memory order at these warps a tile instead of VARIANTS")
     parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
+    parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
+                        help="column maps to run each variant in (default: kernel: mma's)")
+    parser.add_argument("--variants", nargs="+", help="of VARIANTS (default: all)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU")

@@ -453,6 +453,20 @@ host16)
     b host_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048
     cat "$OUT/rc.txt"; tail -3 "$OUT/host_tests.log"; grep -E "prefill|/ bf16|decoding" "$OUT/host_e2e.log"
     ;;
+col18)
+    # 2026-12-06 (17th, ~5 min): the coalesced column map (each x load of a row's four lanes 64
+    # contiguous bytes): kernel: mma on the Qwen3-8B shapes in it, then the shipped tilings back
+    # to back in both maps at 1, 4, 8 and 16 rows
+    for cols in contiguous coalesced; do for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=$warps, columns='$cols')" &
+    done; done
+    wait
+    b col_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b and coalesced"
+    b col_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 4 8 16 --variants shipped \
+        --columns contiguous coalesced
+    cat "$OUT/rc.txt"; tail -3 "$OUT/col_tests.log"; cat "$OUT/col_chain.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants

@@ -188,7 +188,9 @@ class MmaKernel(TritonKernel):
     ``num_sms`` replace the launchers and the GPU's multiprocessor count (tests). ``layout``
     (default ``$HINGE_NVFP4_MMA_LAYOUT`` or ``LAYOUT``): the repacked weight's memory order,
     ``tile`` (a tile's supersteps together), ``super`` (``mma_layout.superstep_major``) or
-    ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``form``
+    ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``columns``
+    (default ``$HINGE_NVFP4_MMA_COLUMNS`` or ``mma_layout.COLUMNS``): the repack's column map
+    (``mma_layout.COLUMN_MAPS``), the cubins built for it; ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
     rows take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
     one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
@@ -212,7 +214,8 @@ class MmaKernel(TritonKernel):
     TILES16 = 2
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
-                 form: str | None = None, device_name: str | None = None, dequant_rows: int = 0) -> None:
+                 form: str | None = None, device_name: str | None = None, dequant_rows: int = 0,
+                 columns: str | None = None) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
@@ -223,6 +226,13 @@ class MmaKernel(TritonKernel):
         if self.layout not in mma_layout.LAYOUTS:
             raise ValueError(f"nvfp4 kernel 'mma' layout {self.layout!r}: the layouts are tile, "
                              "super and interleaved (HINGE_NVFP4_MMA_LAYOUT)")
+        self.columns = columns or os.environ.get("HINGE_NVFP4_MMA_COLUMNS") or mma_layout.COLUMNS
+        if self.columns not in mma_layout.COLUMN_MAPS:
+            raise ValueError(f"nvfp4 kernel 'mma' column map {self.columns!r}: the maps are "
+                             f"{', '.join(mma_layout.COLUMN_MAPS)} (HINGE_NVFP4_MMA_COLUMNS)")
+        if gemv is not None and getattr(gemv, "columns", self.columns) != self.columns:
+            raise ValueError(f"the launcher stood in computes column map {gemv.columns!r}, the kernel "
+                             f"repacks in {self.columns!r}")
         self.form = form or os.environ.get("HINGE_NVFP4_MMA_FORM") or self.FORM
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
@@ -267,7 +277,8 @@ class MmaKernel(TritonKernel):
             t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
             key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1)
         if key not in self._gemvs:
-            self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4])
+            self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
+                                                               columns=self.columns)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
@@ -284,7 +295,7 @@ class MmaKernel(TritonKernel):
             order = mma_layout.pair_rows(n).to(packed.device)
             packed, scales, row_scale = packed[order], scales[order], row_scale[order]
         layer.nvfp4_mma_row_scale = row_scale.contiguous()
-        words, codes = mma_layout.repack(packed, scales)
+        words, codes = mma_layout.repack(packed, scales, self.columns)
         layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
         words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
         layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
@@ -383,18 +394,20 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
-                  tiles16: int = 1) -> Any:
+                  tiles16: int = 1, columns: str | None = None) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
-    block as ``kwarps`` needs: ``mma_gemv.block_warps``), built or read from the disk cache."""
-    from hinge_nvfp4 import mma_gemv
+    block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``),
+    built or read from the disk cache."""
+    from hinge_nvfp4 import mma_gemv, mma_layout
 
+    columns = columns or mma_layout.COLUMNS
     major, minor = torch.cuda.get_device_capability()
     if major < 9:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 9.0 (its bf16x2 "
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
-                                  warps=mma_gemv.block_warps(kwarps))
-    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16)
+                                  warps=mma_gemv.block_warps(kwarps), columns=columns)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns)

@@ -9,12 +9,18 @@
 // tile, or T = 2: the _t2 kernels, whose x fragments feed both tiles' MMAs).
 // A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
 // over its k index in any order, so the repack (mma_layout.repack_codes) chooses which columns of
-// W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds columns 32t .. 32t + 31 of the
-// superstep in all eight MMAs (MMA u: 32t + 4u .. 32t + 4u + 3), so that
-//   - its x operand is 64 contiguous bytes of row g (four 16-byte loads a superstep), and
-//   - all its A elements of MMAs 0..3 lie in one scale group (2t), of MMAs 4..7 in the next,
-//     so that the scales multiply the A fragments (one bf16x2 multiply a register, exact) and the
-//     MMAs accumulate the whole K with no float32 rescaling: four scales a lane a superstep.
+// W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds 32 columns of the superstep in
+// its eight MMAs, four a MMA, in one of two column maps (MMA_COALESCED; mma_layout.COLUMN_MAPS):
+//   - contiguous (0): MMA u's are 32t + 4u .. + 3, so its x operand is 64 contiguous bytes of row
+//     g (four 16-byte loads a superstep, the row's four lanes 64 bytes apart: each load touches
+//     four half-used 32-byte sectors of a row), and its A elements of MMAs 0..3 lie in one scale
+//     group (2t), of MMAs 4..7 in the next: four scale codes a lane a superstep;
+//   - coalesced (1): MMA u = 2v + w's are 32v + 8t + 4w .. + 3, so that each 16-byte load of x
+//     is, with the row's three other lanes', 64 contiguous bytes (two whole sectors), and MMAs
+//     2v, 2v + 1 lie in group 2v + t / 2: eight scale codes a lane (lanes 2p, 2p + 1 share them:
+//     each holds four in its scale word, each reads the pair's two words).
+// Either way the scales multiply the A fragments (one bf16x2 multiply a register, exact) and the
+// MMAs accumulate the whole K with no float32 rescaling.
 // A fragment register (two codes of one row) is a bf16 pattern of e2m1 * 2^-126 (sign at bit 15,
 // exponent bits 8..7, mantissa bit 6), cut from the lane's 32-bit word by ``fragments``; its
 // multiplier is scale * 2^118 as bf16 (``multiplier``: the repack stores each e4m3 scale as an
@@ -23,7 +29,8 @@
 //
 // Layouts (mma_layout.py builds them): codes (N / 16, K / 128, 2, 32, 4) uint32 (word u = 4h + c of
 // lane l at [.., h, l, c]: each of a superstep's two 16-byte copies 512 contiguous bytes a warp);
-// scales (N / 16, K / 128, 32) uint32 (lane (g, t): rows g, g + 8 of group 2t, then of 2t + 1);
+// scales (N / 16, K / 128, 32) uint32 (contiguous: lane (g, t) rows g, g + 8 of group 2t, then of
+// 2t + 1; coalesced: lane (g, 2p + h) of group p + 4h, then of p + 4h + 2);
 // each (tile, superstep) block of either contiguous, the blocks at strides in 16-byte units the
 // launcher reads from the tensors (c_tile / c_super for codes, s_tile / s_super for scales;
 // mma_layout.block_strides): tile-major (a tile's supersteps together), superstep-major (the
@@ -53,6 +60,18 @@
 #define MMA_PDL 0  // 1: built for programmatic dependent launch (mma_gemv.build_cubin pdl=True)
 #endif
 constexpr bool PDL = MMA_PDL;
+#ifndef MMA_COALESCED
+#define MMA_COALESCED 0  // the column map (header): 0 contiguous, 1 coalesced (mma_gemv.build_cubin columns)
+#endif
+constexpr bool COALESCED = MMA_COALESCED;
+constexpr int LANE_GROUPS = COALESCED ? 4 : 2;  // scale groups a lane's columns lie in (each of its rows)
+constexpr int X_STEP = COALESCED ? 4 : 1;       // 16-byte pieces between a lane's x loads of a superstep
+
+__device__ __forceinline__ int lane_piece(const int t, const int q) {
+    // the 16-byte piece (8 columns, 0..15) of a superstep's row that holds lane t's columns of
+    // MMAs 2q, 2q + 1: its x load q, and where the dequantizing kernels store them
+    return COALESCED ? 4 * q + t : 4 * t + q;
+}
 #define BLOCKS_PER_SM (24 / WARPS)  // registers for 24 warps a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
 #define BLOCKS_PER_SM_16 (16 / WARPS)  // ... 16 warps for the 16-row kernels (<= 128: twice the x registers)
 #define BLOCKS_PER_SM_16_T2 (12 / WARPS)  // ... 12 for those of two tiles a warp (<= 168: twice the codes and sums)
@@ -95,20 +114,35 @@ __device__ __forceinline__ uint32_t x_word(const uint4 (&xv)[4], const int i) {
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
 }
 
+__device__ __forceinline__ void lane_multipliers(const uint2 scales, uint32_t (&row_g)[LANE_GROUPS],
+                                                 uint32_t (&row_g8)[LANE_GROUPS]) {
+    // the multipliers of a lane's groups (rows g, g + 8): group v's codes are bytes 2 (v % 2),
+    // 2 (v % 2) + 1 of word v / 2 (scales.y: the pair's second word, coalesced only)
+#pragma unroll
+    for (int v = 0; v < LANE_GROUPS; ++v) row_g[v] = multiplier((v >> 1) ? scales.y : scales.x, 2 * (v & 1));
+#pragma unroll
+    for (int v = 0; v < LANE_GROUPS; ++v) row_g8[v] = multiplier((v >> 1) ? scales.y : scales.x, 2 * (v & 1) + 1);
+}
+
+__device__ __forceinline__ int mma_group(const int u) {
+    // which of the lane's groups MMA u's columns lie in
+    return COALESCED ? u >> 1 : u >> 2;
+}
+
 template <int SETS>
-__device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint32_t scales,
+__device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint2 scales,
                                           const uint4 (&xv)[SETS][4], float (&sums)[2][SETS][4]) {
     // eight decoded A fragments, each into SETS MMAs (set s: x rows 8s .. 8s + 7); one set's
     // even and odd MMAs into two accumulators (sums[0], sums[1]: two dependency chains, not
     // one), two sets' into their own (sums[0][s]: the sets are the two chains)
     const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const uint32_t row_g[2] = {multiplier(scales, 0), multiplier(scales, 2)};
-    const uint32_t row_g8[2] = {multiplier(scales, 1), multiplier(scales, 3)};
+    uint32_t row_g[LANE_GROUPS], row_g8[LANE_GROUPS];
+    lane_multipliers(scales, row_g, row_g8);
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
         uint32_t a[4];
         fragments(words[u], a);
-        const int group = u >> 2;  // MMAs 0..3: the lane's first group, 4..7: its second
+        const int group = mma_group(u);
         a[0] = mul_bf16x2(a[0], row_g[group]);
         a[1] = mul_bf16x2(a[1], row_g8[group]);
         a[2] = mul_bf16x2(a[2], row_g[group]);
@@ -340,12 +374,18 @@ __device__ __forceinline__ void copy_supersteps(uint4 (&codes)[T][2][32], uint32
     for (int j = 0; j < T; ++j) copy_superstep(codes[j], scales[j], c_src[j] + at_c, s_src[j] + at_s, lane);
 }
 
+__device__ __forceinline__ uint2 lane_scales(const uint32_t* words, const int lane) {
+    // a lane's scale words of a (tile, superstep) block's 32: its own (contiguous; .y unused), or
+    // its pair's two (coalesced: one 8-byte load)
+    return COALESCED ? reinterpret_cast<const uint2*>(words)[lane >> 1] : make_uint2(words[lane], 0u);
+}
+
 template <int T>
 __device__ __forceinline__ void read_slot(const uint4 (&codes)[T][2][32], const uint32_t (&scales)[T][32],
-                                          const int lane, uint4 (&c0)[T], uint4 (&c1)[T], uint32_t (&sc)[T]) {
-    // a lane's codes and scale word of a ring slot, each of T tiles
+                                          const int lane, uint4 (&c0)[T], uint4 (&c1)[T], uint2 (&sc)[T]) {
+    // a lane's codes and scale words of a ring slot, each of T tiles
 #pragma unroll
-    for (int j = 0; j < T; ++j) c0[j] = codes[j][0][lane], c1[j] = codes[j][1][lane], sc[j] = scales[j][lane];
+    for (int j = 0; j < T; ++j) c0[j] = codes[j][0][lane], c1[j] = codes[j][1][lane], sc[j] = lane_scales(scales[j], lane);
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -356,9 +396,9 @@ __device__ __forceinline__ void wait_copies() {
 }
 
 __device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
-    // a lane's 64 bytes of its x row for a superstep
+    // a lane's 64 bytes of its x row for a superstep (its four pieces, X_STEP apart)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) copy_async(dst + j, src + j);
+    for (int j = 0; j < 4; ++j) copy_async(dst + j * X_STEP, src + j * X_STEP);
 }
 
 template <int SETS>
@@ -423,7 +463,7 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = PDL ? __ldca(row + i) : __ldg(row + i);  // PDL: x is no
+    for (int i = 0; i < 4; ++i) xv[i] = PDL ? __ldca(row + i * X_STEP) : __ldg(row + i * X_STEP);  // PDL: x is no
     // read-only data: the kernel before may still be writing it when this one starts, and
     // read-only (non-coherent) loads may be scheduled above the wait
 }
@@ -481,11 +521,11 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
     for (int set = 0; set < SETS; ++set) {
         x_row[set] = min(8 * set + g, m - 1);
-        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + 4 * t;
+        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + lane_piece(t, 0);
     }
     uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
-    uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + 4 * t;  // + (slot * m + row) * 16
+    uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
     if constexpr (bulk) {
         if (lane == 0) {
@@ -527,7 +567,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         }
     }
     uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
-    uint32_t sc[T];
+    uint2 sc[T];
     if (!x_ring) {
 #pragma unroll
         for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
@@ -559,7 +599,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                     for (int set = 0; set < SETS; ++set)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j];
+                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
                 }
             }
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
@@ -579,7 +619,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             }
             if (!bulk) commit_copies();
             uint4 n0[T], n1[T];
-            uint32_t nsc[T] = {};
+            uint2 nsc[T] = {};
             if (ahead && i + 1 < steps) {
                 wait_copies<STAGES - 2>();  // superstep i + 1 has landed
                 __syncwarp();
@@ -594,7 +634,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j)
-                    fold ^= c0[j].x ^ c0[j].y ^ c0[j].z ^ c0[j].w ^ c1[j].x ^ c1[j].y ^ c1[j].z ^ c1[j].w ^ sc[j];
+                    fold ^= c0[j].x ^ c0[j].y ^ c0[j].z ^ c0[j].w ^ c1[j].x ^ c1[j].y ^ c1[j].z ^ c1[j].w ^ sc[j].x ^ sc[j].y;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
             } else {
@@ -743,8 +783,8 @@ GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
 // A lane decodes its eight words of a (tile, superstep) block as the GEMV does (fragments,
 // multiplier: e2m1 * scale * 2^-8, exact in bf16), times 256 * row_scale in float32 (the product
 // rounded once, as triton_gemm.dequantize_weight rounds it; 256 is a power of two), to bf16: rows
-// g and g + 8 at columns 32t .. 32t + 31 of the superstep (decode_block). Two forms: ``direct``,
-// a warp a block, each lane storing its two 64-byte pieces (four 16-byte stores a row: a warp's
+// g and g + 8 at its 32 columns of the superstep (decode_block; lane_piece). Two forms: ``direct``,
+// a warp a block, each lane storing its four 16-byte pieces of each row (contiguous map: a warp's
 // store touches 32 sectors half), and ``staged``, a warp DQ_BLOCKS blocks, their loads issued
 // first, each block's 16 rows passed through shared memory so that a store writes two whole
 // 256-byte row pieces.
@@ -761,21 +801,22 @@ struct DequantArgs {
 };
 
 __device__ __forceinline__ void load_block(const DequantArgs& a, const int tile, const int s, const int lane,
-                                           uint4& c0, uint4& c1, uint32_t& sc) {
+                                           uint4& c0, uint4& c1, uint2& sc) {
     const uint4* c = a.codes + (size_t)tile * a.c_tile + (size_t)s * a.c_super;
     c0 = c[lane];
     c1 = c[32 + lane];
-    sc = reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint4*>(a.scales) + (size_t)tile * a.s_tile +
-                                           (size_t)s * a.s_super)[lane];
+    sc = lane_scales(reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint4*>(a.scales) +
+                                                       (size_t)tile * a.s_tile + (size_t)s * a.s_super), lane);
 }
 
 __device__ __forceinline__ void decode_block(const DequantArgs& a, const int tile, const int lane, const uint4 c0,
-                                             const uint4 c1, const uint32_t sc, uint32_t (&packed)[2][16]) {
-    // packed[rs][j]: row g + 8 rs, columns 32t + 2j, 2j + 1 as bf16x2
+                                             const uint4 c1, const uint2 sc, uint32_t (&packed)[2][16]) {
+    // packed[rs][j]: row g + 8 rs, the lane's columns of MMA j / 2, cp = j % 2 (columns 2cp,
+    // 2cp + 1 of its four) as bf16x2: packed[rs][4q .. 4q + 3] are piece lane_piece(t, q) of the row
     const int g = lane >> 2;
     const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const uint32_t mult[2][2] = {{multiplier(sc, 0), multiplier(sc, 2)},   // row g: groups 2t, 2t + 1
-                                 {multiplier(sc, 1), multiplier(sc, 3)}};  // row g + 8
+    uint32_t mult[2][LANE_GROUPS];  // rows g, g + 8
+    lane_multipliers(sc, mult[0], mult[1]);
     const float times[2] = {256.0f * a.row_scale[tile * 16 + g], 256.0f * a.row_scale[tile * 16 + g + 8]};
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
@@ -784,7 +825,7 @@ __device__ __forceinline__ void decode_block(const DequantArgs& a, const int til
 #pragma unroll
         for (int r = 0; r < 4; ++r) {  // register r = 2 cp + rs: row g + 8 rs, columns 4u + 2cp, + 1
             const int rs = r & 1, cp = r >> 1;
-            const uint32_t v = mul_bf16x2(f[r], mult[rs][u >> 2]);
+            const uint32_t v = mul_bf16x2(f[r], mult[rs][mma_group(u)]);
             const float lo = __fmul_rn(__uint_as_float(v << 16), times[rs]);
             const float hi = __fmul_rn(__uint_as_float(v & 0xFFFF0000u), times[rs]);
             packed[rs][2 * u + cp] = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
@@ -807,17 +848,17 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant(DEQUA
     const int tile = (int)(block / supers), s = (int)(block % supers);
     if (tile >= n / 16) return;
     uint4 c0, c1;
-    uint32_t sc;
+    uint2 sc;
     load_block(a, tile, s, lane, c0, c1, sc);
     uint32_t packed[2][16];
     decode_block(a, tile, lane, c0, c1, sc, packed);
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
         uint4* dst = reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, tile * 16 + g + 8 * rs) * k +
-                                              s * 128 + 32 * t);
+                                              s * 128);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-            dst[q] = make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
+            dst[lane_piece(t, q)] = make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
     }
 }
 
@@ -829,7 +870,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_stage
     const long blocks = (long)(n / 16) * supers;
     const long first = ((long)blockIdx.x * WARPS + warp) * DQ_BLOCKS;
     uint4 c0[DQ_BLOCKS], c1[DQ_BLOCKS];
-    uint32_t sc[DQ_BLOCKS];
+    uint2 sc[DQ_BLOCKS];
 #pragma unroll
     for (int j = 0; j < DQ_BLOCKS; ++j)  // every load first: DQ_BLOCKS blocks in flight a warp
         if (first + j < blocks)
@@ -844,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_stage
         for (int rs = 0; rs < 2; ++rs)
 #pragma unroll
             for (int q = 0; q < 4; ++q)
-                stage[warp][g + 8 * rs][4 * t + q] =
+                stage[warp][g + 8 * rs][lane_piece(t, q)] =
                     make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
         __syncwarp();
 #pragma unroll

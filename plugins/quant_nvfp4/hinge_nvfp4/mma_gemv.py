@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from hinge_nvfp4.mma_layout import SUPERSTEP, block_strides
+from hinge_nvfp4.mma_layout import COLUMN_MAPS, COLUMNS, SUPERSTEP, block_strides
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 16  #: rows of x: the MMA's B columns, in sets of ``SET_ROWS``
@@ -97,13 +97,14 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
-                warps: int = WARPS) -> bytes:
+                warps: int = WARPS, columns: str = COLUMNS) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
     (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
     coherent loads; sm_90 and later), ``warps`` a block (``WARPS``, or ``WIDE_WARPS``: the ``_kw8``
-    kernels, rings of at most ``WIDE_MAX_STAGES``); needs nvcc on PATH."""
+    kernels, rings of at most ``WIDE_MAX_STAGES``), for weights repacked in column map ``columns``
+    (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -112,6 +113,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                          f"memory), got {stages}")
     if prefetch not in PREFETCHES:
         raise ValueError(f"the copies' L2 prefetch is one of {PREFETCHES} bytes, got {prefetch}")
+    if columns not in COLUMN_MAPS:
+        raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH: hinge_nvfp4's MMA GEMV kernels compile with "
@@ -120,7 +123,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
                                f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
-                               f"-DWARPS={warps}", "-o", str(out),
+                               f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}",
+                               "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -135,16 +139,17 @@ def default_cache_dir() -> Path:
 
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
-                 prefetch: int | None = None, pdl: bool = False, warps: int = WARPS) -> bytes:
+                 prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
+                 columns: str = COLUMNS) -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
-    options = f"{arch}:{stages}:{prefetch}:{pdl}:{warps}"
+    options = f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)
@@ -165,11 +170,12 @@ class MmaGemv:
     --carveout: no effect on an H100, 2026-12-06).
     ``tiles16``: 16-row tiles a warp computes at 9 .. 16 rows of x (2: the ``_t2`` kernels,
     each x fragment loaded once for two tiles; ``T2_FORMS`` in a cubin of at most
-    ``T2_MAX_STAGES`` stages)."""
+    ``T2_MAX_STAGES`` stages). ``columns``: the column map the cubin was built for (its
+    weights must be repacked in it: ``mma_layout.repack(..., columns)``)."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
-                 tiles16: int = 1) -> None:
+                 tiles16: int = 1, columns: str = COLUMNS) -> None:
         name = kernel_name(form, kwarps)
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
@@ -183,6 +189,7 @@ class MmaGemv:
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
+        self.columns = columns
         self.warps = block_warps(kwarps)  #: warps a block: the cubin must be built with as many
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)

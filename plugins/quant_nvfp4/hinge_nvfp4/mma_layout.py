@@ -4,10 +4,22 @@ the kernel's arithmetic on them (tests).
 
 The repack (``repack``) gives lane (g, t) of 16-row tile i, in superstep S (columns 128 S ..
 128 S + 127), eight 32-bit words: word u holds the four A-fragment registers of MMA u, i.e. rows
-g and g + 8 at columns 128 S + 32 t + 4 u .. + 3 (the kernel's docstring says why these), two
-codes a register, at the bits of ``FRAGMENT_BITS``; shape (N / 16, K / 128, 2, 32, 4) int32
-(word 4 h + c of lane l at [.., h, l, c]). And four scale codes: rows g, g + 8 of groups
-8 S + 2 t, then 8 S + 2 t + 1, as bytes of one int32, (N / 16, K / 128, 32). A scale code is the
+g and g + 8 at four columns of the superstep, two codes a register, at the bits of
+``FRAGMENT_BITS``; shape (N / 16, K / 128, 2, 32, 4) int32 (word 4 h + c of lane l at [.., h, l,
+c]). Which four columns is the column map (``COLUMNS``; the kernel is built for one, the repack
+made for the same):
+
+- ``contiguous``: MMA u's are 32 t + 4 u .. + 3: a lane's 32 columns in one run (its x operand
+  64 contiguous bytes of a row) and in two scale groups, 2 t and 2 t + 1. Lane (g, t)'s scale
+  word holds rows g, g + 8 of group 8 S + 2 t, then of 8 S + 2 t + 1, as the bytes of one int32.
+- ``coalesced``: MMA u = 2 v + w's are 32 v + 8 t + 4 w .. + 3: each of a lane's four 16-byte x
+  loads is, with its row's three other lanes', 64 contiguous bytes (a row's two 32-byte sectors
+  whole, where ``contiguous`` touches four halves), and a lane's columns lie in four groups, p +
+  2 v for v = 0 .. 3 (p = t // 2), which lanes t = 2 p and 2 p + 1 share: lane (g, 2 p + h)'s
+  word holds rows g, g + 8 of groups p + 4 h, then p + 4 h + 2, and each reads the pair's two
+  words (one 8-byte load).
+
+(N / 16, K / 128, 32) scale words either way. A scale code is the
 scale's exponent + 21 (5 bits) and 3 mantissa bits, every e4m3 magnitude exactly (subnormals as
 normals): the kernel makes it the bf16 scale * 2^118 in two operations. A block whose scale is 0
 gets its codes zeroed (its weights are 0 anyway: every code times a finite multiplier stays 0),
@@ -22,6 +34,8 @@ import torch
 
 SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
 LAYOUTS = ("tile", "super", "interleaved")  #: the weights' memory orders (``in_order``)
+COLUMN_MAPS = ("contiguous", "coalesced")  #: which columns a lane's MMAs take (module docstring)
+COLUMNS = "contiguous"  #: the column map ``repack`` makes and ``mma_gemv.build_cubin`` builds for unless told
 
 #: bit places of fragment register r's element ``half`` in a word: (mantissa, exponent bit 0,
 #: exponent bit 1, sign), as ``fragments`` in mma_gemv.cu cuts them: register 0 is w & pattern,
@@ -43,6 +57,21 @@ def nibbles(packed: torch.Tensor) -> torch.Tensor:
 def _check_shape(n: int, k: int) -> None:
     if n % 16 or k % SUPERSTEP:
         raise ValueError(f"the MMA GEMV takes N % 16 == 0 and K % {SUPERSTEP} == 0, got {n} x {k}")
+
+
+def _check_columns(columns: str) -> None:
+    if columns not in COLUMN_MAPS:
+        raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(COLUMN_MAPS)}")
+
+
+def column_index(columns: str = COLUMNS) -> torch.Tensor:
+    """(4, 8, 4) int64: the superstep column of lane t's MMA u's element c (``2 cp + half``:
+    fragment registers 2 cp, 2 cp + 1 hold columns c = 2 cp, 2 cp + 1 of rows g, g + 8)."""
+    _check_columns(columns)
+    t, u, c = torch.arange(4)[:, None, None], torch.arange(8)[None, :, None], torch.arange(4)[None, None, :]
+    if columns == "contiguous":
+        return 32 * t + 4 * u + c
+    return 32 * (u >> 1) + 8 * t + 4 * (u & 1) + c
 
 
 def _int32(words: torch.Tensor) -> torch.Tensor:
@@ -72,18 +101,23 @@ def fixed_codes(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return torch.where(byte_scale(negative), out ^ 0x88, out)
 
 
-def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048) -> torch.Tensor:
-    """(N, K/2) uint8 codes -> (N/16, K/128, 2, 32, 4) int32 fragment words (module docstring),
-    made ``rows_at_once`` rows at a time (the int64 nibbles of a whole 24576 x 4096 weight would
-    take 0.8 GB)."""
+def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048, columns: str = COLUMNS) -> torch.Tensor:
+    """(N, K/2) uint8 codes -> (N/16, K/128, 2, 32, 4) int32 fragment words (module docstring)
+    in column map ``columns``, made ``rows_at_once`` rows at a time (the int64 nibbles of a whole
+    24576 x 4096 weight would take 0.8 GB)."""
     n, k = packed.shape[0], packed.shape[1] * 2
     _check_shape(n, k)
+    _check_columns(columns)
     step = max(16, rows_at_once // 16 * 16)
     if n > step:
-        return torch.cat([repack_codes(packed[i:i + step], step) for i in range(0, n, step)])
-    # row = 16 i + 8 rs + g; column = 128 S + 32 t + 4 u + 2 cp + half; register r = 2 cp + rs
-    c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 8, 2, 2)  # i rs g S t u cp half
-    c = c.permute(0, 3, 2, 4, 5, 6, 1, 7)  # i S g t u cp rs half
+        return torch.cat([repack_codes(packed[i:i + step], step, columns) for i in range(0, n, step)])
+    # row = 16 i + 8 rs + g; register r = 2 cp + rs holds columns 2 cp + half of the lane's MMA u
+    if columns == "contiguous":  # column = 128 S + 32 t + 4 u + 2 cp + half
+        c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 8, 2, 2)  # i rs g S t u cp half
+        c = c.permute(0, 3, 2, 4, 5, 6, 1, 7)  # i S g t u cp rs half
+    else:  # column = 128 S + 32 v + 8 t + 4 w + 2 cp + half, u = 2 v + w
+        c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 4, 2, 2, 2)  # i rs g S v t w cp half
+        c = c.permute(0, 3, 2, 5, 4, 6, 7, 1, 8).reshape(n // 16, k // SUPERSTEP, 8, 4, 8, 2, 2, 2)
     words = torch.zeros(c.shape[:5], dtype=torch.int64, device=c.device)
     for r, halves in enumerate(FRAGMENT_BITS):
         for half, places in enumerate(halves):
@@ -104,18 +138,27 @@ def encode_scales(scales: torch.Tensor) -> torch.Tensor:
     return torch.where(value == 0, 0, code).to(torch.uint8)
 
 
-def repack_scales(scales: torch.Tensor) -> torch.Tensor:
-    """(N, K/16) e4m3 scales -> (N/16, K/128, 32) int32 scale codes (module docstring)."""
+def repack_scales(scales: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
+    """(N, K/16) e4m3 scales -> (N/16, K/128, 32) int32 scale codes in column map ``columns``
+    (module docstring)."""
     n, groups = scales.shape
     _check_shape(n, groups * 16)
-    code = encode_scales(scales).to(torch.int64).view(n // 16, 2, 8, groups // 8, 4, 2)  # i rs g S t q
-    code = code.permute(0, 3, 2, 4, 5, 1).reshape(n // 16, groups // 8, 32, 4)  # byte = 2 q + rs
+    _check_columns(columns)
+    code = encode_scales(scales).to(torch.int64)
+    if columns == "contiguous":  # lane 4 g + t, byte 2 q + rs: group 8 S + 2 t + q
+        code = code.view(n // 16, 2, 8, groups // 8, 4, 2)  # i rs g S t q
+        code = code.permute(0, 3, 2, 4, 5, 1)
+    else:  # lane 4 g + 2 p + h, byte 2 q + rs: group 8 S + 4 h + 2 q + p
+        code = code.view(n // 16, 2, 8, groups // 8, 2, 2, 2)  # i rs g S h q p
+        code = code.permute(0, 3, 2, 6, 4, 5, 1)  # i S g p h q rs
+    code = code.reshape(n // 16, groups // 8, 32, 4)
     return _int32((code << (8 * torch.arange(4, device=code.device))).sum(-1))
 
 
-def repack(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fragment words, scale codes) of a ModelOpt weight, as the kernel reads them."""
-    return repack_codes(fixed_codes(packed, scales)), repack_scales(scales)
+def repack(packed: torch.Tensor, scales: torch.Tensor, columns: str = COLUMNS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fragment words, scale codes) of a ModelOpt weight in column map ``columns``, as the
+    kernel built for it reads them."""
+    return repack_codes(fixed_codes(packed, scales), columns=columns), repack_scales(scales, columns)
 
 
 def _bf16_value(bits: torch.Tensor) -> torch.Tensor:
@@ -136,39 +179,55 @@ def _multiplier_values(codes: torch.Tensor) -> torch.Tensor:
     return _bf16_value((codes.to(torch.int64) << 4) | 0x7000)
 
 
-def dense_weight(words: torch.Tensor, scale_codes: torch.Tensor) -> torch.Tensor:
+def lane_scale_codes(scale_codes: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
+    """(tiles, supers, 8 g, 4 t, 8 u, 2 rs) int64: the scale code lane (g, t) multiplies MMA u's
+    row g + 8 rs by, taken from the scale words as the kernel takes them (module docstring)."""
+    _check_columns(columns)
+    tiles, supers = scale_codes.shape[:2]
+    sc = scale_codes.to(torch.int64).reshape(tiles, supers, 8, 4) & 0xFFFFFFFF  # i S g t
+    t, u = torch.arange(4)[:, None], torch.arange(8)[None, :]
+    if columns == "contiguous":  # the lane's own word: group u // 4, byte 2 (u // 4) + rs
+        source, byte = t.expand(4, 8), (2 * (u >> 2)).expand(4, 8)
+    else:  # the pair's word h = v // 2 (v = u // 2), byte 2 (v % 2) + rs
+        source, byte = 2 * (t >> 1) + (u >> 2), (2 * ((u >> 1) & 1)).expand(4, 8)
+    word = sc[:, :, :, source.to(sc.device)]  # i S g t u
+    shifts = 8 * (byte.to(sc.device)[..., None] + torch.arange(2, device=sc.device))  # t u rs
+    return (word[..., None] >> shifts) & 0xFF
+
+
+def dense_weight(words: torch.Tensor, scale_codes: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
     """(N, K) float64: the A elements the kernel feeds its MMAs (e2m1 * scale * 2^-8), each the
     bf16 product of its fragment value and its multiplier, rounded to bf16 as the kernel's
-    multiply rounds (no change where the module docstring's exactness holds), in W's places."""
+    multiply rounds (no change where the module docstring's exactness holds), in W's places
+    (column map ``columns``)."""
     tiles, supers = words.shape[:2]
     w = words.transpose(2, 3).reshape(tiles, supers, 8, 4, 8)  # i S g t u  (u = 4 h + c)
-    sc = scale_codes.to(torch.int64).reshape(tiles, supers, 8, 4)  # i S g t
-    a = torch.zeros(tiles, 16, supers, 4, 8, 4, dtype=torch.float64, device=words.device)  # i row S t u col
+    codes = lane_scale_codes(scale_codes, columns)  # i S g t u rs
+    a = torch.zeros(tiles, 16, supers, 4, 8, 4, dtype=torch.float64, device=words.device)  # i row S t u c
     for r, bits in enumerate(_fragment_bits(w)):
         rs, cp = r & 1, r >> 1
-        for group in range(2):  # MMAs 0..3 take the lane's first group, 4..7 its second
-            byte = (sc >> (8 * (2 * group + rs))) & 0xFF
-            mult = _multiplier_values(byte)[..., None]  # i S g t 1
-            us = slice(4 * group, 4 * group + 4)
-            for half in range(2):
-                frag = _bf16_value((bits[..., us] >> (16 * half)) & 0xFFFF)
-                prod = (frag * mult).to(torch.bfloat16).double()
-                a[:, 8 * rs:8 * rs + 8, :, :, us, 2 * cp + half] = prod.permute(0, 2, 1, 3, 4)
-    return a.reshape(tiles * 16, supers * SUPERSTEP)  # columns 128 S + 32 t + 4 u + col
+        mult = _multiplier_values(codes[..., rs])  # i S g t u
+        for half in range(2):
+            frag = _bf16_value((bits >> (16 * half)) & 0xFFFF)
+            prod = (frag * mult).to(torch.bfloat16).double()
+            a[:, 8 * rs:8 * rs + 8, :, :, :, 2 * cp + half] = prod.permute(0, 2, 1, 3, 4)
+    dense = torch.zeros(tiles, 16, supers, SUPERSTEP, dtype=torch.float64, device=words.device)
+    dense[..., column_index(columns).flatten().to(words.device)] = a.reshape(tiles, 16, supers, SUPERSTEP)
+    return dense.reshape(tiles * 16, supers * SUPERSTEP)
 
 
-def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def emulate(words: torch.Tensor, scale_codes: torch.Tensor, x: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
     """(M, N) float64: the kernel's sums, one split (the MMAs' sums exact, times 2^8 as the
     kernel ends)."""
-    return (x.double() @ dense_weight(words, scale_codes).t()) * 256.0
+    return (x.double() @ dense_weight(words, scale_codes, columns).t()) * 256.0
 
 
 def dequantize(words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
-               pair_tiles: int = 0) -> torch.Tensor:
+               pair_tiles: int = 0, columns: str = COLUMNS) -> torch.Tensor:
     """(N, K) bf16: what ``mma_gemv.cu``'s dequantizing kernels (``DEQUANTS``) write, ``bf16(float32(e2m1 *
     scale * row_scale))`` (the exact product rounded to float32, then to bf16), ``row_scale`` in
     the words' row order, rows in W's (``pair_tiles``: [gate | up] again)."""
-    exact = dense_weight(words, scale_codes) * 256.0 * row_scale.double()[:, None]  # <= 30 bits: exact
+    exact = dense_weight(words, scale_codes, columns) * 256.0 * row_scale.double()[:, None]  # <= 30 bits: exact
     w = exact.float().to(torch.bfloat16)
     return w[torch.argsort(pair_rows(w.shape[0]))] if pair_tiles else w
 

@@ -37,25 +37,54 @@ def reference(packed, scales, x):
     return x.double() @ (value * scale).t()
 
 
+@pytest.mark.parametrize("columns", layout.COLUMN_MAPS)
 @pytest.mark.parametrize("m", [1, 3, 8])
-def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m):
+def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m, columns):
     packed, scales = weights(48, 256, seed=m)
     x = torch.randn(m, 256, generator=torch.Generator().manual_seed(9)).bfloat16()
-    words, codes = layout.repack(packed, scales)
+    words, codes = layout.repack(packed, scales, columns)
     assert words.shape == (3, 2, 2, 32, 4) and words.dtype == torch.int32
     assert codes.shape == (3, 2, 32) and codes.dtype == torch.int32
-    torch.testing.assert_close(layout.emulate(words, codes, x), reference(packed, scales, x),
+    torch.testing.assert_close(layout.emulate(words, codes, x, columns), reference(packed, scales, x),
                                rtol=1e-12, atol=1e-12)
 
 
-def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place():
+def test_a_repack_read_in_the_other_column_map_is_a_different_gemv():
+    # the maps are not interchangeable: the emulation (as the kernel built for the other map
+    # reads it) is far from the reference
+    packed, scales = weights(16, 128, seed=5)
+    x = torch.randn(1, 128, generator=torch.Generator().manual_seed(9)).bfloat16()
+    for made, read in (("contiguous", "coalesced"), ("coalesced", "contiguous")):
+        words, codes = layout.repack(packed, scales, made)
+        want = reference(packed, scales, x)
+        assert (layout.emulate(words, codes, x, read) - want).abs().max() > 0.1 * want.abs().max()
+
+
+def test_the_coalesced_map_gives_a_rows_four_lanes_64_contiguous_bytes_a_load_and_lane_pairs_their_groups():
+    # column_index[t, u, c]: lane t's load q (MMAs 2q, 2q + 1) is columns 32q + 8t .. + 7, the four
+    # lanes of a row 32q .. 32q + 31 together; lanes 2p, 2p + 1 lie in the same four scale groups
+    # (p + 2v); the contiguous map: lane t's 32 columns in one run, in groups 2t, 2t + 1
+    idx = layout.column_index("coalesced")
+    for q in range(4):
+        load = idx[:, 2 * q:2 * q + 2, :].reshape(4, 8)
+        assert all(load[t].tolist() == list(range(32 * q + 8 * t, 32 * q + 8 * t + 8)) for t in range(4))
+    groups = [set((idx[t] // 16).flatten().tolist()) for t in range(4)]
+    assert groups[0] == groups[1] == {0, 2, 4, 6} and groups[2] == groups[3] == {1, 3, 5, 7}
+    contiguous = layout.column_index("contiguous")
+    assert all(contiguous[t].flatten().tolist() == list(range(32 * t, 32 * t + 32)) for t in range(4))
+    with pytest.raises(ValueError, match="no column map 'rows' of the MMA GEMV; the maps are contiguous, coalesced"):
+        layout.repack(*weights(16, 128), "rows")
+
+
+@pytest.mark.parametrize("columns", layout.COLUMN_MAPS)
+def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place(columns):
     # one tile, one superstep, unit scales: element (r, c) = (r + c) % 16
     r, c = torch.meshgrid(torch.arange(16), torch.arange(128), indexing="ij")
     codes = (r + c) % 16
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
     ones = torch.full((16, 8), 0x38, dtype=torch.uint8)  # e4m3 1.0
-    words, scale_codes = layout.repack(packed, ones)
-    a = layout.dense_weight(words, scale_codes) * 256
+    words, scale_codes = layout.repack(packed, ones, columns)
+    a = layout.dense_weight(words, scale_codes, columns) * 256
     want = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     assert torch.equal(a.abs(), want.abs())
     assert torch.equal(torch.signbit(a), codes >= 8)  # -0.0 for code 8 too
@@ -134,16 +163,18 @@ def sass_by_function(cubin: Path) -> dict[str, str]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("stages", [2, 4, 8, 10])
-def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep_a_set(tmp_path, stages):
+@pytest.mark.parametrize("stages, columns", [(2, "contiguous"), (4, "contiguous"), (8, "contiguous"),
+                                             (10, "contiguous"), (4, "coalesced")])
+def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_superstep_a_set(tmp_path, stages, columns):
     """At most 80 registers (6 blocks a multiprocessor; the 16-row kernels 128, 4 blocks), no
     stack; eight MMAs a superstep for each set of eight x rows (the loop unrolled ``stages``
     times); codes and scales copied with cp.async (LDGSTS) and waited on (DEPBAR), a ring of
     ``stages`` supersteps of 1152 bytes for each of its 4 warps in shared memory (and nothing
     more: a tile's warps add their sums and a gated pair exchanges its values in the rings);
-    the split reduction's fence and atomic count."""
+    the split reduction's fence and atomic count. The coalesced column map reads a lane pair's
+    two scale words in one 8-byte shared load (LDS.64), the contiguous one none."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages))
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, columns=columns))
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     assert all(resources.pop(name) for name in nvfp4_mma.DEQUANTS.values())  # the weight itself (own test)
@@ -181,6 +212,7 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
         assert codes[name].count("BAR.SYNC") == (kw > 1) + in_block_pair, name
         assert ("BAR.ARV" in codes[name]) == in_block_pair, name
         assert "ACQBULK" not in codes[name], name  # no griddepcontrol.wait but in a pdl build
+        assert ("LDS.64" in codes[name]) == (columns == "coalesced"), name
 
 
 @needs_nvcc

@@ -19,17 +19,18 @@ QWEN3_8B = [(6144, 4096), (24576, 4096), (4096, 12288), (4096, 4096)]
 
 class EmulatedLauncher:
     """``MmaGemv``'s fused call, computed by the kernel's emulation split by split (each split's
-    sums, added in split order, as the kernel's last warp does); records its arguments."""
+    sums, added in split order, as the kernel's last warp does) in column map ``columns``;
+    records its arguments."""
 
-    def __init__(self):
-        self.calls, self.reserved, self.early = [], [], []
+    def __init__(self, columns=mma_layout.COLUMNS):
+        self.calls, self.reserved, self.early, self.columns = [], [], [], columns
 
     def reserve_counters(self, tiles, device):
         self.reserved.append(tiles)
 
     def dequantize(self, words, scale_codes, row_scale, out, pair_tiles=0):
         self.calls.append(("dequantize", tuple(out.shape), pair_tiles))
-        return out.copy_(mma_layout.dequantize(words, scale_codes, row_scale, pair_tiles))
+        return out.copy_(mma_layout.dequantize(words, scale_codes, row_scale, pair_tiles, self.columns))
 
     def __call__(self, words, scale_codes, x, part, groups_per_split, *, row_scale, bias, out,
                  pair_tiles=0, gated=False, early=True):
@@ -44,7 +45,7 @@ class EmulatedLauncher:
         for s in range(splits):
             j0, j1 = s * groups_per_split, min((s + 1) * groups_per_split, groups)
             total += mma_layout.emulate(words[:, j0 // 8:j1 // 8], scale_codes[:, j0 // 8:j1 // 8],
-                                      x[:, 16 * j0:16 * j1])
+                                      x[:, 16 * j0:16 * j1], self.columns)
         y = total * row_scale.double()
         if bias is not None:
             y = y + bias.double()
@@ -473,29 +474,64 @@ def test_a_gpu_before_hopper_is_refused_naming_its_capability_and_the_alternativ
         kernels._mma_launcher(4, 1, "plain", 0)
 
 
-def test_the_repack_in_row_blocks_equals_the_repack_at_once():
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+def test_the_repack_in_row_blocks_equals_the_repack_at_once(columns):
     _, _, packed, _, _ = layer_of(80, 128, seed=3)
-    assert torch.equal(mma_layout.repack_codes(packed, rows_at_once=32), mma_layout.repack_codes(packed))
+    assert torch.equal(mma_layout.repack_codes(packed, rows_at_once=32, columns=columns),
+                       mma_layout.repack_codes(packed, columns=columns))
+
+
+def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it(monkeypatch):
+    # kernel: mma with columns="coalesced" (or $HINGE_NVFP4_MMA_COLUMNS) repacks in that map and
+    # the launcher emulating that map gives the reference, plain and gated; a launcher of the
+    # other map, or a map of no name, is refused
+    for make in (lambda: MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132, columns="coalesced"),
+                 lambda: monkeypatch.setenv("HINGE_NVFP4_MMA_COLUMNS", "coalesced")
+                 or MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132)):
+        kernel = make()
+        assert kernel.columns == "coalesced"
+        layer, x, packed, scales, bias = layer_of(128, 2048)
+        kernel.prepare_linear(layer, packed, scales)
+        words, codes = mma_layout.repack(packed, scales, "coalesced")
+        assert torch.equal(layer.nvfp4_mma_words, words) and torch.equal(layer.nvfp4_mma_scales, codes)
+        assert not torch.equal(words, mma_layout.repack(packed, scales, "contiguous")[0])
+        assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 5, 16))
+        monkeypatch.delenv("HINGE_NVFP4_MMA_COLUMNS", raising=False)
+    gate_up = MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132, columns="coalesced")
+    layer, x, packed, scales = gate_up_layer(64, 512)
+    gate_up.prepare_linear(layer, packed, scales)
+    plain, gated = gate_up.linear(layer, x[:3].contiguous(), None, None), gate_up.gated(layer, x[:3].contiguous(), "silu")
+    gate, up = plain.float().chunk(2, dim=-1)
+    assert torch.equal(gated, (gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the kernel repacks in 'contiguous'"):
+        MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132, columns="contiguous")
+    monkeypatch.setenv("HINGE_NVFP4_MMA_COLUMNS", "rows")
+    with pytest.raises(ValueError, match=r"column map 'rows': the maps are contiguous, coalesced \(HINGE_NVFP4_MMA_COLUMNS\)"):
+        MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
 
 
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, warps: builds.append((arch, stages, warps)) or b"cubin")
+                        lambda arch, stages, prefetch, pdl, warps, columns:
+                        builds.append((arch, stages, warps, columns)) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, warps=8) == b"cubin"
-    assert builds == [("sm_90", 8, 4), ("sm_90", 4, 4), ("sm_90", 4, 8)]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 3 and not list(tmp_path.glob("*.tmp"))
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, columns="coalesced") == b"cubin"
+    assert builds == [("sm_90", 8, 4, "contiguous"), ("sm_90", 4, 4, "contiguous"), ("sm_90", 4, 8, "contiguous"),
+                      ("sm_90", 4, 4, "coalesced")]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 4 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles16", ["1", "2"])
-def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_graph(tiles16, monkeypatch):
+@pytest.mark.parametrize("tiles16, columns", [("1", "contiguous"), ("2", "contiguous"), ("2", "coalesced")])
+def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_graph(tiles16, columns, monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     monkeypatch.setenv("HINGE_NVFP4_MMA_TILES16", tiles16)
+    monkeypatch.setenv("HINGE_NVFP4_MMA_COLUMNS", columns)
     kernel = select_kernel(NVFP4Options(kernel="mma"), "cuda", False)
     for n, k in QWEN3_8B:
         layer, x, packed, scales, bias = layer_of(n, k, seed=n, device="cuda")
@@ -513,8 +549,9 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("form", sorted(mma_gemv.KERNELS))
-def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout_equals_the_reference(form):
+def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout_equals_the_reference(form, columns):
     # qkv and down (4 and 8 splits); 3 tiles of 20 supersteps in splits of 8, 8, 4 (4 warps a tile:
     # runs of 2 and of 1; 2 warps a tile: the second block's second tile is past N; 8: runs of 1,
     # some slices without a superstep); 25 tiles of 2 supersteps in one split (4 and 8 warps a
@@ -523,20 +560,21 @@ def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
     stages = 4
-    cubins = {(pf, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf, warps=warps)
+    cubins = {(pf, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, prefetch=pf, warps=warps,
+                                                 columns=columns)
               for pf in (0, 256) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
     for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
         x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
         splits = -(-(k // 16) // per_split)
         for kw, order in ((kw, order) for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,)
                           for order in mma_layout.LAYOUTS):
-            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales), order)
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
             # the copies' L2 prefetch changes no result: 256 bytes with the interleaved layout
             cubin = cubins[256 if order == "interleaved" else 0, mma_gemv.block_warps(kw)]
             # and at 9 .. 16 rows two tiles a warp where built (the second of 25 or 3 tiles'
             # last warp past N)
-            gemvs = [mma_gemv.MmaGemv(cubin, form, stages, kw)] + (
-                [mma_gemv.MmaGemv(cubin, form, stages, kw, tiles16=2)]
+            gemvs = [mma_gemv.MmaGemv(cubin, form, stages, kw, columns=columns)] + (
+                [mma_gemv.MmaGemv(cubin, form, stages, kw, tiles16=2, columns=columns)]
                 if mma_gemv.two_tiles_built(form, stages, kw) else [])
             for gemv in gemvs:
                 gemv.reserve_counters(n // 16, torch.device("cuda"))
@@ -547,7 +585,7 @@ def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout
                     got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
                     want = reference.linear(xr, packed, scales, row_scale, bias)
                     err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-                    assert err < 1e-2, (form, kw, order, n, k, rows, gemv.tiles16, float(err))
+                    assert err < 1e-2, (form, columns, kw, order, n, k, rows, gemv.tiles16, float(err))
 
 
 @pytest.mark.gpu
@@ -732,29 +770,30 @@ def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeyp
 
 @pytest.mark.gpu
 def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_dequantization():
-    # every memory order, a paired [gate | up] too: MmaGemv.dequantize == triton_gemm.dequantize_weight
-    # == the reference rounded to nearest even, bit for bit
+    # every memory order and column map, a paired [gate | up] too: MmaGemv.dequantize ==
+    # triton_gemm.dequantize_weight == the reference rounded to nearest even, bit for bit
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     from hinge_nvfp4.triton_gemm import dequantize_weight
 
     major, minor = torch.cuda.get_device_capability()
-    gemv = mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4), "plain", 4)
+    gemvs = {columns: mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, columns=columns), "plain", 4,
+                                       columns=columns) for columns in mma_layout.COLUMN_MAPS}
     for n, k in QWEN3_8B + [(96, 384), (32, 640)]:  # (32, 640): 10 blocks, the staged form's last warp has 2
         _, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n + 1, device="cuda")
         scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x7E, 0x01], dtype=torch.uint8)  # 0, 448, subnormal
         want = torch.empty(n, k, dtype=torch.bfloat16, device="cuda")
         dequantize_weight(packed, scales, row_scale, want)
         assert torch.equal(want, (reference.dequantize_unscaled(packed, scales) * row_scale[:, None]).bfloat16())
-        for order in mma_layout.LAYOUTS:
+        for (columns, gemv), order in ((c, o) for c in gemvs.items() for o in mma_layout.LAYOUTS):
             for pairs in (0, n // 32):
                 rows = mma_layout.pair_rows(n).cuda() if pairs else torch.arange(n, device="cuda")
-                words, codes = mma_layout.in_order(*mma_layout.repack(packed[rows], scales[rows]), order)
+                words, codes = mma_layout.in_order(*mma_layout.repack(packed[rows], scales[rows], columns), order)
                 for form in mma_gemv.DEQUANTS:
                     got = torch.full((n, k), float("nan"), dtype=torch.bfloat16, device="cuda")
                     gemv.dequantize(words, codes, row_scale[rows].contiguous(), got, pair_tiles=pairs, form=form)
                     torch.cuda.synchronize()
-                    assert torch.equal(got, want), (n, k, order, pairs, form)
+                    assert torch.equal(got, want), (n, k, columns, order, pairs, form)
 
 
 @pytest.mark.gpu
