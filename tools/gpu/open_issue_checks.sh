@@ -467,6 +467,12 @@ col18)
         --columns contiguous coalesced
     cat "$OUT/rc.txt"; tail -3 "$OUT/col_tests.log"; cat "$OUT/col_chain.log"
     ;;
+e2e18)
+    # 2026-12-06 (17th, ~4 min): end to end, the default column map against the coalesced one
+    # in one process (bf16, then nvfp4 in each)
+    b e2e_cols 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_COLUMNS=coalesced
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/e2e_cols.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
