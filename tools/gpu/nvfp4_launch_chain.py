@@ -6,8 +6,8 @@
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: eight warps a tile, a block a tile, in the plain or bulk form; its
 16-row launch likewise), run through ``kernel: mma`` as the engine builds it
-(``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (the weights repacked and the
-kernels built for it; a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
+(``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (every shape's entry naming it;
+a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
 ``ROTATE`` weight copies in turn in one CUDA graph, each launched early behind the one before,
 so HBM serves them; two clocks: ``replay`` (events around one replay, as the GEMM table) and
 ``steady`` (``--replays`` replays timed from while one already runs: the kernels alone). Percent
@@ -54,7 +54,8 @@ def sweep_variants(kwarps: list) -> dict:
 
 def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
     """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``) and column map of
-    ``columns`` (None: the default), each reading its own tilings file."""
+    ``columns`` (None: the file's; else every shape's entry names it), each reading its own
+    tilings file."""
     from hinge_nvfp4 import mma_tiling
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.options import NVFP4Options
@@ -63,15 +64,17 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
     shipped = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name()) or {}
     out = {}
     for label, change in variants.items():
-        os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
-        if change is not None:  # (kept in --keep-plans when given)
-            path = os.path.join(tmp, f"{label.replace(' ', '_')}.json")
-            with open(path, "w") as f:
-                json.dump({shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}, f)
-            os.environ["HINGE_NVFP4_MMA_PLAN"] = path
-        for i, cols in enumerate(columns):  # as the engine builds it
-            out[label if i == 0 else f"{label} {cols}"] = MmaKernel(
-                dequant_rows=NVFP4Options().prefill_dequant_rows, columns=cols)
+        for i, cols in enumerate(columns):
+            name = label if i == 0 else f"{label} {cols}"
+            if cols is not None:
+                change = {**(change or {}), "columns": cols}
+            os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+            if change is not None:  # (kept in --keep-plans when given)
+                path = os.path.join(tmp, f"{name.replace(' ', '_')}.json")
+                with open(path, "w") as f:
+                    json.dump({shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}, f)
+                os.environ["HINGE_NVFP4_MMA_PLAN"] = path
+            out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
     return out
 
@@ -141,7 +144,7 @@ if __name__ == "__main__":
                         help="every form and memory order at these warps a tile instead of VARIANTS")
     parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
     parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
-                        help="column maps to run each variant in (default: kernel: mma's)")
+                        help="column maps to run each variant in (default: the file's)")
     parser.add_argument("--variants", nargs="+", help="of VARIANTS (default: all)")
     args = parser.parse_args()
     if not torch.cuda.is_available():

@@ -190,7 +190,7 @@ class MmaKernel(TritonKernel):
     ``tile`` (a tile's supersteps together), ``super`` (``mma_layout.superstep_major``) or
     ``interleaved`` (``mma_layout.interleave``: each block's scales after its codes); ``columns``
     (default ``$HINGE_NVFP4_MMA_COLUMNS`` or ``mma_layout.COLUMNS``): the repack's column map
-    (``mma_layout.COLUMN_MAPS``), the cubins built for it; ``form``
+    (``mma_layout.COLUMN_MAPS``) where the tiling names none, the cubins built for it; ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
     rows take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
     one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
@@ -230,9 +230,6 @@ class MmaKernel(TritonKernel):
         if self.columns not in mma_layout.COLUMN_MAPS:
             raise ValueError(f"nvfp4 kernel 'mma' column map {self.columns!r}: the maps are "
                              f"{', '.join(mma_layout.COLUMN_MAPS)} (HINGE_NVFP4_MMA_COLUMNS)")
-        if gemv is not None and getattr(gemv, "columns", self.columns) != self.columns:
-            raise ValueError(f"the launcher stood in computes column map {gemv.columns!r}, the kernel "
-                             f"repacks in {self.columns!r}")
         self.form = form or os.environ.get("HINGE_NVFP4_MMA_FORM") or self.FORM
         if self.form not in mma_gemv.KERNELS:
             raise ValueError(f"nvfp4 kernel 'mma' form {self.form!r}: the forms are "
@@ -249,7 +246,7 @@ class MmaKernel(TritonKernel):
         #: module-name endings whose GEMVs launch only once the kernel before them ends
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
         self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
-        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch, tiles16) -> launcher
+        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch, tiles16, columns) -> launcher
         #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
         #: ($HINGE_NVFP4_MMA_TILES16, default ``TILES16``; mma_gemv.MmaGemv tiles16)
         self.tiles16 = int(os.environ.get("HINGE_NVFP4_MMA_TILES16", self.TILES16))
@@ -261,24 +258,31 @@ class MmaKernel(TritonKernel):
         self._num_sms = num_sms or torch.cuda.get_device_properties(
             torch.cuda.current_device()).multi_processor_count
 
-        self._gemv(mma_tiling.Tiling(1, 8, 1, mma_tiling.STAGES))  # refuses a GPU it cannot run on, now
+        if gemv is None:
+            self._gemv(mma_tiling.Tiling(1, 8, 1, mma_tiling.STAGES))  # refuses a GPU it cannot run on, now
 
     def _gemv(self, plan: Any, rows16: Any = None) -> Any:
         """The launcher of a tiling (``rows16``: of its tuned launch of 9 .. 16 rows), shared by
-        the layers that take the same (stages, warps a tile, form, prefetch, tiles a warp)."""
+        the layers that take the same (stages, warps a tile, form, prefetch, tiles a warp, column
+        map)."""
         from hinge_nvfp4 import mma_gemv
         from hinge_nvfp4.mma_gemv import PREFETCH
 
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
+        columns = plan.columns or self.columns
         if rows16 is not None:
-            key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles)
+            key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
             t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
-            key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1)
+            key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1, columns)
+        stand_in = getattr(self._stand_in, "columns", columns)
+        if stand_in != columns:
+            raise ValueError(f"the launcher stood in computes column map {stand_in!r}, the layer is "
+                             f"repacked in {columns!r}")
         if key not in self._gemvs:
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
-                                                               columns=self.columns)
+                                                               columns=columns)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
@@ -295,8 +299,8 @@ class MmaKernel(TritonKernel):
             order = mma_layout.pair_rows(n).to(packed.device)
             packed, scales, row_scale = packed[order], scales[order], row_scale[order]
         layer.nvfp4_mma_row_scale = row_scale.contiguous()
-        words, codes = mma_layout.repack(packed, scales, self.columns)
         layer.nvfp4_mma_tiling = plan = mma_tiling.tiling(n, k, self._num_sms, self._tuned)
+        words, codes = mma_layout.repack(packed, scales, plan.columns or self.columns)
         words, codes = mma_layout.in_order(words, codes, plan.layout or self.layout)
         layer.nvfp4_mma_words, layer.nvfp4_mma_scales = words, codes
         layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once

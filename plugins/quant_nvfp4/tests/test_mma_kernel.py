@@ -286,8 +286,8 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
-    # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built)
-    assert list(kernel._gemvs) == [(4, 1, "plain", 0, 2), (4, 4, "xring", 256, 1)]
+    # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built, column map)
+    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous")]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
@@ -297,9 +297,22 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 8, 4, None, "bulk")
-    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1)
+    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous")
     with pytest.raises(ValueError, match=r"kwarps of \(1, 2, 4\) \(or 8 with rings of <= 5\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 8, "stages": 8}})
+    # a column map: that weight repacked in it and launched by a launcher built for it (a
+    # launcher of another map for it is refused), other shapes in the kernel's
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "columns": "coalesced"}}')
+    kernel = MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.columns == "coalesced" and list(kernel._gemvs)[-1][-1] == "coalesced"
+    assert torch.equal(layer.nvfp4_mma_words, mma_layout.repack(packed, scales, "coalesced")[0])
+    assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 16))
+    with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the layer is repacked in 'contiguous'"):
+        kernel.prepare_linear(*layer_of(4096, 4096)[:1], *layer_of(4096, 4096)[2:4])
+    with pytest.raises(ValueError, match="column maps contiguous, coalesced"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4,
+                                                        "columns": "rows"}})
     path.write_text("{not json")
     with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_PLAN=.*unset it"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
@@ -314,7 +327,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2)
-    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2), (4, 2, "plain", 0, 2)]
+    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous"), (4, 2, "plain", 0, 2, "contiguous")]
     # the stand-in launchers are one object: give the 16-row launch its own to see who runs what
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
@@ -503,8 +516,9 @@ def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it
     plain, gated = gate_up.linear(layer, x[:3].contiguous(), None, None), gate_up.gated(layer, x[:3].contiguous(), "silu")
     gate, up = plain.float().chunk(2, dim=-1)
     assert torch.equal(gated, (gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16))
-    with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the kernel repacks in 'contiguous'"):
-        MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132, columns="contiguous")
+    with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the layer is repacked in 'contiguous'"):
+        MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132, columns="contiguous").prepare_linear(
+            *layer_of(128, 2048)[:1], *layer_of(128, 2048)[2:4])
     monkeypatch.setenv("HINGE_NVFP4_MMA_COLUMNS", "rows")
     with pytest.raises(ValueError, match=r"column map 'rows': the maps are contiguous, coalesced \(HINGE_NVFP4_MMA_COLUMNS\)"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
