@@ -473,6 +473,16 @@ e2e18)
     b e2e_cols 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_COLUMNS=coalesced
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/e2e_cols.log"
     ;;
+sweep18)
+    # 2026-12-06 (17th, ~4 min): every form and memory order at 4 and 8 warps a tile in the
+    # coalesced column map for qkv, down and o at 1 and 8 rows, back to back
+    for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=$warps, columns='coalesced')" &
+    done
+    wait
+    b col_sweep 400 python3 tools/gpu/nvfp4_launch_chain.py --sweep 4 8 --columns coalesced --shapes qkv down o --ms 1 8
+    cat "$OUT/rc.txt"; grep -E "fastest|shipped" "$OUT/col_sweep.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
