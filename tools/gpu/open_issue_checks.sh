@@ -483,6 +483,29 @@ sweep18)
     b col_sweep 400 python3 tools/gpu/nvfp4_launch_chain.py --sweep 4 8 --columns coalesced --shapes qkv down o --ms 1 8
     cat "$OUT/rc.txt"; grep -E "fastest|shipped" "$OUT/col_sweep.log"
     ;;
+final18)
+    # 2026-12-06 (17th, ~6 min): kernel: mma's GPU tests (every form in both column maps, the
+    # dequantization's bits in both, the Qwen3-8B shapes in both) and the engine's NVFP4 tests
+    # with the H100 file naming the coalesced map for qkv, down and o
+    b final_tests 480 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py
+    cat "$OUT/rc.txt"; tail -3 "$OUT/final_tests.log"
+    ;;
+bench18)
+    # 2026-12-06 (17th, ~4 min): the GEMM table with the shipped file, then end to end with it
+    # against the file before (every shape contiguous), one process, and a 2048-token prefill
+    python3 - "$OUT/plan-contiguous.json" <<'PY'
+import json, sys
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+for entry in plan.values():
+    entry.pop("columns", None)
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+    b gemm18 200 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 4 8 16
+    b e2e18 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048 --e2e-plan - "$OUT/plan-contiguous.json"
+    cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm18.log"; grep -E "prefill|/ bf16|decoding" "$OUT/e2e18.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
