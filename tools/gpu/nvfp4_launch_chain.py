@@ -52,6 +52,17 @@ def sweep_variants(kwarps: list) -> dict:
                                 for kw in kwarps for form in KERNELS for layout in LAYOUTS}
 
 
+def sweep16_variants() -> dict:
+    """``--sweep16``: every 16-row launch (warps a tile, GEMV form, tiles a warp where built) over
+    the shipped launch of fewer rows."""
+    from hinge_nvfp4.mma_gemv import KERNELS, KWARPS, WIDE_WARPS, two_tiles_built
+
+    return {"shipped": None} | {
+        f"r16 kw{kw} {form} t{tiles}": {"r16": {"kwarps": kw, "form": form, "tiles": tiles}}
+        for kw in KWARPS + (WIDE_WARPS,) for form in KERNELS for tiles in (1, 2)
+        if tiles == 1 or (kw != WIDE_WARPS and two_tiles_built(form, 4, kw))}
+
+
 def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
     """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``) and column map of
     ``columns`` (None: the file's; else every shape's entry names it), each reading its own
@@ -86,9 +97,11 @@ def main(args) -> None:
         os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         chosen = {k: v for k, v in VARIANTS.items() if not args.variants or k in args.variants}
-        by_variant = kernels(args.keep_plans or tmp, sweep_variants(args.sweep) if args.sweep else chosen,
+        variants = (sweep_variants(args.sweep) if args.sweep else sweep16_variants() if args.sweep16
+                    else chosen)
+        by_variant = kernels(args.keep_plans or tmp, variants,
                              tuple(args.columns or (None,)))
-    if args.sweep:  # a column a variant is too wide: a line a variant
+    if args.sweep or args.sweep16:  # a column a variant is too wide: a line a variant
         sweep_lines(args, by_variant)
         return
     print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
@@ -142,6 +155,8 @@ if __name__ == "__main__":
     parser.add_argument("--keep-plans", help="a directory to write the variants' tilings files to")
     parser.add_argument("--sweep", type=int, nargs="*", metavar="KWARPS",
                         help="every form and memory order at these warps a tile instead of VARIANTS")
+    parser.add_argument("--sweep16", action="store_true",
+                        help="every 16-row launch (warps a tile, form, tiles a warp) instead of VARIANTS")
     parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
     parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
                         help="column maps to run each variant in (default: the file's)")

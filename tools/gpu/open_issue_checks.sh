@@ -506,6 +506,13 @@ PY
     b e2e18 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048 --e2e-plan - "$OUT/plan-contiguous.json"
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm18.log"; grep -E "prefill|/ bf16|decoding" "$OUT/e2e18.log"
     ;;
+r16sweep18)
+    # 2026-12-06 (17th, ~2 min): every 16-row launch at 16 rows, back to back: qkv, down and o in
+    # the coalesced column map, gate_up in the contiguous one (as the H100 file names them)
+    b r16_cols 240 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --columns coalesced --shapes qkv down o --ms 16
+    b r16_gate 200 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --columns contiguous --shapes gate_up --ms 16
+    cat "$OUT/rc.txt"; grep -h -E "fastest|shipped" "$OUT/r16_cols.log" "$OUT/r16_gate.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
