@@ -513,6 +513,15 @@ r16sweep18)
     b r16_gate 200 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --columns contiguous --shapes gate_up --ms 16
     cat "$OUT/rc.txt"; grep -h -E "fastest|shipped" "$OUT/r16_cols.log" "$OUT/r16_gate.log"
     ;;
+r16final18)
+    # 2026-12-06 (17th, ~3 min): the H100 file's new 16-row launches (one tile a warp in the
+    # coalesced map): kernel: mma's Qwen3-8B-shape tests and the engine's, the GEMM table at 1 .. 16 rows
+    b r16_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        -k "qwen3_8b or past_sixteen or kernel_mma or auto_runs"
+    b gemm18b 200 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 4 8 12 16
+    cat "$OUT/rc.txt"; tail -3 "$OUT/r16_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm18b.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
