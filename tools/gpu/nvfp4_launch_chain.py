@@ -52,13 +52,13 @@ def sweep_variants(kwarps: list) -> dict:
                                 for kw in kwarps for form in KERNELS for layout in LAYOUTS}
 
 
-def sweep16_variants() -> dict:
+def sweep16_variants(from_rows: int = 9) -> dict:
     """``--sweep16``: every 16-row launch (warps a tile, GEMV form, tiles a warp where built) over
-    the shipped launch of fewer rows."""
+    the shipped launch of fewer rows, taking ``from_rows`` rows on (``--from-rows``)."""
     from hinge_nvfp4.mma_gemv import KERNELS, KWARPS, WIDE_WARPS, two_tiles_built
 
     return {"shipped": None} | {
-        f"r16 kw{kw} {form} t{tiles}": {"r16": {"kwarps": kw, "form": form, "tiles": tiles}}
+        f"r16 kw{kw} {form} t{tiles}": {"r16": {"kwarps": kw, "form": form, "tiles": tiles, "from": from_rows}}
         for kw in KWARPS + (WIDE_WARPS,) for form in KERNELS for tiles in (1, 2)
         if tiles == 1 or (kw != WIDE_WARPS and two_tiles_built(form, 4, kw))}
 
@@ -97,7 +97,7 @@ def main(args) -> None:
         os.makedirs(args.keep_plans, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         chosen = {k: v for k, v in VARIANTS.items() if not args.variants or k in args.variants}
-        variants = (sweep_variants(args.sweep) if args.sweep else sweep16_variants() if args.sweep16
+        variants = (sweep_variants(args.sweep) if args.sweep else sweep16_variants(args.from_rows) if args.sweep16
                     else chosen)
         by_variant = kernels(args.keep_plans or tmp, variants,
                              tuple(args.columns or (None,)))
@@ -157,6 +157,7 @@ if __name__ == "__main__":
                         help="every form and memory order at these warps a tile instead of VARIANTS")
     parser.add_argument("--sweep16", action="store_true",
                         help="every 16-row launch (warps a tile, form, tiles a warp) instead of VARIANTS")
+    parser.add_argument("--from-rows", type=int, default=9, help="--sweep16's launches take this many rows on")
     parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
     parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
                         help="column maps to run each variant in (default: the file's)")

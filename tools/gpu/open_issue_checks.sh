@@ -522,6 +522,15 @@ r16final18)
     b gemm18b 200 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 4 8 12 16
     cat "$OUT/rc.txt"; tail -3 "$OUT/r16_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm18b.log"
     ;;
+from18)
+    # 2026-12-06 (17th, ~2 min): the 16-row launches taking 5 .. 16 rows: every one of them at 5,
+    # 6 and 8 rows against the shipped launches (gate_up contiguous, the others coalesced)
+    b from_gate 200 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --from-rows 5 --columns contiguous \
+        --shapes gate_up --ms 5 6 8
+    b from_cols 240 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --from-rows 5 --columns coalesced \
+        --shapes qkv down o --ms 5 8
+    cat "$OUT/rc.txt"; grep -h -E "fastest|shipped" "$OUT/from_gate.log" "$OUT/from_cols.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants

@@ -192,7 +192,7 @@ class MmaKernel(TritonKernel):
     (default ``$HINGE_NVFP4_MMA_COLUMNS`` or ``mma_layout.COLUMNS``): the repack's column map
     (``mma_layout.COLUMN_MAPS``) where the tiling names none, the cubins built for it; ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
-    rows take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
+    rows (from ``Rows16.from_rows``) take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
     one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
     with two.
 
@@ -271,22 +271,23 @@ class MmaKernel(TritonKernel):
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
         columns = plan.columns or self.columns
         if rows16 is not None:
-            key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns)
+            key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns, rows16.from_rows)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
             t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
-            key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1, columns)
+            key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1, columns,
+                   mma_gemv.SET_ROWS + 1)
         stand_in = getattr(self._stand_in, "columns", columns)
         if stand_in != columns:
             raise ValueError(f"the launcher stood in computes column map {stand_in!r}, the layer is "
                              f"repacked in {columns!r}")
         if key not in self._gemvs:
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
-                                                               columns=columns)
+                                                               columns=columns, rows16_from=key[6])
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
-        from hinge_nvfp4 import mma_layout, mma_tiling
+        from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
         super().prepare_linear(layer, packed, scales)
         n, k = packed.shape[0], packed.shape[1] * 2
@@ -306,6 +307,8 @@ class MmaKernel(TritonKernel):
         layer.nvfp4_mma_gemv = gemv = self._gemv(plan)  # linear's launcher, looked up once
         #: the launcher of 9 .. 16 rows where the tiling names its own (else linear's)
         layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
+        #: the fewest rows of a launch that takes gemv16
+        layer.nvfp4_mma_rows16_from = plan.rows16.from_rows if plan.rows16 else mma_gemv.SET_ROWS + 1
         prefix = getattr(getattr(layer, "spec", None), "prefix", "")
         if self.late and prefix.endswith(self.late):
             layer.nvfp4_mma_early = False
@@ -368,7 +371,7 @@ class MmaKernel(TritonKernel):
             rows = min(mma_gemv.MAX_ROWS, m - r0)
             part = (torch.empty(plan.splits, rows, n, dtype=torch.float32, device=x.device)
                     if plan.splits > 1 or gated else None)
-            gemv = layer.nvfp4_mma_gemv16 if rows > mma_gemv.SET_ROWS else layer.nvfp4_mma_gemv
+            gemv = layer.nvfp4_mma_gemv16 if rows >= layer.nvfp4_mma_rows16_from else layer.nvfp4_mma_gemv
             gemv(layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x[r0:r0 + rows], part, plan.groups_per_split,
                  row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out[r0:r0 + rows],
                  pair_tiles=layer.nvfp4_mma_pairs, gated=gated, early=early)
@@ -398,7 +401,7 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
-                  tiles16: int = 1, columns: str | None = None) -> Any:
+                  tiles16: int = 1, columns: str | None = None, rows16_from: int = 9) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
@@ -414,4 +417,5 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
                                   warps=mma_gemv.block_warps(kwarps), columns=columns)
-    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns)
+    return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,
+                            rows16_from=rows16_from)

@@ -170,13 +170,17 @@ class MmaGemv:
     --carveout: no effect on an H100, 2026-12-06).
     ``tiles16``: 16-row tiles a warp computes at 9 .. 16 rows of x (2: the ``_t2`` kernels,
     each x fragment loaded once for two tiles; ``T2_FORMS`` in a cubin of at most
-    ``T2_MAX_STAGES`` stages). ``columns``: the column map the cubin was built for (its
+    ``T2_MAX_STAGES`` stages). ``rows16_from``: the fewest rows of x the ``_r16`` kernel takes
+    (2 .. ``SET_ROWS + 1``; below ``SET_ROWS + 1`` its second set of MMAs computes nothing, but
+    its launch may be the faster). ``columns``: the column map the cubin was built for (its
     weights must be repacked in it: ``mma_layout.repack(..., columns)``)."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
-                 tiles16: int = 1, columns: str = COLUMNS) -> None:
+                 tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1) -> None:
         name = kernel_name(form, kwarps)
+        if not 2 <= rows16_from <= SET_ROWS + 1:
+            raise ValueError(f"the 16-row kernel takes from 2 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
         if carveout is not None and not 0 <= carveout <= 100:
@@ -189,7 +193,7 @@ class MmaGemv:
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
-        self.columns = columns
+        self.columns, self.rows16_from = columns, rows16_from
         self.warps = block_warps(kwarps)  #: warps a block: the cubin must be built with as many
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
@@ -287,7 +291,7 @@ class MmaGemv:
         if groups_per_split % 8 or groups_per_split <= 0:
             raise ValueError(f"groups_per_split must be a positive multiple of 8 (a superstep), "
                              f"got {groups_per_split}")
-        rows = MAX_ROWS if m > SET_ROWS and self.function16 is not None else SET_ROWS
+        rows = MAX_ROWS if m >= self.rows16_from and self.function16 is not None else SET_ROWS
         if not (x.is_contiguous() and x.dtype == torch.bfloat16 and x.data_ptr() % 16 == 0
                 and 1 <= m <= rows and k == words.shape[1] * SUPERSTEP):
             raise ValueError(f"x must be a contiguous 16-byte aligned ({rows} rows at most, "

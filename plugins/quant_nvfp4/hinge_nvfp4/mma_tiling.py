@@ -17,6 +17,7 @@ from hinge_nvfp4.mma_gemv import (
     KWARPS,
     PREFETCHES,
     RING_STAGES,
+    SET_ROWS,
     T2_FORMS,
     T2_MAX_STAGES,
     WARPS,
@@ -36,13 +37,14 @@ def groups_per_split(groups: int, splits: int) -> int:
 
 
 class Rows16(NamedTuple):
-    """A tuned launch of 9 .. 16 rows of x over the same repack, splits and ring: ``kwarps``
-    warps a tile, the kernel's ``form``, ``tiles`` 16-row tiles a warp (``mma_gemv.MmaGemv``
-    tiles16)."""
+    """A tuned launch of ``from_rows`` (default 9) .. 16 rows of x over the same repack, splits
+    and ring: ``kwarps`` warps a tile, the kernel's ``form``, ``tiles`` 16-row tiles a warp
+    (``mma_gemv.MmaGemv`` tiles16, rows16_from)."""
 
     kwarps: int
     form: str
     tiles: int
+    from_rows: int = SET_ROWS + 1
 
 
 class Tiling(NamedTuple):
@@ -126,20 +128,22 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
 
 
 def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
-    """A tuned file's ``"r16": {"kwarps": .., "form": .., "tiles": ..}`` of the N x K weight
-    whose ring is ``stages`` deep, checked against what the kernel builds."""
+    """A tuned file's ``"r16": {"kwarps": .., "form": .., "tiles": .., "from": ..}`` of the N x K
+    weight whose ring is ``stages`` deep, checked against what the kernel builds (``from``: the
+    fewest rows it takes, default 9)."""
     if entry is None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
+    from_rows = int(entry.get("from", SET_ROWS + 1))
     if (not kwarps_built(kwarps, stages) or form not in KERNELS or tiles not in (1, 2)
-            or (tiles == 2 and not two_tiles_built(form, stages, kwarps))):
+            or (tiles == 2 and not two_tiles_built(form, stages, kwarps)) or not 2 <= from_rows <= SET_ROWS + 1):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                          f"forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
                          f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
-                         f"stages, up to {max(KWARPS)} warps a tile) "
+                         f"stages, up to {max(KWARPS)} warps a tile), from 2 to {SET_ROWS + 1} rows on "
                          "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
-    return Rows16(kwarps, form, tiles)
+    return Rows16(kwarps, form, tiles, from_rows)
 
 
 TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model

@@ -316,13 +316,40 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
         gemv = object.__new__(nvfp4_mma.MmaGemv)
         gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
             FakeDriver(), None, None, "plain", 4, kwarps, pdl)
-        gemv.warps, gemv.tiles16 = nvfp4_mma.block_warps(kwarps), 1
+        gemv.warps, gemv.tiles16, gemv.rows16_from = nvfp4_mma.block_warps(kwarps), 1, 9
         gemv._counters = None
         gemv._make_arguments()
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
     assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1], 128), ("plain", [4, 1, 1], 128),
                      ("plain", [4, 1, 1], 256)]
+
+
+def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(monkeypatch):
+    # rows16_from 5: 4 rows of x take the 8-row kernel, 5 and 16 the 16-row one (two tiles a
+    # warp: 4 tiles in one block of 4 warps at one warp a tile, two tiles each)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 0}))
+    launched = []
+
+    class FakeDriver:
+        def cuLaunchKernel(self, function, *args):  # noqa: N802 - the driver's name
+            launched.append((function, args[0]))
+            return 0
+
+    packed, scales = weights(128, 256)
+    words, codes = layout.repack(packed, scales)
+    gemv = object.__new__(nvfp4_mma.MmaGemv)
+    gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
+        FakeDriver(), "eight", "sixteen", "plain", 4, 1, False)
+    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters = 4, 2, 5, None
+    gemv._make_arguments()
+    for m in (4, 5, 16):
+        gemv(words, codes, torch.zeros(m, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(128),
+             out=torch.empty(m, 128, dtype=torch.bfloat16))
+    assert launched == [("eight", 2), ("sixteen", 1), ("sixteen", 1)]
+    for bad in (1, 10):
+        with pytest.raises(ValueError, match=f"takes from 2 to 9 rows of x on, not {bad}"):
+            nvfp4_mma.MmaGemv(b"", "plain", 4, rows16_from=bad)
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():
@@ -366,6 +393,7 @@ def test_a_launch_passes_the_kernels_parameters_in_order_from_blocks_built_once(
     launches = []
     gemv = object.__new__(nvfp4_mma.MmaGemv)
     gemv.form, gemv.stages, gemv.kwarps, gemv.pdl, gemv.tiles16, gemv.warps = "plain", 4, 1, True, 2, 4
+    gemv.rows16_from = 9
     gemv.cuda = types.SimpleNamespace(cuLaunchKernel=lambda *a: launches.append(("plain", a)) or 0,
                                       cuLaunchKernelEx=lambda *a: launches.append(("pdl", a)) or 0)
     gemv.function = gemv.function16 = "function"

@@ -286,8 +286,9 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
-    # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built, column map)
-    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous")]
+    # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built, column
+    # map, the fewest rows of the 16-row kernel)
+    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous", 9)]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
@@ -297,7 +298,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 8, 4, None, "bulk")
-    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous")
+    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous", 9)
     with pytest.raises(ValueError, match=r"kwarps of \(1, 2, 4\) \(or 8 with rings of <= 5\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 8, "stages": 8}})
     # a column map: that weight repacked in it and launched by a launcher built for it (a
@@ -305,7 +306,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "columns": "coalesced"}}')
     kernel = MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling.columns == "coalesced" and list(kernel._gemvs)[-1][-1] == "coalesced"
+    assert layer.nvfp4_mma_tiling.columns == "coalesced" and list(kernel._gemvs)[-1][5] == "coalesced"
     assert torch.equal(layer.nvfp4_mma_words, mma_layout.repack(packed, scales, "coalesced")[0])
     assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 16))
     with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the layer is repacked in 'contiguous'"):
@@ -327,7 +328,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2)
-    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous"), (4, 2, "plain", 0, 2, "contiguous")]
+    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous", 9), (4, 2, "plain", 0, 2, "contiguous", 9)]
     # the stand-in launchers are one object: give the 16-row launch its own to see who runs what
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
@@ -336,9 +337,22 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, bias)
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [c[0][0] for c in few.calls[-2:]] == [1, 8] and [c[0][0] for c in sixteen.calls] == [9, 16]
+    # "from": 5: the 16-row launch takes 5 .. 16 rows (its own launcher, rows16_from 5)
+    path.write_text('{"128x8192": {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", '
+                    '"r16": {"kwarps": 2, "form": "plain", "tiles": 2, "from": 5}}}')
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2, 5) and layer.nvfp4_mma_rows16_from == 5
+    assert list(kernel._gemvs)[-1] == (4, 2, "plain", 0, 2, "contiguous", 5)
+    layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
+    few = layer.nvfp4_mma_gemv
+    for rows in (1, 4, 5, 8, 9):
+        kernel.linear(layer, x[:rows].contiguous(), bias, None)
+    assert [c[0][0] for c in few.calls[-2:]] == [1, 4] and [c[0][0] for c in sixteen.calls] == [5, 8, 9]
     for bad, why in (({"kwarps": 3, "form": "plain"}, "kwarps of"), ({"kwarps": 1, "form": "xring", "tiles": 2},
                                                                      "2 in the plain and bulk forms"),
-                     ({"kwarps": 8, "form": "plain", "tiles": 2}, "up to 4 warps a tile")):
+                     ({"kwarps": 8, "form": "plain", "tiles": 2}, "up to 4 warps a tile"),
+                     ({"kwarps": 2, "form": "plain", "from": 10}, "from 2 to 9 rows on")):
         with pytest.raises(ValueError, match=f"16-row MMA GEMV launch of 6144x4096 .*{why}"):
             mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4, "r16": bad}})
     with pytest.raises(ValueError, match="rings of <= 4 stages"):
