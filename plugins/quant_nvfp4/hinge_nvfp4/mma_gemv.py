@@ -171,7 +171,7 @@ class MmaGemv:
     ``tiles16``: 16-row tiles a warp computes at 9 .. 16 rows of x (2: the ``_t2`` kernels,
     each x fragment loaded once for two tiles; ``T2_FORMS`` in a cubin of at most
     ``T2_MAX_STAGES`` stages). ``rows16_from``: the fewest rows of x the ``_r16`` kernel takes
-    (2 .. ``SET_ROWS + 1``; below ``SET_ROWS + 1`` its second set of MMAs computes nothing, but
+    (1 .. ``SET_ROWS + 1``; below ``SET_ROWS + 1`` its second set of MMAs computes nothing, but
     its launch may be the faster). ``columns``: the column map the cubin was built for (its
     weights must be repacked in it: ``mma_layout.repack(..., columns)``)."""
 
@@ -179,8 +179,8 @@ class MmaGemv:
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
                  tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1) -> None:
         name = kernel_name(form, kwarps)
-        if not 2 <= rows16_from <= SET_ROWS + 1:
-            raise ValueError(f"the 16-row kernel takes from 2 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
+        if not 1 <= rows16_from <= SET_ROWS + 1:
+            raise ValueError(f"the 16-row kernel takes from 1 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
         if form == "xring" and stages is None:
             raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
         if carveout is not None and not 0 <= carveout <= 100:

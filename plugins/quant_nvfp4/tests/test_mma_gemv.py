@@ -347,8 +347,8 @@ def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(mo
         gemv(words, codes, torch.zeros(m, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(128),
              out=torch.empty(m, 128, dtype=torch.bfloat16))
     assert launched == [("eight", 2), ("sixteen", 1), ("sixteen", 1)]
-    for bad in (1, 10):
-        with pytest.raises(ValueError, match=f"takes from 2 to 9 rows of x on, not {bad}"):
+    for bad in (0, 10):
+        with pytest.raises(ValueError, match=f"takes from 1 to 9 rows of x on, not {bad}"):
             nvfp4_mma.MmaGemv(b"", "plain", 4, rows16_from=bad)
 
 

@@ -352,7 +352,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     for bad, why in (({"kwarps": 3, "form": "plain"}, "kwarps of"), ({"kwarps": 1, "form": "xring", "tiles": 2},
                                                                      "2 in the plain and bulk forms"),
                      ({"kwarps": 8, "form": "plain", "tiles": 2}, "up to 4 warps a tile"),
-                     ({"kwarps": 2, "form": "plain", "from": 10}, "from 2 to 9 rows on")):
+                     ({"kwarps": 2, "form": "plain", "from": 10}, "from 1 to 9 rows on")):
         with pytest.raises(ValueError, match=f"16-row MMA GEMV launch of 6144x4096 .*{why}"):
             mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4, "r16": bad}})
     with pytest.raises(ValueError, match="rings of <= 4 stages"):
