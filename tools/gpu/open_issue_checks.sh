@@ -531,6 +531,27 @@ from18)
         --shapes qkv down o --ms 5 8
     cat "$OUT/rc.txt"; grep -h -E "fastest|shipped" "$OUT/from_gate.log" "$OUT/from_cols.log"
     ;;
+last18)
+    # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
+    # down's from 1: kernel: mma's Qwen3-8B-shape and engine tests, the GEMM table at 1 .. 16
+    # rows, end to end against the file with every shape contiguous and no "from"
+    python3 - "$OUT/plan-before.json" <<'PY'
+import json, sys
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+for entry in plan.values():
+    entry.pop("columns", None)
+    entry["r16"].pop("from", None)
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+    b last_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        -k "qwen3_8b or past_sixteen or kernel_mma or auto_runs"
+    b gemm_last 120 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8 12 16
+    b e2e_last 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
+    cat "$OUT/rc.txt"; tail -2 "$OUT/last_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_last.log"
+    grep -E "/ bf16|decoding" "$OUT/e2e_last.log"
+    ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
     # test with them, then the GEMVs back to back under the shipped tilings and kw8 variants
