@@ -1,13 +1,15 @@
 """kernel: mma's decode GEMVs back to back under the shipped tilings and variants of them; one run.
 
     python tools/gpu/nvfp4_launch_chain.py [--ms 1 8 16] [--iters 50] [--replays 4]
-                                            [--columns contiguous coalesced]
+        [--columns contiguous coalesced] [--variants shipped ...]
+        [--sweep KWARPS ... | --sweep16 [--from-rows N]] [--shapes qkv ...]
 
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: eight warps a tile, a block a tile, in the plain or bulk form; its
-16-row launch likewise), run through ``kernel: mma`` as the engine builds it
-(``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (every shape's entry naming it;
-a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
+16-row launch likewise; ``--sweep``: every form and memory order at those warps a tile;
+``--sweep16``: every 16-row launch, taking ``--from-rows`` rows on), run through ``kernel: mma``
+as the engine builds it (``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (every
+shape's entry naming it; a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
 ``ROTATE`` weight copies in turn in one CUDA graph, each launched early behind the one before,
 so HBM serves them; two clocks: ``replay`` (events around one replay, as the GEMM table) and
 ``steady`` (``--replays`` replays timed from while one already runs: the kernels alone). Percent

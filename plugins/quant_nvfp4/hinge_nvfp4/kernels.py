@@ -192,9 +192,9 @@ class MmaKernel(TritonKernel):
     (default ``$HINGE_NVFP4_MMA_COLUMNS`` or ``mma_layout.COLUMNS``): the repack's column map
     (``mma_layout.COLUMN_MAPS``) where the tiling names none, the cubins built for it; ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``. Launches of 9 .. 16
-    rows (from ``Rows16.from_rows``) take the tiling's own (``Tiling.rows16``, a second launcher) where the tuned file names
-    one, else the same launcher with ``TILES16`` tiles a warp where its form and ring are built
-    with two.
+    rows (or from the tuned ``Rows16.from_rows`` on) take the tiling's own (``Tiling.rows16``, a
+    second launcher) where the tuned file names one, else the same launcher with ``TILES16``
+    tiles a warp where its form and ring are built with two.
 
     Rows past 16 (``dequant_rows`` > 0, the default): up to ``dequant_rows - 1`` rows run the
     GEMV in launches of 16 rows; from ``dequant_rows`` rows (prefill) the weight is written in
@@ -246,7 +246,8 @@ class MmaKernel(TritonKernel):
         #: module-name endings whose GEMVs launch only once the kernel before them ends
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
         self.late = tuple(p for p in os.environ.get("HINGE_NVFP4_MMA_LATE", "").split(",") if p)
-        self._gemvs: dict[tuple, Any] = {}  #: (stages, kwarps, form, prefetch, tiles16, columns) -> launcher
+        #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from) -> launcher
+        self._gemvs: dict[tuple, Any] = {}
         #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
         #: ($HINGE_NVFP4_MMA_TILES16, default ``TILES16``; mma_gemv.MmaGemv tiles16)
         self.tiles16 = int(os.environ.get("HINGE_NVFP4_MMA_TILES16", self.TILES16))
@@ -264,7 +265,7 @@ class MmaKernel(TritonKernel):
     def _gemv(self, plan: Any, rows16: Any = None) -> Any:
         """The launcher of a tiling (``rows16``: of its tuned launch of 9 .. 16 rows), shared by
         the layers that take the same (stages, warps a tile, form, prefetch, tiles a warp, column
-        map)."""
+        map, fewest rows of its 16-row kernel)."""
         from hinge_nvfp4 import mma_gemv
         from hinge_nvfp4.mma_gemv import PREFETCH
 
@@ -401,15 +402,16 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
-                  tiles16: int = 1, columns: str | None = None, rows16_from: int = 9) -> Any:
+                  tiles16: int = 1, columns: str | None = None, rows16_from: int | None = None) -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
-    block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``),
-    built or read from the disk cache."""
+    block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``;
+    its 16-row kernel from ``rows16_from`` rows on), built or read from the disk cache."""
     from hinge_nvfp4 import mma_gemv, mma_layout
 
     columns = columns or mma_layout.COLUMNS
+    rows16_from = rows16_from or mma_gemv.SET_ROWS + 1
     major, minor = torch.cuda.get_device_capability()
     if major < 9:
         raise ValueError(f"nvfp4 kernel 'mma' needs compute capability >= 9.0 (its bf16x2 "

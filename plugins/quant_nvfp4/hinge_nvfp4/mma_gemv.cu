@@ -90,7 +90,7 @@ __device__ __forceinline__ uint32_t multiplier(const uint32_t codes4, const int 
     // scale code ``byte`` of the word -> bf16x2 (scale * 2^118) twice: the code's 8 bits at bits
     // 11..4 of each half under exponent bits 111 (mma_layout.encode_scales)
     const uint32_t both = __byte_perm(codes4, 0u, 0x4040u + 0x0101u * byte);
-    return both * 16u + 0x70007000u;  // the code bits (4..11) and the exponent bits (12..14) do not overlap: + is |, one IMAD
+    return both * 16u + 0x70007000u;  // code bits 4..11, exponent bits 12..14: + is |, one LEA
 }
 
 __device__ __forceinline__ uint32_t mul_bf16x2(const uint32_t a, const uint32_t b) {
