@@ -7,7 +7,7 @@ the plain and bulk forms also with two tiles a warp, ``plain_t2``, ``bulk_t2``);
                                          [--layouts tile super] [--forms plain ahead]
                                          [--kwarps 1 2 4 8] [--shapes gate_up ...]
                                          [--best-json FILE] [--all-json FILE] [--hbm-tbs TB/s]
-                                         [--ms 1 2 4 8 16]
+                                         [--ms 1 2 4 8 16] [--columns coalesced]
     python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--kwarps 1 2] [--splits ...] [--shapes ...]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
@@ -27,7 +27,9 @@ mma`` tilings have the least total time over the shapes at M = 1, for an end-to-
 (``HINGE_NVFP4_MMA_LAYOUT`` / ``_FORM``); ``--plan-json`` the fastest right (splits, warps a
 tile, stages, layout, form) of each shape at M = 1, a tuned-tilings file for
 ``HINGE_NVFP4_MMA_PLAN`` (with ``--ms 1 ... 16``, each shape's fastest 16-row launch over that
-tiling's layout, ring, splits and prefetch as its ``r16``).
+tiling's layout, ring, splits and prefetch as its ``r16``; each entry names ``--columns``, the
+column map every variant runs in). ``tools/gpu/nvfp4_launch_chain.py`` times the engine's own
+calls of a tilings file (``--sweep``, ``--sweep16``), across column maps.
 ``--diagnose`` instead times, at M = 1 in that configuration and at each of ``--kwarps`` x
 ``--splits`` (given), the kernel against its two
 diagnostic forms (``mma_gemv.DIAGNOSTICS``): the memory side alone (``ring``: the weights and x
@@ -59,9 +61,10 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def weights(shapes: list[str] | None, layouts: list[str]):
+def weights(shapes: list[str] | None, layouts: list[str], columns: str = mma_layout.COLUMNS):
     """Per shape of ``SHAPES`` (those named in ``shapes``, or all): its label, (N, K), ``ROTATE``
-    quantized random weights and their repacks in each memory order of ``layouts``."""
+    quantized random weights and their repacks (column map ``columns``) in each memory order of
+    ``layouts``."""
     from hinge_nvfp4 import format as fp4
 
     for label, (n, k) in SHAPES.items():
@@ -69,7 +72,7 @@ def weights(shapes: list[str] | None, layouts: list[str]):
             continue
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]
-        tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8)) for q in quant]
+        tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8), columns) for q in quant]
         yield label, (n, k), quant, {order: [mma_layout.in_order(*p, order) for p in tile_major]
                                      for order in layouts}
 
@@ -101,6 +104,8 @@ def main() -> None:
     parser.add_argument("--best-json", default=None)
     parser.add_argument("--all-json", default=None, help="every variant's us, by shape and M")
     parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
+    parser.add_argument("--columns", choices=mma_layout.COLUMN_MAPS, default=mma_layout.COLUMNS,
+                        help="the weights' column map (every variant; --plan-json names it)")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=None,
@@ -127,17 +132,19 @@ def main() -> None:
     # rings of at most WIDE_MAX_STAGES
     built = [(st, kw, pf) for st in stages for kw in kwarps for pf in prefetches
              if kw != nvfp4_mma.WIDE_WARPS or st <= nvfp4_mma.WIDE_MAX_STAGES]
-    cubins = {key: nvfp4_mma.build_cubin("sm_90", key[0], key[1], warps=key[2])
+    cubins = {key: nvfp4_mma.build_cubin("sm_90", key[0], key[1], warps=key[2], columns=args.columns)
               for key in {(st, pf, nvfp4_mma.block_warps(kw)) for st, kw, pf in built}}
 
     def cubin(st, kw, pf):
         return cubins[(st, pf, nvfp4_mma.block_warps(kw))]
 
-    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw, carveout=args.carveout)
+    kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw, carveout=args.carveout,
+                                                     columns=args.columns)
                for form in forms for st, kw, pf in built}
     # two tiles a warp at 9 .. 16 rows (MmaGemv tiles16=2): forms "plain_t2", "bulk_t2"
     kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw,
-                                                              carveout=args.carveout, tiles16=2)
+                                                              carveout=args.carveout, tiles16=2,
+                                                              columns=args.columns)
                 for form in forms for st, kw, pf in built if nvfp4_mma.two_tiles_built(form, st, kw)}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
@@ -150,7 +157,7 @@ def main() -> None:
           f"kernel: mma us ({ours_layout}, {MmaKernel.FORM}, tiling's stages, splits, kw, %) |")
     print("| --- | --- | --- | --- | --- | --- |")
     reads: dict = {}  # shape -> us of a plain read of its weight bytes (read_time)
-    for label, (n, k), quant, packs_of in weights(args.shapes, layouts):
+    for label, (n, k), quant, packs_of in weights(args.shapes, layouts, args.columns):
         ones = torch.ones(n, device="cuda")
         reads[label] = read_time(quant, args.iters)
         ref_w = fp4.dequantize(quant[0][0], quant[0][1], 1.0)
@@ -203,7 +210,7 @@ def main() -> None:
                         ours_total[(lay, form)] = (ours_total.get((lay, form), 0.0) + times[
                             (lay, form, plan.stages, plan.splits, plan.kwarps, nvfp4_mma.PREFETCH)])
                 tuned[f"{n}x{k}"] = {"splits": bsp, "kwarps": bkw, "stages": bst, "layout": blay,
-                                     "form": bform, "prefetch": bpf}
+                                     "form": bform, "prefetch": bpf, "columns": args.columns}
             elif m == nvfp4_mma.MAX_ROWS and f"{n}x{k}" in tuned:
                 # the 16-row launch over the M = 1 winner's repack, ring, splits and prefetch
                 one = tuned[f"{n}x{k}"]
@@ -246,8 +253,9 @@ def diagnose(args: argparse.Namespace) -> None:
     def launcher(form, stages, kw, pf):
         if (form, stages, kw, pf) not in launchers:
             launchers[(form, stages, kw, pf)] = nvfp4_mma.MmaGemv(
-                nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf, warps=nvfp4_mma.block_warps(kw)),
-                form, stages, kw)
+                nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf, warps=nvfp4_mma.block_warps(kw),
+                                       columns=args.columns),
+                form, stages, kw, columns=args.columns)
         return launchers[(form, stages, kw, pf)]
 
     print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.FORM}) and its diagnostic forms "
@@ -255,7 +263,7 @@ def diagnose(args: argparse.Namespace) -> None:
     print("| shape | layout | prefetch | splits | warps a tile | kernel us (%) | memory side alone us "
           "(TB/s) | arithmetic alone us |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for label, (n, k), _, packs_of in weights(args.shapes, args.layouts):
+    for label, (n, k), _, packs_of in weights(args.shapes, args.layouts, args.columns):
         plan, groups = mma_tiling.tiling(n, k, sms), k // 16
         nbytes = n * k // 2 + n * k // 16 + 2 * (k + n)
         roof = nbytes / (args.hbm_tbs * 1e12) * 1e6
