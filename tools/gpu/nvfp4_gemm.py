@@ -49,6 +49,17 @@ def peak_hbm_tbs() -> float:
     return 3.35 if "H100" in torch.cuda.get_device_name() else 4.8
 
 
+def start(hbm_tbs: float | None, detail: str = "") -> float:
+    """A GPU script's start: exits without CUDA, prints the dated line of card and torch (then
+    ``detail``, whose ``{hbm}`` is the bandwidth) and returns ``hbm_tbs`` or ``peak_hbm_tbs()``."""
+    if not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU")
+    hbm_tbs = hbm_tbs or peak_hbm_tbs()
+    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}"
+          + detail.format(hbm=hbm_tbs))
+    return hbm_tbs
+
+
 def graph_time(fn, iters: int, replays: int = 0) -> float:
     """Median microseconds per ``fn()`` call, replayed from a CUDA graph of ROTATE calls: events
     around one replay (``replays`` 0: the graph's launch counts in it), or ``replays`` replays
@@ -386,11 +397,7 @@ if __name__ == "__main__":
     parser.add_argument("--model", help="a Qwen3-8B config dir (config.json, tokenizer) for the bf16 side")
     parser.add_argument("--model-nvfp4", help="the same with an NVFP4 quantization_config (nvfp4 side)")
     ARGS = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
-    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}")
-    if ARGS.hbm_tbs is None:
-        ARGS.hbm_tbs = peak_hbm_tbs()
+    ARGS.hbm_tbs = start(ARGS.hbm_tbs)
     print(f"roofline at {ARGS.hbm_tbs} TB/s")
     if not ARGS.skip_table:
         gemm_table(ARGS.iters, ARGS.hbm_tbs, tuple(ARGS.ms))

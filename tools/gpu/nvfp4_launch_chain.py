@@ -19,10 +19,8 @@ of the datasheet bandwidth (``--hbm-tbs``: 3.35 TB/s on an H100, 4.8 otherwise).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import sys
 import tempfile
 
 import torch
@@ -31,7 +29,7 @@ from nvfp4_gemm import (  # NOTE: the sibling script
     SHAPES,
     graph_time,
     layers_of,
-    peak_hbm_tbs,
+    start,
 )
 
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
@@ -165,9 +163,6 @@ if __name__ == "__main__":
                         help="column maps to run each variant in (default: the file's)")
     parser.add_argument("--variants", nargs="+", help="of VARIANTS (default: all)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
-    args.hbm_tbs = args.hbm_tbs or peak_hbm_tbs()
-    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}; "
-          f"us a call (% of {args.hbm_tbs} TB/s), {ROTATE} weight copies in turn, launched early")
+    args.hbm_tbs = start(args.hbm_tbs, f"; us a call (% of {{hbm}} TB/s), {ROTATE} weight copies in turn, "
+                         "launched early")
     main(args)

@@ -18,8 +18,6 @@ them; both clocks: ``replay`` events around one replay, ``steady`` from while on
 from __future__ import annotations
 
 import argparse
-import datetime
-import sys
 
 import torch
 import triton
@@ -29,7 +27,7 @@ from nvfp4_gemm import (  # NOTE: the sibling script
     SHAPES,
     graph_time,
     layers_of,
-    peak_hbm_tbs,
+    start,
 )
 
 
@@ -96,9 +94,5 @@ if __name__ == "__main__":
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
-    args.hbm_tbs = args.hbm_tbs or peak_hbm_tbs()
-    print(f"{datetime.date.today()} {torch.cuda.get_device_name()} torch {torch.__version__}; "
-          f"us a call (% of {args.hbm_tbs} TB/s), {ROTATE} copies in turn from one graph")
+    args.hbm_tbs = start(args.hbm_tbs, f"; us a call (% of {{hbm}} TB/s), {ROTATE} copies in turn from one graph")
     main(args)
