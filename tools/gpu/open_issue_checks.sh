@@ -56,6 +56,7 @@
 #                                                 # GEMVs back to back under kw8 tilings
 #   bash tools/gpu/open_issue_checks.sh sweep17  # every form and order at 4 and 8 warps a tile
 #   bash tools/gpu/open_issue_checks.sh e2e17    # end to end: down at 8 warps a tile against 4
+#   bash tools/gpu/open_issue_checks.sh trace19  # 2026-12-06 (18th): the GEMVs' warps' timelines
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -530,6 +531,14 @@ from18)
     b from_cols 240 python3 tools/gpu/nvfp4_launch_chain.py --sweep16 --from-rows 5 --columns coalesced \
         --shapes qkv down o --ms 5 8
     cat "$OUT/rc.txt"; grep -h -E "fastest|shipped" "$OUT/from_gate.log" "$OUT/from_cols.log"
+    ;;
+trace19)
+    # 2026-12-06 (18th, ~3 min): the GEMVs' warps' timelines (tools/gpu/nvfp4_trace.py, trace
+    # builds): each shape's chain of copies as the GEMM table runs it, and the decode step's
+    # qkv, o, gated gate_up, down; raw records in $OUT/trace
+    b trace_same 200 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 8 16 --out "$OUT/trace"
+    b trace_layer 120 python3 tools/gpu/nvfp4_trace.py --chain layer --ms 1 --out "$OUT/trace"
+    cat "$OUT/rc.txt"; cat "$OUT/trace_same.log" "$OUT/trace_layer.log" | cut -c1-170 | tail -80
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and

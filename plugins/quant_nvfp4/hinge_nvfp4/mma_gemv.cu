@@ -72,6 +72,53 @@ __device__ __forceinline__ int lane_piece(const int t, const int q) {
     // MMAs 2q, 2q + 1: its x load q, and where the dequantizing kernels store them
     return COALESCED ? 4 * q + t : 4 * t + q;
 }
+#ifndef MMA_TRACE
+#define MMA_TRACE 0  // 1: a diagnostic build whose warps record when they pass their marks (Marks)
+#endif
+
+// A warp's timeline (mma_gemv.build_cubin trace=True; tools/gpu/nvfp4_trace.py reads it): lane 0
+// takes %globaltimer and its multiprocessor's clock at TRACE_MARKS points and appends one record
+// to ``mma_trace`` (slot from ``mma_trace_next``): the codes' address (which launch), smid,
+// block, warp, then the marks' times, then their clocks. Marks: 0 entry, 1 the prologue's
+// copies issued, 2 past griddepcontrol.wait, 3 superstep 0's weights landed, 4 superstep 0
+// computed (x had arrived), 5 every superstep computed, 6 done (sums written, or handed to the
+// tile's first warp). A mark a warp does not pass stays 0. Without MMA_TRACE every call below
+// compiles to nothing.
+constexpr int TRACE_MARKS = 7;
+#if MMA_TRACE
+#define TRACE_RECORDS (1 << 16)
+__device__ unsigned long long mma_trace[TRACE_RECORDS][2 + 2 * TRACE_MARKS];
+__device__ unsigned int mma_trace_next;
+#endif
+
+struct Marks {
+#if MMA_TRACE
+    unsigned long long at[TRACE_MARKS] = {}, clock[TRACE_MARKS] = {};
+#endif
+    __device__ __forceinline__ void mark(const int i) {
+#if MMA_TRACE
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(at[i])::"memory");
+        clock[i] = clock64();
+#endif
+    }
+    __device__ __forceinline__ void record(const void* codes) {
+        mark(TRACE_MARKS - 1);
+#if MMA_TRACE
+        if ((threadIdx.x & 31) != 0) return;
+        const unsigned slot = atomicAdd(&mma_trace_next, 1u);
+        if (slot >= TRACE_RECORDS) return;
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long* r = mma_trace[slot];
+        r[0] = (unsigned long long)codes;
+        r[1] = ((unsigned long long)smid << 48) | ((unsigned long long)blockIdx.y << 32) |
+               ((unsigned long long)blockIdx.x << 8) | (threadIdx.x >> 5);
+#pragma unroll
+        for (int i = 0; i < TRACE_MARKS; ++i) r[2 + i] = at[i], r[2 + TRACE_MARKS + i] = clock[i];
+#endif
+    }
+};
+
 #define BLOCKS_PER_SM (24 / WARPS)  // registers for 24 warps a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
 #define BLOCKS_PER_SM_16 (16 / WARPS)  // ... 16 warps for the 16-row kernels (<= 128: twice the x registers)
 #define BLOCKS_PER_SM_16_T2 (12 / WARPS)  // ... 12 for those of two tiles a warp (<= 168: twice the codes and sums)
@@ -491,7 +538,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const int s_tile, const int s_super,
                                            const int tile, const int last_tile, const int first,
                                            const int steps, const int warp, const int lane,
-                                           float (&acc)[T][4 * SETS]) {
+                                           float (&acc)[T][4 * SETS], Marks& marks) {
     // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its T tiles
     // tile .. tile + T - 1 (one past last_tile reads last_tile's weights again; the caller
     // drops its sums): acc[j] (set s's four values at 4s .. 4s + 3: finish's order)
@@ -548,7 +595,9 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         for (int s = 0; s < STAGES - 1; ++s)
             if (!bulk && s < steps && (streams || s == 0))
                 copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
+        marks.mark(1);
         wait_for_prerequisites();
+        marks.mark(2);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (bulk) break;
@@ -565,6 +614,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             }
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
+        marks.mark(1);
+        marks.mark(2);
     }
     uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
     uint2 sc[T];
@@ -602,6 +653,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                         for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
                 }
             }
+            if (i == 0) marks.mark(3);  // superstep 0's weights landed (AHEAD, MATH: before the loop)
             // the slot refilled now, (s - 1) mod STAGES, held superstep i - 1, which every lane
             // read before a barrier since (AHEAD: in superstep i - 2, before superstep i - 1's)
             const int next = i + STAGES - 1;
@@ -641,6 +693,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                 for (int j = 0; j < T; ++j) superstep<SETS>(c0[j], c1[j], sc[j], xv, sums[j]);
             }
+            if (i == 0) marks.mark(4);
             if (ahead) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
@@ -653,6 +706,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             }
         }
     }
+    marks.mark(5);
 #pragma unroll
     for (int j = 0; j < T; ++j)
 #pragma unroll
@@ -688,9 +742,11 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const int run = (split_steps + KW - 1) / KW;
     const int first = split_first + slice * run;
     const int steps = min(run, split_steps - slice * run);  // <= 0: a slice past a short split
+    Marks marks;
+    marks.mark(0);
     float acc[T][4 * SETS] = {};
     if (steps > 0) accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
-                                             tile, (n >> 4) - 1, first, steps, warp, lane, acc);
+                                             tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks);
     if constexpr (PDL) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
@@ -707,7 +763,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             for (int i = 0; i < T * 4 * SETS; ++i) mine[i * 32 + lane] = acc[i / (4 * SETS)][i % (4 * SETS)];
         }
         tile_barrier(1 + warp / KW, 32 * KW);
-        if (slice > 0) return;
+        if (slice > 0) return marks.record(codes);
 #pragma unroll
         for (int j = 1; j < KW; ++j) {
             const float* theirs = reinterpret_cast<const float*>(codes_ring<T>(warp + j));
@@ -717,11 +773,15 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     }
     const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
     if constexpr (T == 2) {
-        if (gated && gridDim.y == 1) return finish_pair<SETS>(e, m, n, tile, lane, acc);
+        if (gated && gridDim.y == 1) {
+            finish_pair<SETS>(e, m, n, tile, lane, acc);
+            return marks.record(codes);
+        }
     }
 #pragma unroll
     for (int j = 0; j < T; ++j)
         if (tile + j < (n >> 4)) finish<SETS, T>(e, m, n, tile + j, lane, KW, acc[j]);
+    marks.record(codes);
 }
 
 // the forms (mma_gemv.KERNELS, mma_gemv.DIAGNOSTICS), each with 1, 2 or 4 warps a tile

@@ -97,14 +97,16 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
-                warps: int = WARPS, columns: str = COLUMNS) -> bytes:
+                warps: int = WARPS, columns: str = COLUMNS, trace: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
     (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
     coherent loads; sm_90 and later), ``warps`` a block (``WARPS``, or ``WIDE_WARPS``: the ``_kw8``
     kernels, rings of at most ``WIDE_MAX_STAGES``), for weights repacked in column map ``columns``
-    (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); needs nvcc on PATH."""
+    (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); ``trace``: a diagnostic build whose warps
+    record their timelines (``MMA_TRACE``; ``tools/gpu/nvfp4_trace.py``; never cached or
+    launched by the engine); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -123,7 +125,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
                                f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
-                               f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}",
+                               f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)

@@ -1,0 +1,223 @@
+"""Where a decode GEMV's time goes between kernels: kernel: mma's warps' timelines; one run.
+
+    python tools/gpu/nvfp4_trace.py [--chain same|layer] [--shapes qkv ...] [--ms 1] [--out DIR]
+
+The GEMVs are built with ``MMA_TRACE`` (``mma_gemv.build_cubin(trace=True)``: each warp's lane 0
+takes ``%globaltimer`` and its multiprocessor's clock at seven marks, mma_gemv.cu's ``Marks``)
+and launched by ``kernel: mma`` as the engine launches them (the shipped tilings, PDL), from a
+CUDA graph of ``ROTATE`` weight copies as ``nvfp4_gemm.py`` times them: ``--chain same`` a
+shape's copies in turn (the GEMM table's chain), ``--chain layer`` each copy's qkv, o, the gated
+gate_up and down in the decode step's order (its norms and attention left out). A replay runs
+after a warm one, its records are read, and for each call past the first this prints, in us
+from the end of the call before (its last warp's mark 6): its warps' entry, the return from
+``griddepcontrol.wait``, superstep 0's weights landed, superstep 0 computed (x had arrived), the
+last superstep computed, done; the period (last done to last done) against the weight bytes at
+the chain's own streaming rate; and the most warps one multiprocessor held. ``--out`` keeps the
+raw records (``trace-<chain>-m<M>.npz``) for a closer look. Also both graphs timed as
+``nvfp4_gemm.graph_time``'s steady clock, the trace build and the shipped one (over weights of
+its own), so the marks' own cost shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import types
+
+import numpy as np
+import torch
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, start  # NOTE: the sibling script
+
+MARKS = ("entry", "wait", "w0", "x0", "loop", "done")  #: marks 0, 2, 3, 4, 5, 6 as printed
+MARK_INDEX = (0, 2, 3, 4, 5, 6)
+FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
+
+
+def traced_cubins() -> dict:
+    """``mma_gemv.cached_cubin`` replaced by trace builds (kept in memory, never on disk)."""
+    from hinge_nvfp4 import mma_gemv
+
+    built: dict = {}
+
+    def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
+              columns=mma_gemv.COLUMNS):
+        key = (arch, stages, prefetch or 0, pdl, warps, columns)
+        if key not in built:
+            built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True)
+        return built[key]
+
+    mma_gemv.cached_cubin = cubin
+    return built
+
+
+class TraceBuffer:
+    """A loaded trace module's ``mma_trace`` records and ``mma_trace_next`` count."""
+
+    def __init__(self, gemv) -> None:
+        self.cuda = gemv.cuda
+        self.records, self.count = ctypes.c_uint64(), ctypes.c_uint64()
+        size = ctypes.c_size_t()
+        for name, ptr in ((b"mma_trace", self.records), (b"mma_trace_next", self.count)):
+            code = self.cuda.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), gemv.module, name)
+            if code != 0:
+                raise RuntimeError(f"cuModuleGetGlobal({name.decode()}) failed with {code}: not a trace build")
+            if name == b"mma_trace":
+                self.capacity = size.value // (8 * FIELDS)
+
+    def reset(self) -> None:
+        torch.cuda.synchronize()
+        self.cuda.cuMemsetD32_v2(self.count, 0, 1)
+
+    def read(self) -> np.ndarray:
+        torch.cuda.synchronize()
+        n = ctypes.c_uint32()
+        self.cuda.cuMemcpyDtoH_v2(ctypes.byref(n), self.count, 4)
+        rows = min(n.value, self.capacity)
+        out = np.zeros((rows, FIELDS), dtype=np.uint64)
+        if rows:
+            self.cuda.cuMemcpyDtoH_v2(out.ctypes.data_as(ctypes.c_void_p), self.records, out.nbytes)
+        if n.value > self.capacity:
+            print(f"(trace buffer full: {n.value} records, kept {self.capacity})")
+        return out
+
+
+def make_layers(kernel, n: int, k: int, pairs: bool) -> list:
+    """``ROTATE`` layers of random NVFP4 weights prepared by ``kernel`` (``pairs``: a fused
+    [gate | up] of two equal halves, as the engine's gate_up)."""
+    from hinge_nvfp4 import format as fp4
+
+    layers = []
+    for _ in range(ROTATE):
+        packed, scales, _ = fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
+        layer = torch.nn.Module()
+        layer.row_scale = torch.ones(n, device="cuda")
+        if pairs:
+            layer.spec = types.SimpleNamespace(output_sizes_per_partition=(n // 2, n // 2))
+        kernel.prepare_linear(layer, packed, scales)
+        layers.append(layer)
+    return layers
+
+
+def chain(kernel, args, m: int) -> tuple:
+    """The calls of one graph (``fn(i)`` runs copy i's), each call's label and weight bytes."""
+    steps = []  # (label, layer list, x, gated)
+    for label, (n, k) in SHAPES.items():
+        name = label.split()[0]
+        if args.chain == "same" and name not in args.shapes:
+            continue
+        gated = args.chain == "layer" and name == "gate_up"
+        layers = make_layers(kernel, n, k, gated)
+        steps.append((name, layers, torch.randn(m, k, device="cuda", dtype=torch.bfloat16), gated, n * k * 9 // 16))
+    if args.chain == "layer":  # the decode step's order
+        order = {"qkv": 0, "o": 1, "gate_up": 2, "down": 3}
+        steps.sort(key=lambda s: order[s[0]])
+
+    def fn(i=0):
+        for _, layers, x, gated, _ in steps:
+            if gated:
+                kernel.gated(layers[i], x, "silu")
+            else:
+                kernel.linear(layers[i], x, None, None)
+
+    if args.chain == "same":  # one shape a graph: a graph a shape
+        return [(s[0], lambda i=0, s=s: kernel.linear(s[1][i], s[2], None, None), s) for s in steps]
+    return [("layer", fn, steps)]
+
+
+def calls_of(records: np.ndarray, steps: list) -> list:
+    """The records cut into calls in launch order: (label, bytes, records) a call."""
+    by_address = {}
+    for name, layers, _, _, nbytes in steps:
+        for i, layer in enumerate(layers):
+            by_address[layer.nvfp4_mma_words.data_ptr()] = (i, name, nbytes)
+    order = {name: j for j, (name, *_) in enumerate(steps)}
+    calls = {}
+    for address in np.unique(records[:, 0]):
+        i, name, nbytes = by_address[int(address)]
+        calls[(i, order[name])] = (f"{name}[{i}]", nbytes, records[records[:, 0] == address])
+    return [calls[key] for key in sorted(calls)]
+
+
+def report(calls: list, gemv_rate: float) -> None:
+    """A line a call, in us from the end of the call before (``report``'s columns: module doc)."""
+    print(f"  {'call':12} {'warps':>5} {'entry min/med/max':>19} {'wait med/max':>13} {'w0':>6} {'x0':>6} "
+          f"{'loop med/p90/max':>18} {'done med/max':>13} {'period':>7} {'bytes/rate':>10} {'max/SM':>6}")
+    prev_end = None
+    for label, nbytes, rec in calls:
+        times = rec[:, 2:9].astype(np.int64)
+        origin = prev_end if prev_end is not None else times[:, 0].min()
+
+        def us(col, q, times=times, origin=origin):
+            v = times[:, col]
+            v = v[v > 0]
+            return (np.quantile(v, q) - origin) / 1e3 if len(v) else float("nan")
+
+        end = times[:, 6].max()
+        sms = np.bincount((rec[:, 1] >> 48).astype(np.int64))
+        period = (end - prev_end) / 1e3 if prev_end is not None else float("nan")
+        print(f"  {label:12} {len(rec):5d} {us(0, 0):6.2f} {us(0, .5):5.2f} {us(0, 1):6.2f} "
+              f"{us(2, .5):6.2f} {us(2, 1):6.2f} {us(3, .5):6.2f} {us(4, .5):6.2f} "
+              f"{us(5, .5):6.2f} {us(5, .9):5.2f} {us(5, 1):5.2f} {us(6, .5):6.2f} {us(6, 1):6.2f} "
+              f"{period:7.2f} {nbytes / gemv_rate:10.2f} {sms.max():6d}")
+        prev_end = end
+
+
+def resolution(records: np.ndarray) -> float:
+    """The smallest step between two distinct %globaltimer values recorded, ns."""
+    v = np.unique(records[:, 2:9][records[:, 2:9] > 0].astype(np.int64))
+    d = np.diff(v)
+    return float(d[d > 0].min()) if len(d) else float("nan")
+
+
+def main(args) -> None:
+    from hinge_nvfp4.kernels import MmaKernel
+    from hinge_nvfp4.options import NVFP4Options
+
+    dq = NVFP4Options().prefill_dequant_rows
+    shipped = MmaKernel(dequant_rows=dq)
+    traced_cubins()
+    traced = MmaKernel(dequant_rows=dq)
+    for m in args.ms:
+        for (label, fn, steps), (_, plain, _) in zip(chain(traced, args, m), chain(shipped, args, m), strict=True):
+            steps = steps if isinstance(steps, list) else [steps]
+            t_trace = graph_time(fn, args.iters, args.replays)
+            t_plain = graph_time(plain, args.iters, args.replays)  # its own weights: the same launches
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(ROTATE):
+                    fn(i)
+            buffers = [TraceBuffer(g) for g in traced._gemvs.values()]
+            graph.replay()  # warm
+            for b in buffers:
+                b.reset()
+            graph.replay()
+            records = np.concatenate([b.read() for b in buffers])
+            calls = calls_of(records, steps)
+            total = sum(nbytes for _, nbytes, _ in calls)
+            span = (records[:, 8].astype(np.int64).max() - records[:, 2].astype(np.int64).min()) / 1e3
+            print(f"\n{label} M = {m}: {len(calls)} calls, {len(records)} warp records, %globaltimer step "
+                  f"{resolution(records):.0f} ns; graph steady {t_trace:.2f} us a call traced, "
+                  f"{t_plain:.2f} shipped; {total / span / 1e6:.2f} TB/s over the replay")
+            rate = 3.0e6  # bytes a us at 3.0 TB/s: the 'bytes/rate' column's yardstick
+            report(calls, rate)
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                np.savez_compressed(os.path.join(args.out, f"trace-{args.chain}-{label}-m{m}.npz"),
+                                    records=records, labels=np.array([c[0] for c in calls]))
+            for b in buffers:
+                b.reset()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chain", choices=("same", "layer"), default="same")
+    parser.add_argument("--shapes", nargs="+", default=["qkv", "gate_up", "down", "o"])
+    parser.add_argument("--ms", type=int, nargs="+", default=[1])
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--replays", type=int, default=4)
+    parser.add_argument("--hbm-tbs", type=float, default=None)
+    parser.add_argument("--out", help="a directory for the raw records")
+    args = parser.parse_args()
+    args.hbm_tbs = start(args.hbm_tbs, "; kernel: mma's warps' timelines (us)")
+    main(args)
