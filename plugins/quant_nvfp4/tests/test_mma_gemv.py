@@ -284,6 +284,27 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
         assert "LDG.E.128.CONSTANT" not in code, name
 
 
+@needs_nvcc
+def test_a_trace_build_marks_every_gemv_kernels_warps_and_a_shipped_build_reads_no_timer(tmp_path):
+    """``trace=True`` (tools/gpu/nvfp4_trace.py): every GEMV kernel reads %globaltimer and the
+    clock at its marks (seven taken a warp; a kernel's code may hold more than one copy of a
+    mark) and appends to the ``mma_trace`` records; the dequantizing kernels are not traced.
+    The build the engine launches reads neither timer and has no trace records."""
+    traced, shipped = tmp_path / "t.cubin", tmp_path / "s.cubin"
+    traced.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", trace=True))
+    shipped.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced"))
+    for name, code in sass_by_function(traced).items():
+        if name in nvfp4_mma.DEQUANTS.values():
+            assert "SR_GLOBALTIMER" not in code, name
+            continue
+        assert code.count("SR_GLOBALTIMERLO") >= 7 and code.count("SR_CLOCKLO") >= 7, name
+        assert "ATOM" in code or "RED." in code, name  # the record's slot
+    assert "mma_trace_next" in cuobjdump("-elf", traced)
+    assert all("SR_GLOBALTIMER" not in code and "SR_CLOCK" not in code
+               for code in sass_by_function(shipped).values())
+    assert "mma_trace" not in cuobjdump("-elf", shipped)
+
+
 def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
     assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56
