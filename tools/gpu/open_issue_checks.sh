@@ -57,6 +57,7 @@
 #   bash tools/gpu/open_issue_checks.sh sweep17  # every form and order at 4 and 8 warps a tile
 #   bash tools/gpu/open_issue_checks.sh e2e17    # end to end: down at 8 warps a tile against 4
 #   bash tools/gpu/open_issue_checks.sh trace19  # 2026-12-06 (18th): the GEMVs' warps' timelines
+#   bash tools/gpu/open_issue_checks.sh spread19 # launches spread over the multiprocessors: A/B
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -539,6 +540,21 @@ trace19)
     b trace_same 200 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 8 16 --out "$OUT/trace"
     b trace_layer 120 python3 tools/gpu/nvfp4_trace.py --chain layer --ms 1 --out "$OUT/trace"
     cat "$OUT/rc.txt"; cat "$OUT/trace_same.log" "$OUT/trace_layer.log" | cut -c1-170 | tail -80
+    ;;
+spread19)
+    # 2026-12-06 (18th, ~8 min): launches spread evenly over the multiprocessors (mma_gemv.MmaGemv
+    # spread): kernel: mma's Qwen3-8B-shape tests with it, the GEMVs back to back with and
+    # without, the decode step's four GEMVs traced with it, end to end with and without
+    b spread_tests 150 env HINGE_NVFP4_MMA_SPREAD=1 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or past_sixteen"
+    b spread_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 4 8 16 --variants shipped spread
+    HINGE_NVFP4_MMA_SPREAD=1 b spread_trace 100 python3 tools/gpu/nvfp4_trace.py --chain layer --ms 1
+    HINGE_NVFP4_MMA_SPREAD=1 b spread_trace_same 100 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 \
+        --shapes qkv down
+    b spread_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_SPREAD=1
+    cat "$OUT/rc.txt"; tail -2 "$OUT/spread_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/spread_chain.log"
+    grep -E "layer M|same M|graph steady" "$OUT"/spread_trace*.log | cut -c1-220
+    grep -E "/ bf16|decoding" "$OUT/spread_e2e.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and

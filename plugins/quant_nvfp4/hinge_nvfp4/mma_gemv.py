@@ -40,8 +40,13 @@ PREFETCH = 0  #: the one ``MmaKernel`` builds
 KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": "nvfp4_mma_gemv_xring",
            "bulk": "nvfp4_mma_gemv_bulk"}
 X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
+CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 #: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
 #: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
@@ -175,11 +180,20 @@ class MmaGemv:
     ``T2_MAX_STAGES`` stages). ``rows16_from``: the fewest rows of x the ``_r16`` kernel takes
     (1 .. ``SET_ROWS + 1``; below ``SET_ROWS + 1`` its second set of MMAs computes nothing, but
     its launch may be the faster). ``columns``: the column map the cubin was built for (its
-    weights must be repacked in it: ``mma_layout.repack(..., columns)``)."""
+    weights must be repacked in it: ``mma_layout.repack(..., columns)``).
+
+    ``spread``: a launch's blocks spread evenly over the multiprocessors: each asks for enough
+    (unused) dynamic shared memory that no multiprocessor holds more than ``ceil(blocks /
+    multiprocessors)`` of them (``spread_bytes``). Without it the block scheduler places a
+    launch that starts while the one before drains on the multiprocessors that emptied first,
+    up to as many as registers allow, and those finish last: with three of down's eight-warp
+    blocks where most hold two, their warps end ~3 us after the rest (H100, 2026-12-06,
+    ``tools/gpu/nvfp4_trace.py``; docs/nvfp4.md)."""
 
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
-                 tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1) -> None:
+                 tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1,
+                 spread: bool = False) -> None:
         name = kernel_name(form, kwarps)
         if not 1 <= rows16_from <= SET_ROWS + 1:
             raise ValueError(f"the 16-row kernel takes from 1 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
@@ -195,12 +209,20 @@ class MmaGemv:
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
-        self.columns, self.rows16_from = columns, rows16_from
+        self.columns, self.rows16_from, self.spread = columns, rows16_from, spread
         self.warps = block_warps(kwarps)  #: warps a block: the cubin must be built with as many
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_arguments()
         self._make_torch_context_current()
+        #: (function, blocks, m) -> dynamic shared bytes of a spread launch (``spread_bytes``)
+        self._spread_bytes: dict = {}
+        if spread:
+            self._device = {name: self._device_attribute(attribute) for name, attribute in (
+                ("sms", CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                ("per_sm", CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+                ("per_block", CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                ("reserved", CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK))}
         self.module = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), cubin), "cuModuleLoadData")
         self.function = self._function(name, SET_ROWS)
@@ -226,15 +248,52 @@ class MmaGemv:
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         """A GEMV function of x of up to ``rows`` rows, with this launcher's attributes set."""
         function = self._lookup(name)
-        if self.form == "xring":  # past the 48 KiB a block gets without asking
+        dynamic = self.x_ring_bytes(rows)
+        if self.spread:  # room for any spread launch's padding; shared memory preferred whole
+            dynamic = self._device["per_block"] - self._static_bytes(function)
+        if dynamic:  # past the 48 KiB a block gets without asking
             self._check(self.cuda.cuFuncSetAttribute(
-                function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.x_ring_bytes(rows)),
-                "cuFuncSetAttribute")
-        if self.carveout is not None:
+                function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic), "cuFuncSetAttribute")
+        carveout = 100 if self.spread and self.carveout is None else self.carveout
+        if carveout is not None:
             self._check(self.cuda.cuFuncSetAttribute(
-                function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, self.carveout),
+                function, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout),
                 "cuFuncSetAttribute")
         return function
+
+    def _device_attribute(self, attribute: int) -> int:
+        value, device = ctypes.c_int(), ctypes.c_int()
+        self._check(self.cuda.cuDeviceGet(ctypes.byref(device), torch.cuda.current_device()), "cuDeviceGet")
+        self._check(self.cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device), "cuDeviceGetAttribute")
+        return value.value
+
+    def _static_bytes(self, function: ctypes.c_void_p) -> int:
+        value = ctypes.c_int()
+        self._check(self.cuda.cuFuncGetAttribute(ctypes.byref(value), CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                                                 function), "cuFuncGetAttribute")
+        return value.value
+
+    def _resident_blocks(self, function: ctypes.c_void_p, dynamic: int) -> int:
+        value = ctypes.c_int()
+        self._check(self.cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(value), function, 32 * self.warps, ctypes.c_size_t(dynamic)),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return value.value
+
+    def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int) -> int:
+        """The dynamic shared memory of a launch of ``blocks`` blocks over ``m`` rows of x: the
+        xring form's ring of x, or with ``spread`` as much as keeps a multiprocessor to
+        ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks``) where registers and the
+        rings alone would let it hold more."""
+        key = (function.value, blocks, m)
+        if key not in self._spread_bytes:
+            need = self.x_ring_bytes(m)
+            if self.spread:
+                d = self._device
+                need = spread_blocks_bytes(-(-blocks // d["sms"]), need, self._static_bytes(function), d,
+                                           lambda dynamic: self._resident_blocks(function, dynamic))
+            self._spread_bytes[key] = need
+        return self._spread_bytes[key]
 
     def x_ring_bytes(self, m: int) -> int:
         """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
@@ -326,15 +385,16 @@ class MmaGemv:
         grid = (-(-(n // 16) // (tiles * self.warps // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
+        shared = self.spread_bytes(function, grid[0] * grid[1], m) if self.spread else self.x_ring_bytes(m)
         if self.pdl and early:
-            key = (grid, self.x_ring_bytes(m), stream.value)
+            key = (grid, shared, stream.value)
             if key not in self._configs:  # a few (grid, stream) a launcher: built once each
-                self._configs[key] = launch_config(grid, (32 * self.warps, 1, 1), key[1], stream)
+                self._configs[key] = launch_config(grid, (32 * self.warps, 1, 1), shared, stream)
             self._check(self.cuda.cuLaunchKernelEx(ctypes.byref(self._configs[key]), function, pointers, None),
                         "cuLaunchKernelEx")
         else:
             self._check(self.cuda.cuLaunchKernel(function, *grid, 32 * self.warps, 1, 1,
-                                                 self.x_ring_bytes(m), stream, pointers, None),
+                                                 shared, stream, pointers, None),
                         "cuLaunchKernel")
         return part if out is None else out
 
@@ -368,6 +428,21 @@ class MmaGemv:
         self._check(self.cuda.cuLaunchKernel(self.dequant_functions[form], blocks, 1, 1, 32 * self.warps, 1, 1, 0,
                                              stream, pointers, None), "cuLaunchKernel")
         return out
+
+
+def spread_blocks_bytes(cap: int, need: int, static: int, device: dict, resident) -> int:
+    """Dynamic shared bytes (at least ``need``) a block of ``static`` bytes of its own asks for
+    so that a multiprocessor holds at most ``cap`` of them: ``need`` where ``resident(need)``
+    (the driver's occupancy of a launch asking that much) is within ``cap`` already, else the
+    most that leaves room for ``cap`` (``device``: ``per_sm``, ``per_block`` and ``reserved``
+    shared bytes), stepped down a KiB while the driver finds room for fewer."""
+    if resident(need) <= cap:
+        return need
+    most = device["per_block"] - static
+    dynamic = min(most, device["per_sm"] // cap - device["reserved"] - static)
+    while dynamic > need and resident(dynamic) < cap:
+        dynamic -= 1024
+    return max(dynamic, need)
 
 
 def _address(t: torch.Tensor | None) -> int:

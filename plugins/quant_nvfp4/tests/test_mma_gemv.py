@@ -338,7 +338,7 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
         gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
             FakeDriver(), None, None, "plain", 4, kwarps, pdl)
         gemv.warps, gemv.tiles16, gemv.rows16_from = nvfp4_mma.block_warps(kwarps), 1, 9
-        gemv._counters = None
+        gemv._counters, gemv.spread = None, False
         gemv._make_arguments()
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
@@ -362,7 +362,7 @@ def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(mo
     gemv = object.__new__(nvfp4_mma.MmaGemv)
     gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
         FakeDriver(), "eight", "sixteen", "plain", 4, 1, False)
-    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters = 4, 2, 5, None
+    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters, gemv.spread = 4, 2, 5, None, False
     gemv._make_arguments()
     for m in (4, 5, 16):
         gemv(words, codes, torch.zeros(m, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(128),
@@ -371,6 +371,65 @@ def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(mo
     for bad in (0, 10):
         with pytest.raises(ValueError, match=f"takes from 1 to 9 rows of x on, not {bad}"):
             nvfp4_mma.MmaGemv(b"", "plain", 4, rows16_from=bad)
+
+
+H100_SHARED = {"sms": 132, "per_sm": 233472, "per_block": 232448, "reserved": 1024}
+
+
+def resident_blocks(static: int, registers_allow: int):
+    """The driver's occupancy, as a stand-in: blocks a multiprocessor holds by shared memory
+    (each block's own bytes, its dynamic bytes and the reserved KiB) and registers."""
+    return lambda dynamic: min(registers_allow, H100_SHARED["per_sm"] // (static + dynamic + H100_SHARED["reserved"]))
+
+
+@pytest.mark.parametrize("blocks, static, registers_allow, need", [
+    (256, 18560, 3, 0),      # down M = 1: eight-warp blocks, 3 by registers; 2 a multiprocessor
+    (384, 18560, 6, 0),      # qkv M = 1: four-warp blocks, 6 by registers; 3
+    (256, 18560, 6, 0),      # o: 2
+    (132, 18560, 6, 0),      # a block a multiprocessor
+    (256, 18560, 6, 16384),  # the xring form's ring of x: at least its bytes
+])
+def test_a_spread_launch_asks_for_the_shared_memory_that_holds_a_multiprocessor_to_its_share(
+        blocks, static, registers_allow, need):
+    cap = -(-blocks // H100_SHARED["sms"])
+    resident = resident_blocks(static, registers_allow)
+    dynamic = nvfp4_mma.spread_blocks_bytes(cap, need, static, H100_SHARED, resident)
+    assert resident(dynamic) == cap and dynamic >= need
+    assert static + dynamic <= H100_SHARED["per_block"]
+
+
+def test_a_launch_already_held_to_its_share_asks_for_no_more_than_it_needs():
+    # 1024 blocks: 8 a multiprocessor, where registers allow 6: nothing to add
+    assert nvfp4_mma.spread_blocks_bytes(8, 0, 18560, H100_SHARED, resident_blocks(18560, 6)) == 0
+    assert nvfp4_mma.spread_blocks_bytes(8, 4096, 18560, H100_SHARED, resident_blocks(18560, 6)) == 4096
+
+
+def test_a_spread_launcher_passes_its_padding_as_dynamic_shared_memory_a_grid(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 0}))
+    launched = []
+
+    class FakeDriver:
+        def cuLaunchKernel(self, function, *args):  # noqa: N802 - the driver's name
+            launched.append((args[0], args[6]))
+            return 0
+
+    gemv = object.__new__(nvfp4_mma.MmaGemv)
+    gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
+        FakeDriver(), ctypes.c_void_p(1), None, "plain", 4, 1, False)
+    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters, gemv.spread = 4, 1, 9, None, True
+    gemv._device, gemv._spread_bytes = dict(H100_SHARED, sms=2), {}
+    gemv._static_bytes = lambda function: 18560
+    gemv._resident_blocks = lambda function, dynamic: resident_blocks(18560, 6)(dynamic)
+    gemv._make_arguments()
+    for n in (64, 128, 512):  # 1, 2, 8 blocks of 4 tiles over 2 multiprocessors: 1, 1, 4 a multiprocessor
+        packed, scales = weights(n, 256)
+        words, codes = layout.repack(packed, scales)
+        gemv(words, codes, torch.zeros(1, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(n),
+             out=torch.empty(1, n, dtype=torch.bfloat16))
+    (one, pad1), (two, pad2), (eight, pad8) = launched
+    assert (one, two, eight) == (1, 2, 8)
+    assert pad1 == pad2 and resident_blocks(18560, 6)(pad1) == 1
+    assert resident_blocks(18560, 6)(pad8) == 4 and pad8 < pad1
 
 
 def test_a_ring_deeper_than_shared_memory_holds_is_refused():
