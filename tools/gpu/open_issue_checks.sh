@@ -556,6 +556,21 @@ spread19)
     grep -E "layer M|same M|graph steady" "$OUT"/spread_trace*.log | cut -c1-220
     grep -E "/ bf16|decoding" "$OUT/spread_e2e.log"
     ;;
+spread19b)
+    # 2026-12-06 (18th, ~4 min): spread with the carveout left to the driver: its tests, the
+    # GEMVs back to back, the decode step's GEMVs traced with down launched early behind the
+    # gated GEMV, end to end: shipped, spread, spread + down early, down early
+    b spread_tests 150 env HINGE_NVFP4_MMA_SPREAD=1 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or past_sixteen"
+    b spread_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 4 8 12 16 --variants shipped spread
+    HINGE_NVFP4_MMA_SPREAD=1 HINGE_NVFP4_MMA_AFTER_GATED=early b spread_trace 100 \
+        python3 tools/gpu/nvfp4_trace.py --chain layer --ms 1
+    b spread_e2e 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_SPREAD=1 \
+        HINGE_NVFP4_MMA_SPREAD=1,HINGE_NVFP4_MMA_AFTER_GATED=early HINGE_NVFP4_MMA_AFTER_GATED=early
+    cat "$OUT/rc.txt"; tail -2 "$OUT/spread_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/spread_chain.log"
+    grep -E "layer M|same M|graph steady" "$OUT"/spread_trace*.log | cut -c1-220
+    grep -E "/ bf16|decoding" "$OUT/spread_e2e.log"
+    ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
     # down's from 1: kernel: mma's Qwen3-8B-shape and engine tests, the GEMM table at 1 .. 16
