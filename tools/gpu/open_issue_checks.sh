@@ -57,7 +57,9 @@
 #   bash tools/gpu/open_issue_checks.sh sweep17  # every form and order at 4 and 8 warps a tile
 #   bash tools/gpu/open_issue_checks.sh e2e17    # end to end: down at 8 warps a tile against 4
 #   bash tools/gpu/open_issue_checks.sh trace19  # 2026-12-06 (18th): the GEMVs' warps' timelines
-#   bash tools/gpu/open_issue_checks.sh spread19 # launches spread over the multiprocessors: A/B
+#   bash tools/gpu/open_issue_checks.sh spread19 / spread19b  # launches spread over the
+#                                                 # multiprocessors: A/B (19b: the carveout the driver's)
+#   bash tools/gpu/open_issue_checks.sh final19  # the H100 file spread: tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -570,6 +572,26 @@ spread19b)
     cat "$OUT/rc.txt"; tail -2 "$OUT/spread_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/spread_chain.log"
     grep -E "layer M|same M|graph steady" "$OUT"/spread_trace*.log | cut -c1-220
     grep -E "/ bf16|decoding" "$OUT/spread_e2e.log"
+    ;;
+final19)
+    # 2026-12-06 (18th, ~5 min): the H100 file with every shape spread (and so down early behind
+    # the gated GEMV): kernel: mma's GPU tests of the shapes, gating and early launches, the
+    # engine's; the GEMM table at 1 .. 16 rows; end to end against the file without spread
+    python3 - "$OUT/plan-before.json" <<'PY'
+import json, sys
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+for entry in plan.values():
+    entry.pop("spread", None)
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+    b final_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
+        -k "qwen3_8b or past_sixteen or gated or early or auto_runs"
+    b gemm_final 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8 12 16
+    b e2e_final 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
+    cat "$OUT/rc.txt"; tail -2 "$OUT/final_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_final.log"
+    grep -E "/ bf16|decoding" "$OUT/e2e_final.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and

@@ -242,8 +242,14 @@ class MmaKernel(TritonKernel):
         #: programmatic dependent launch (on Hopper unless $HINGE_PDL=0: hinge.devices.early_dependents)
         self.pdl = gemv is None and early_dependents("cuda")
         #: the GEMV right behind a gated one (the MLP's down) launched early too
-        #: ($HINGE_NVFP4_MMA_AFTER_GATED=early), or only once the gated GEMV has ended (after)
-        self.early_after_gated = os.environ.get("HINGE_NVFP4_MMA_AFTER_GATED", "after") == "early"
+        #: ($HINGE_NVFP4_MMA_AFTER_GATED=early), or only once the gated GEMV has ended (after);
+        #: unset: early where its launches are spread over the multiprocessors (H100, 2026-12-06:
+        #: 369.4 -> 376.5 tokens/s end to end with both, 370.1 spread alone; early alone was no
+        #: faster there and slower on the H200, 2026-12-03, without spread), else after
+        self.after_gated = os.environ.get("HINGE_NVFP4_MMA_AFTER_GATED") or None
+        if self.after_gated not in (None, "early", "after"):
+            raise ValueError(f"HINGE_NVFP4_MMA_AFTER_GATED={self.after_gated}: early or after (or unset: "
+                             "early where the launches are spread)")
         self._behind_gated = False  #: the last launch was a gated GEMV's
         #: module-name endings whose GEMVs launch only once the kernel before them ends
         #: ($HINGE_NVFP4_MMA_LATE=qkv_proj,o_proj: an experiment's switch; sets nvfp4_mma_early)
@@ -372,7 +378,9 @@ class MmaKernel(TritonKernel):
             x = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
         if bias is not None and bias.dtype != torch.bfloat16:
             bias = bias.to(torch.bfloat16)
-        early = getattr(layer, "nvfp4_mma_early", True) and (self.early_after_gated or not self._behind_gated)
+        behind = self.after_gated == "early" or (self.after_gated is None
+                                                 and getattr(layer.nvfp4_mma_gemv, "spread", False))
+        early = getattr(layer, "nvfp4_mma_early", True) and (behind or not self._behind_gated)
         self._behind_gated = gated
         plan = layer.nvfp4_mma_tiling
         out = torch.empty(m, n // 2 if gated else n, dtype=torch.bfloat16, device=x.device)

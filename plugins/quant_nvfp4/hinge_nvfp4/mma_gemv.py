@@ -190,6 +190,8 @@ class MmaGemv:
     blocks where most hold two, their warps end ~3 us after the rest (H100, 2026-12-06,
     ``tools/gpu/nvfp4_trace.py``; docs/nvfp4.md)."""
 
+    spread = False  #: (``__init__`` sets it)
+
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
                  tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1,

@@ -149,21 +149,25 @@ def test_the_mlp_over_the_kernel_runs_the_gated_gemv_then_down_and_equals_the_un
     assert torch.equal(got, mlp.down_proj((gate / (1.0 + torch.exp(-gate)) * up).to(torch.bfloat16)))
 
 
-def test_the_gemv_behind_a_gated_one_launches_after_it_ends_unless_told_to_launch_early(monkeypatch):
+def test_the_gemv_behind_a_gated_one_launches_after_it_ends_unless_spread_or_told_to_launch_early(monkeypatch):
     # measured on the H200 (tools/gpu/gated_mlp.py): down launched early behind the gated GEMV
-    # costs more than it saves; every other launch may start early; the per-layer flag wins
+    # costs more than it saves; every other launch may start early; the per-layer flag wins.
+    # With launches spread over the multiprocessors (H100) early behind it by default
     from nvfp4_helpers import build, nvfp4_mlp
 
     from hinge_nvfp4.options import NVFP4Options
     from hinge_nvfp4.quantizer import NVFP4Quantizer
 
     x = torch.randn(1, 256, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)
-    for env, want in ((None, [True, False, True, True, True, False]), ("early", [True] * 6)):
+    after_gated = [True, False, True, True, True, False]
+    for env, spread, want in ((None, False, after_gated), ("early", False, [True] * 6), (None, True, [True] * 6),
+                              ("after", True, after_gated)):
         if env is None:
             monkeypatch.delenv("HINGE_NVFP4_MMA_AFTER_GATED", raising=False)
         else:
             monkeypatch.setenv("HINGE_NVFP4_MMA_AFTER_GATED", env)
         launcher = EmulatedLauncher()
+        launcher.spread = spread
         q = NVFP4Quantizer(NVFP4Options(), build(dtype=torch.bfloat16))
         q.kernel = MmaKernel(gemv=launcher, num_sms=132)
         mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
@@ -171,10 +175,14 @@ def test_the_gemv_behind_a_gated_one_launches_after_it_ends_unless_told_to_launc
         mlp.gate_up_proj(x)  # plain gate_up: not gated, so what follows may launch early
         mlp.down_proj(x.repeat(1, 2).contiguous())
         mlp(x)
-        assert launcher.early == want, env
+        assert launcher.early == want, (env, spread)
     mlp.down_proj.nvfp4_mma_early = False
     mlp.down_proj(x.repeat(1, 2).contiguous())
     assert launcher.early[-1] is False
+    monkeypatch.setenv("HINGE_NVFP4_MMA_AFTER_GATED", "soon")
+    with pytest.raises(ValueError, match="HINGE_NVFP4_MMA_AFTER_GATED=soon: early or after"):
+        MmaKernel(gemv=launcher, num_sms=132)
+    monkeypatch.setenv("HINGE_NVFP4_MMA_AFTER_GATED", "early")
     monkeypatch.setenv("HINGE_NVFP4_MMA_LATE", "mlp.gate_up_proj,nothing")  # by module-name ending
     q.kernel = MmaKernel(gemv=launcher, num_sms=132)
     mlp = nvfp4_mlp(256, 512, device="cpu", quantizer=q)
