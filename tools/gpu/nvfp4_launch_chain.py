@@ -5,8 +5,9 @@
         [--sweep KWARPS ... | --sweep16 [--from-rows N]] [--shapes qkv ...]
 
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
-same way (``VARIANTS``: launches spread evenly over the multiprocessors; eight warps a tile, a
-block a tile, in the plain or bulk form; its 16-row launch likewise; ``--sweep``: every form and memory order at those warps a tile;
+same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
+launch at a GEMV's start; eight warps a tile, a block a tile, in the plain or bulk form; its
+16-row launch likewise; ``--sweep``: every form and memory order at those warps a tile;
 ``--sweep16``: every 16-row launch, taking ``--from-rows`` rows on), run through ``kernel: mma``
 as the engine builds it (``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (every
 shape's entry naming it; a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
@@ -36,6 +37,8 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 VARIANTS = {
     "shipped": None,
     "spread": {"spread": True},
+    "spread start": {"spread": True, "trigger": "start"},
+    "start": {"trigger": "start"},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",

@@ -41,10 +41,11 @@ def traced_cubins() -> dict:
     built: dict = {}
 
     def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
-              columns=mma_gemv.COLUMNS):
-        key = (arch, stages, prefetch or 0, pdl, warps, columns)
+              columns=mma_gemv.COLUMNS, trigger="read"):
+        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger)
         if key not in built:
-            built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True)
+            built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True,
+                                              trigger=trigger)
         return built[key]
 
     mma_gemv.cached_cubin = cubin

@@ -60,6 +60,7 @@
 #   bash tools/gpu/open_issue_checks.sh spread19 / spread19b  # launches spread over the
 #                                                 # multiprocessors: A/B (19b: the carveout the driver's)
 #   bash tools/gpu/open_issue_checks.sh final19  # the H100 file spread: tests, GEMM table, end to end
+#   bash tools/gpu/open_issue_checks.sh start19  # the next kernel let launch at a GEMV's start: A/B
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -592,6 +593,16 @@ PY
     b e2e_final 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
     cat "$OUT/rc.txt"; tail -2 "$OUT/final_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_final.log"
     grep -E "/ bf16|decoding" "$OUT/e2e_final.log"
+    ;;
+start19)
+    # 2026-12-06 (18th, ~4 min): the next kernel let launch at a GEMV's start (trigger "start")
+    # over the spread H100 file: the early-launch tests with it, the GEMVs back to back, end to end
+    HINGE_NVFP4_MMA_TRIGGER=start b start_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "early"
+    b start_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 4 8 16 --variants shipped start
+    b start_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_TRIGGER=start
+    cat "$OUT/rc.txt"; tail -2 "$OUT/start_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/start_chain.log"
+    grep -E "/ bf16|decoding" "$OUT/start_e2e.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and

@@ -193,7 +193,9 @@ class MmaKernel(TritonKernel):
     (``mma_layout.COLUMN_MAPS``) where the tiling names none, the cubins built for it; ``form``
     (default ``$HINGE_NVFP4_MMA_FORM`` or ``FORM``): of ``mma_gemv.KERNELS``; ``spread`` (default
     ``$HINGE_NVFP4_MMA_SPREAD=1``, else off): launches spread evenly over the multiprocessors
-    (``mma_gemv.MmaGemv``) where the tiling names nothing. Launches of 9 .. 16
+    (``mma_gemv.MmaGemv``) where the tiling names nothing; ``trigger`` (default
+    ``$HINGE_NVFP4_MMA_TRIGGER`` or ``read``): when a launch lets the kernel after it launch
+    (``mma_gemv.TRIGGERS``) where the tiling names nothing. Launches of 9 .. 16
     rows (or from the tuned ``Rows16.from_rows`` on) take the tiling's own (``Tiling.rows16``, a
     second launcher) where the tuned file names one, else the same launcher with ``TILES16``
     tiles a warp where its form and ring are built with two.
@@ -217,7 +219,7 @@ class MmaKernel(TritonKernel):
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None, dequant_rows: int = 0,
-                 columns: str | None = None, spread: bool | None = None) -> None:
+                 columns: str | None = None, spread: bool | None = None, trigger: str | None = None) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
@@ -257,7 +259,13 @@ class MmaKernel(TritonKernel):
         #: launches spread evenly over the multiprocessors where a tiling names nothing
         #: ($HINGE_NVFP4_MMA_SPREAD=1; mma_gemv.MmaGemv spread)
         self.spread = spread if spread is not None else os.environ.get("HINGE_NVFP4_MMA_SPREAD", "0") == "1"
-        #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from, spread) -> launcher
+        #: when a GEMV lets the kernel after it launch where a tiling names nothing
+        #: ($HINGE_NVFP4_MMA_TRIGGER: read, the default, or start; mma_gemv.TRIGGERS)
+        self.trigger = trigger or os.environ.get("HINGE_NVFP4_MMA_TRIGGER") or "read"
+        if self.trigger not in mma_gemv.TRIGGERS:
+            raise ValueError(f"nvfp4 kernel 'mma' trigger {self.trigger!r}: one of {', '.join(mma_gemv.TRIGGERS)} "
+                             "(HINGE_NVFP4_MMA_TRIGGER)")
+        #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from, spread, trigger) -> launcher
         self._gemvs: dict[tuple, Any] = {}
         #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
         #: ($HINGE_NVFP4_MMA_TILES16, default ``TILES16``; mma_gemv.MmaGemv tiles16)
@@ -283,14 +291,15 @@ class MmaKernel(TritonKernel):
         prefetch = PREFETCH if plan.prefetch is None else plan.prefetch
         columns = plan.columns or self.columns
         spread = self.spread if plan.spread is None else plan.spread
+        trigger = plan.trigger or self.trigger
         if rows16 is not None:
             key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns, rows16.from_rows,
-                   spread)
+                   spread, trigger)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
             t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
             key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1, columns,
-                   mma_gemv.SET_ROWS + 1, spread)
+                   mma_gemv.SET_ROWS + 1, spread, trigger)
         stand_in = getattr(self._stand_in, "columns", columns)
         if stand_in != columns:
             raise ValueError(f"the launcher stood in computes column map {stand_in!r}, the layer is "
@@ -298,7 +307,7 @@ class MmaKernel(TritonKernel):
         if key not in self._gemvs:
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
                                                                columns=columns, rows16_from=key[6],
-                                                               spread=spread)
+                                                               spread=spread, trigger=trigger)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
@@ -419,13 +428,14 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
                   tiles16: int = 1, columns: str | None = None, rows16_from: int | None = None,
-                  spread: bool = False) -> Any:
+                  spread: bool = False, trigger: str = "read") -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
     block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``;
     its 16-row kernel from ``rows16_from`` rows on; ``spread``: its blocks spread evenly over the
-    multiprocessors), built or read from the disk cache."""
+    multiprocessors; ``trigger``: when it lets the kernel after it launch), built or read from the
+    disk cache."""
     from hinge_nvfp4 import mma_gemv, mma_layout
 
     columns = columns or mma_layout.COLUMNS
@@ -436,6 +446,6 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
-                                  warps=mma_gemv.block_warps(kwarps), columns=columns)
+                                  warps=mma_gemv.block_warps(kwarps), columns=columns, trigger=trigger)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,
                             rows16_from=rows16_from, spread=spread)

@@ -60,6 +60,10 @@
 #define MMA_PDL 0  // 1: built for programmatic dependent launch (mma_gemv.build_cubin pdl=True)
 #endif
 constexpr bool PDL = MMA_PDL;
+#ifndef MMA_TRIGGER_START
+#define MMA_TRIGGER_START 0  // PDL: 1 lets the kernel after this one launch at this one's start
+#endif                       // (mma_gemv.build_cubin trigger="start"), 0 once a warp's weights are read
+constexpr bool TRIGGER_START = MMA_TRIGGER_START;
 #ifndef MMA_COALESCED
 #define MMA_COALESCED 0  // the column map (header): 0 contiguous, 1 coalesced (mma_gemv.build_cubin columns)
 #endif
@@ -732,6 +736,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // (slice 0's warp then finishes the tile as one warp would): KW times the warps of a launch
     // with no global reduction
     static_assert(WARPS % KW == 0, "KW warps a tile divide the block's WARPS");
+    if constexpr (PDL && TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // T tiles a warp (T = 2: the 16-row kernels' ``_t2``): tiles tile .. tile + T - 1
     const int tile = (blockIdx.x * (WARPS / KW) + warp / KW) * T, slice = warp % KW;
@@ -747,7 +752,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     float acc[T][4 * SETS] = {};
     if (steps > 0) accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
                                              tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks);
-    if constexpr (PDL) {
+    if constexpr (PDL && !TRIGGER_START) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
         // tiles are past N exited above, which counts as its trigger

@@ -33,6 +33,9 @@ RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` b
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
 PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
 PREFETCH = 0  #: the one ``MmaKernel`` builds
+#: when a PDL build lets the kernel after it launch: once a warp's weights are read (``read``),
+#: or at its start (``start``: ``MMA_TRIGGER_START``)
+TRIGGERS = ("read", "start")
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
@@ -102,7 +105,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
-                warps: int = WARPS, columns: str = COLUMNS, trace: bool = False) -> bytes:
+                warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read") -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -111,7 +114,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     kernels, rings of at most ``WIDE_MAX_STAGES``), for weights repacked in column map ``columns``
     (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); ``trace``: a diagnostic build whose warps
     record their timelines (``MMA_TRACE``; ``tools/gpu/nvfp4_trace.py``; never cached or
-    launched by the engine); needs nvcc on PATH."""
+    launched by the engine); ``trigger``: when a ``pdl`` build lets the kernel after it launch
+    (``TRIGGERS``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -122,6 +126,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         raise ValueError(f"the copies' L2 prefetch is one of {PREFETCHES} bytes, got {prefetch}")
     if columns not in COLUMN_MAPS:
         raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
+    if trigger not in TRIGGERS:
+        raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH: hinge_nvfp4's MMA GEMV kernels compile with "
@@ -131,6 +137,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
                                f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
+                               f"-DMMA_TRIGGER_START={int(trigger == 'start')}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
@@ -147,16 +154,17 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
-                 columns: str = COLUMNS) -> bytes:
+                 columns: str = COLUMNS, trigger: str = "read") -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
-    options = f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
+    options = (f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
+               + ("" if trigger == "read" else f":{trigger}"))
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

@@ -20,6 +20,7 @@ from hinge_nvfp4.mma_gemv import (
     SET_ROWS,
     T2_FORMS,
     T2_MAX_STAGES,
+    TRIGGERS,
     WARPS,
     WIDE_MAX_STAGES,
     WIDE_WARPS,
@@ -55,7 +56,8 @@ class Tiling(NamedTuple):
     its launches of 9 .. 16 rows (``rows16``, else those of the launch of fewer), the
     repack's column map (``columns``: ``mma_layout.COLUMN_MAPS``, else the kernel's) and whether
     its launches spread their blocks evenly over the multiprocessors (``spread``:
-    ``mma_gemv.MmaGemv`` spread, else the kernel's)."""
+    ``mma_gemv.MmaGemv`` spread, else the kernel's) and when they let the kernel after them launch
+    (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's)."""
 
     splits: int
     groups_per_split: int
@@ -67,6 +69,7 @@ class Tiling(NamedTuple):
     rows16: Rows16 | None = None
     columns: str | None = None
     spread: bool | None = None
+    trigger: str | None = None
 
 
 STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
@@ -88,7 +91,7 @@ def resident_warps(stages: int, rows: int = 8) -> int:
 
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
-    "stages": ..}``, optionally ``"layout"``, ``"form"``, ``"prefetch"``, ``"columns"``, ``"spread"`` and ``"r16"``:
+    "stages": ..}``, optionally ``"layout"``, ``"form"``, ``"prefetch"``, ``"columns"``, ``"spread"``, ``"trigger"`` and ``"r16"``:
     ``rows16_of``; as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
     where given; else warps a tile doubled, then K split in two, until the launch has
     ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
@@ -102,21 +105,21 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     if entry is not None:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
-        columns, spread = entry.get("columns"), entry.get("spread")
+        columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
         if (not kwarps_built(kwarps, stages) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
-                or spread not in (None, True, False)):
+                or spread not in (None, True, False) or trigger not in (None, *TRIGGERS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages of {RING_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join(KERNELS)}, "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
-                             "true or false "
+                             f"true or false, trigger {' or '.join(TRIGGERS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
         per_split = groups_per_split(groups, splits)
         return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch,
-                      rows16_of(entry.get("r16"), n, k, stages), columns, spread)
+                      rows16_of(entry.get("r16"), n, k, stages), columns, spread, trigger)
     tiles, supers = n // 16, k // SUPERSTEP
     kwarps, splits = 1, 1
     fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms

@@ -305,6 +305,29 @@ def test_a_trace_build_marks_every_gemv_kernels_warps_and_a_shipped_build_reads_
     assert "mma_trace" not in cuobjdump("-elf", shipped)
 
 
+@needs_nvcc
+def test_a_pdl_build_lets_the_next_kernel_launch_after_its_last_mma_or_at_its_start_when_asked(tmp_path):
+    """``griddepcontrol.launch_dependents`` (PREEXIT) once in every GEMV kernel: after its last
+    MMA by default (its weights are read and used), before its first weight copy with
+    ``trigger="start"``;
+    never in the dequantizing kernels (launched in order)."""
+    for trigger in nvfp4_mma.TRIGGERS:
+        cubin = tmp_path / f"{trigger}.cubin"
+        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger))
+        for name, code in sass_by_function(cubin).items():
+            if name in nvfp4_mma.DEQUANTS.values():
+                assert "PREEXIT" not in code, name
+                continue
+            assert code.count("PREEXIT") == 1, (trigger, name)
+            first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
+            if trigger == "start":
+                assert code.index("PREEXIT") < first_copy, name
+            elif "HMMA" in code:  # (not the ring diagnostic: no MMA)
+                assert code.index("PREEXIT") > code.rindex("HMMA"), name
+    with pytest.raises(ValueError, match="launch at one of read, start, not 'end'"):
+        nvfp4_mma.build_cubin("sm_90", pdl=True, trigger="end")
+
+
 def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
     assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56

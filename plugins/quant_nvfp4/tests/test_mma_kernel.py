@@ -296,7 +296,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
     # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built, column
     # map, the fewest rows of the 16-row kernel)
-    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous", 9, False)]
+    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous", 9, False, "read")]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
@@ -306,7 +306,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 8, 4, None, "bulk")
-    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous", 9, False)
+    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous", 9, False, "read")
     with pytest.raises(ValueError, match=r"kwarps of \(1, 2, 4\) \(or 8 with rings of <= 5\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 8, "stages": 8}})
     # launches spread over the multiprocessors: named by the tiling (its own launcher), else the
@@ -322,6 +322,23 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.spread is None and list(kernel._gemvs)[-1][7] is True
     monkeypatch.delenv("HINGE_NVFP4_MMA_SPREAD")
+    # the next kernel let launch at the GEMV's start: named by the tiling, else the kernel's
+    # ($HINGE_NVFP4_MMA_TRIGGER)
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "trigger": "start"}}')
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.trigger == "start" and list(kernel._gemvs)[-1][8] == "start"
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4}}')
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", "start")
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.prepare_linear(layer, packed, scales)
+    assert list(kernel._gemvs)[-1][8] == "start"
+    monkeypatch.setenv("HINGE_NVFP4_MMA_TRIGGER", "soon")
+    with pytest.raises(ValueError, match="trigger 'soon': one of read, start"):
+        MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    monkeypatch.delenv("HINGE_NVFP4_MMA_TRIGGER")
+    with pytest.raises(ValueError, match="trigger read or start"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "trigger": "end"}})
     with pytest.raises(ValueError, match="spread true or false"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "spread": "yes"}})
     # a column map: that weight repacked in it and launched by a launcher built for it (a
@@ -351,7 +368,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2)
-    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous", 9, False), (4, 2, "plain", 0, 2, "contiguous", 9, False)]
+    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous", 9, False, "read"), (4, 2, "plain", 0, 2, "contiguous", 9, False, "read")]
     # the stand-in launchers are one object: give the 16-row launch its own to see who runs what
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
@@ -366,7 +383,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2, 5) and layer.nvfp4_mma_rows16_from == 5
-    assert list(kernel._gemvs)[-1] == (4, 2, "plain", 0, 2, "contiguous", 5, False)
+    assert list(kernel._gemvs)[-1] == (4, 2, "plain", 0, 2, "contiguous", 5, False, "read")
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
     for rows in (1, 4, 5, 8, 9):
@@ -564,16 +581,19 @@ def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, warps, columns:
-                        builds.append((arch, stages, warps, columns)) or b"cubin")
+                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read":
+                        builds.append((arch, stages, warps, columns) + (() if trigger == "read" else (trigger,)))
+                        or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, warps=8) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, columns="coalesced") == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
     assert builds == [("sm_90", 8, 4, "contiguous"), ("sm_90", 4, 4, "contiguous"), ("sm_90", 4, 8, "contiguous"),
-                      ("sm_90", 4, 4, "coalesced")]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 4 and not list(tmp_path.glob("*.tmp"))
+                      ("sm_90", 4, 4, "coalesced"), ("sm_90", 4, 4, "contiguous", "start")]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 5 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
