@@ -80,6 +80,19 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
+# the H100 tilings file into $1 with the keys named after it dropped from every entry ("r16.from":
+# from its 16-row launch), for an A/B end to end against the shipped file
+plan_without() { local out=$1; shift; python3 - "$out" "$@" <<'PY'
+import json, sys
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+for entry in plan.values():
+    for key in sys.argv[2:]:
+        place, _, leaf = key.rpartition(".")
+        (entry.get(place, {}) if place else entry).pop(leaf, None)
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+}
 case "${1:-}" in
 tests|tests12)
     # tests12: the first two lanes without the sync test (it and the NVFP4 lane passed at e2b0aa7,
@@ -499,14 +512,7 @@ final18)
 bench18)
     # 2026-12-06 (17th, ~4 min): the GEMM table with the shipped file, then end to end with it
     # against the file before (every shape contiguous), one process, and a 2048-token prefill
-    python3 - "$OUT/plan-contiguous.json" <<'PY'
-import json, sys
-from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
-for entry in plan.values():
-    entry.pop("columns", None)
-json.dump(plan, open(sys.argv[1], "w"), indent=1)
-PY
+    plan_without "$OUT/plan-contiguous.json" columns
     b gemm18 200 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 4 8 16
     b e2e18 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-prefill 2048 --e2e-plan - "$OUT/plan-contiguous.json"
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm18.log"; grep -E "prefill|/ bf16|decoding" "$OUT/e2e18.log"
@@ -578,14 +584,7 @@ final19)
     # 2026-12-06 (18th, ~5 min): the H100 file with every shape spread (and so down early behind
     # the gated GEMV): kernel: mma's GPU tests of the shapes, gating and early launches, the
     # engine's; the GEMM table at 1 .. 16 rows; end to end against the file without spread
-    python3 - "$OUT/plan-before.json" <<'PY'
-import json, sys
-from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
-for entry in plan.values():
-    entry.pop("spread", None)
-json.dump(plan, open(sys.argv[1], "w"), indent=1)
-PY
+    plan_without "$OUT/plan-before.json" spread
     b final_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
         -k "qwen3_8b or past_sixteen or gated or early or auto_runs"
@@ -608,15 +607,7 @@ last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
     # down's from 1: kernel: mma's Qwen3-8B-shape and engine tests, the GEMM table at 1 .. 16
     # rows, end to end against the file with every shape contiguous and no "from"
-    python3 - "$OUT/plan-before.json" <<'PY'
-import json, sys
-from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
-for entry in plan.values():
-    entry.pop("columns", None)
-    entry["r16"].pop("from", None)
-json.dump(plan, open(sys.argv[1], "w"), indent=1)
-PY
+    plan_without "$OUT/plan-before.json" columns r16.from
     b last_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
         -k "qwen3_8b or past_sixteen or kernel_mma or auto_runs"
