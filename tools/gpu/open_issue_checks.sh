@@ -595,11 +595,11 @@ final19)
     ;;
 start19)
     # 2026-12-06 (18th, ~4 min): the next kernel let launch at a GEMV's start (trigger "start")
-    # over the spread H100 file: the early-launch tests with it, the GEMVs back to back, end to end
-    HINGE_NVFP4_MMA_TRIGGER=start b start_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "early"
+    # over the spread H100 file: the GEMVs back to back, end to end, the early-launch tests with it
     b start_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 4 8 16 --variants shipped start
     b start_e2e 120 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_TRIGGER=start
+    HINGE_NVFP4_MMA_TRIGGER=start b start_tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "early"
     cat "$OUT/rc.txt"; tail -2 "$OUT/start_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/start_chain.log"
     grep -E "/ bf16|decoding" "$OUT/start_e2e.log"
     ;;
