@@ -61,6 +61,7 @@
 #                                                 # multiprocessors: A/B (19b: the carveout the driver's)
 #   bash tools/gpu/open_issue_checks.sh final19  # the H100 file spread: tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh start19  # the next kernel let launch at a GEMV's start: A/B
+#   bash tools/gpu/open_issue_checks.sh last19   # shipped / spread / spread + start: chain, end to end
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -602,6 +603,15 @@ start19)
         plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "early"
     cat "$OUT/rc.txt"; tail -2 "$OUT/start_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/start_chain.log"
     grep -E "/ bf16|decoding" "$OUT/start_e2e.log"
+    ;;
+last19)
+    # 2026-12-06 (18th, ~2 min, either card): the GEMVs back to back shipped, spread, spread with
+    # the next kernel let launch at the GEMV's start; end to end the same three ways
+    b last_chain 80 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped spread "spread start"
+    b last_e2e 110 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-env - HINGE_NVFP4_MMA_SPREAD=1 \
+        HINGE_NVFP4_MMA_SPREAD=1,HINGE_NVFP4_MMA_TRIGGER=start
+    cat "$OUT/rc.txt"; head -1 "$OUT/last_chain.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/last_chain.log"
+    grep -E "/ bf16|decoding" "$OUT/last_e2e.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
