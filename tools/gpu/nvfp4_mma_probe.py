@@ -7,7 +7,7 @@ the plain and bulk forms also with two tiles a warp, ``plain_t2``, ``bulk_t2``);
                                          [--layouts tile super] [--forms plain ahead]
                                          [--kwarps 1 2 4 8] [--shapes gate_up ...]
                                          [--best-json FILE] [--all-json FILE] [--hbm-tbs TB/s]
-                                         [--ms 1 2 4 8 16] [--columns coalesced]
+                                         [--ms 1 2 4 8 16] [--columns coalesced] [--spread]
     python3 tools/gpu/nvfp4_mma_probe.py --diagnose [--kwarps 1 2] [--splits ...] [--shapes ...]
 
 Needs nvcc on PATH (the kernel is compiled at start, ~1 s a ring depth). Timing as
@@ -28,7 +28,8 @@ mma`` tilings have the least total time over the shapes at M = 1, for an end-to-
 tile, stages, layout, form) of each shape at M = 1, a tuned-tilings file for
 ``HINGE_NVFP4_MMA_PLAN`` (with ``--ms 1 ... 16``, each shape's fastest 16-row launch over that
 tiling's layout, ring, splits and prefetch as its ``r16``; each entry names ``--columns``, the
-column map every variant runs in). ``tools/gpu/nvfp4_launch_chain.py`` times the engine's own
+column map every variant runs in, and with ``--spread`` says so: every launch's blocks spread over
+the multiprocessors, ``mma_gemv.MmaGemv`` spread). ``tools/gpu/nvfp4_launch_chain.py`` times the engine's own
 calls of a tilings file (``--sweep``, ``--sweep16``), across column maps.
 ``--diagnose`` instead times, at M = 1 in that configuration and at each of ``--kwarps`` x
 ``--splits`` (given), the kernel against its two
@@ -106,6 +107,8 @@ def main() -> None:
     parser.add_argument("--plan-json", default=None, help="the fastest tiling a shape at M = 1")
     parser.add_argument("--columns", choices=mma_layout.COLUMN_MAPS, default=mma_layout.COLUMNS,
                         help="the weights' column map (every variant; --plan-json names it)")
+    parser.add_argument("--spread", action="store_true",
+                        help="every launch spread over the multiprocessors (--plan-json names it)")
     parser.add_argument("--diagnose", action="store_true")
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hbm-tbs", type=float, default=None,
@@ -139,12 +142,12 @@ def main() -> None:
         return cubins[(st, pf, nvfp4_mma.block_warps(kw))]
 
     kernels = {(form, st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw, carveout=args.carveout,
-                                                     columns=args.columns)
+                                                     columns=args.columns, spread=args.spread)
                for form in forms for st, kw, pf in built}
     # two tiles a warp at 9 .. 16 rows (MmaGemv tiles16=2): forms "plain_t2", "bulk_t2"
     kernels |= {(f"{form}_t2", st, kw, pf): nvfp4_mma.MmaGemv(cubin(st, kw, pf), form, st, kw,
                                                               carveout=args.carveout, tiles16=2,
-                                                              columns=args.columns)
+                                                              columns=args.columns, spread=args.spread)
                 for form in forms for st, kw, pf in built if nvfp4_mma.two_tiles_built(form, st, kw)}
     tuned: dict = {}  # "NxK" -> the fastest right tiling at M = 1 (--plan-json)
     every: dict = {}  # "shape M" -> {"layout form stages splits kwarps": us}
@@ -211,6 +214,8 @@ def main() -> None:
                             (lay, form, plan.stages, plan.splits, plan.kwarps, nvfp4_mma.PREFETCH)])
                 tuned[f"{n}x{k}"] = {"splits": bsp, "kwarps": bkw, "stages": bst, "layout": blay,
                                      "form": bform, "prefetch": bpf, "columns": args.columns}
+                if args.spread:
+                    tuned[f"{n}x{k}"]["spread"] = True
             elif m == nvfp4_mma.MAX_ROWS and f"{n}x{k}" in tuned:
                 # the 16-row launch over the M = 1 winner's repack, ring, splits and prefetch
                 one = tuned[f"{n}x{k}"]
@@ -255,7 +260,7 @@ def diagnose(args: argparse.Namespace) -> None:
             launchers[(form, stages, kw, pf)] = nvfp4_mma.MmaGemv(
                 nvfp4_mma.cached_cubin("sm_90", stages, prefetch=pf, warps=nvfp4_mma.block_warps(kw),
                                        columns=args.columns),
-                form, stages, kw, columns=args.columns)
+                form, stages, kw, columns=args.columns, spread=args.spread)
         return launchers[(form, stages, kw, pf)]
 
     print(f"{torch.cuda.get_device_name()}; kernel: mma ({MmaKernel.FORM}) and its diagnostic forms "
