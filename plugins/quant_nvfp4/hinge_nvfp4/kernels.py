@@ -446,6 +446,7 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
-                                  warps=mma_gemv.block_warps(kwarps), columns=columns, trigger=trigger)
+                                  warps=mma_gemv.block_warps(kwarps), columns=columns,
+                                  trigger=trigger if pdl else "read")  # (no trigger without PDL)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,
                             rows16_from=rows16_from, spread=spread)

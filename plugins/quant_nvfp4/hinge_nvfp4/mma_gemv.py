@@ -294,7 +294,7 @@ class MmaGemv:
     def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int) -> int:
         """The dynamic shared memory of a launch of ``blocks`` blocks over ``m`` rows of x: the
         xring form's ring of x, or with ``spread`` as much as keeps a multiprocessor to
-        ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks``) where registers and the
+        ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks_bytes``) where registers and the
         rings alone would let it hold more."""
         key = (function.value, blocks, m)
         if key not in self._spread_bytes:
