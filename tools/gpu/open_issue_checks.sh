@@ -62,6 +62,7 @@
 #   bash tools/gpu/open_issue_checks.sh final19  # the H100 file spread: tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh start19  # the next kernel let launch at a GEMV's start: A/B
 #   bash tools/gpu/open_issue_checks.sh last19   # shipped / spread / spread + start: chain, end to end
+#   bash tools/gpu/open_issue_checks.sh from19   # spread: the 8-row kernel again below 9 rows?
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -612,6 +613,17 @@ last19)
         HINGE_NVFP4_MMA_SPREAD=1,HINGE_NVFP4_MMA_TRIGGER=start
     cat "$OUT/rc.txt"; head -1 "$OUT/last_chain.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/last_chain.log"
     grep -E "/ bf16|decoding" "$OUT/last_e2e.log"
+    ;;
+from19)
+    # 2026-12-06 (18th, written for the next session, ~5 min): with launches spread, is the 8-row
+    # kernel again the faster below 9 rows on down and gate_up (their 16-row kernels took over
+    # from 2 and 6 rows when registers alone held those to their share)? The GEMM table at 1..8
+    # rows with the shipped file, then with every "from" dropped (the 16-row kernels from 9 rows)
+    plan_without "$OUT/plan-from9.json" r16.from
+    b gemm_shipped 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8
+    HINGE_NVFP4_MMA_PLAN="$OUT/plan-from9.json" b gemm_from9 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
+        --iters 50 --ms 1 2 4 6 8
+    cat "$OUT/rc.txt"; grep -E "^(gate_up|down) " "$OUT/gemm_shipped.log" "$OUT/gemm_from9.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
