@@ -34,6 +34,7 @@ import json
 import os
 import statistics
 import sys
+import types
 from pathlib import Path
 
 import torch
@@ -98,13 +99,16 @@ def mma_layers(quant: list, n: int) -> tuple:
     return kernel, layers_of(kernel, quant, n)
 
 
-def layers_of(kernel, quant: list, n: int) -> list:
+def layers_of(kernel, quant: list, n: int, pairs: bool = False) -> list:
     """A layer a quantized weight copy, prepared by ``kernel`` (``kernel: mma``: its repack and
-    tiling), row scales 1."""
+    tiling), row scales 1 (``pairs``: a fused [gate | up] of two equal halves, as the engine's
+    gate_up, which ``kernel: mma`` pairs for its gated GEMV)."""
     layers = []
     for packed, scales, _ in quant:
         layer = torch.nn.Module()
         layer.row_scale = torch.ones(n, device="cuda")
+        if pairs:
+            layer.spec = types.SimpleNamespace(output_sizes_per_partition=(n // 2, n // 2))
         kernel.prepare_linear(layer, packed, scales)
         layers.append(layer)
     return layers

@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import types
 
 import numpy as np
 import torch
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, start  # NOTE: the sibling script
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the sibling script
 
-MARKS = ("entry", "wait", "w0", "x0", "loop", "done")  #: marks 0, 2, 3, 4, 5, 6 as printed
-MARK_INDEX = (0, 2, 3, 4, 5, 6)
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
 
 
@@ -83,47 +80,36 @@ class TraceBuffer:
         return out
 
 
-def make_layers(kernel, n: int, k: int, pairs: bool) -> list:
-    """``ROTATE`` layers of random NVFP4 weights prepared by ``kernel`` (``pairs``: a fused
-    [gate | up] of two equal halves, as the engine's gate_up)."""
+def chain(kernel, args, m: int) -> list:
+    """The graphs to time: (label, ``fn(i)`` running copy i's calls, its steps) a graph; a step
+    is (shape, its ``ROTATE`` layers, x, gated, weight bytes). ``--chain same``: a graph a shape
+    of ``--shapes``; ``layer``: one graph of the four in the decode step's order."""
     from hinge_nvfp4 import format as fp4
 
-    layers = []
-    for _ in range(ROTATE):
-        packed, scales, _ = fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
-        layer = torch.nn.Module()
-        layer.row_scale = torch.ones(n, device="cuda")
-        if pairs:
-            layer.spec = types.SimpleNamespace(output_sizes_per_partition=(n // 2, n // 2))
-        kernel.prepare_linear(layer, packed, scales)
-        layers.append(layer)
-    return layers
-
-
-def chain(kernel, args, m: int) -> tuple:
-    """The calls of one graph (``fn(i)`` runs copy i's), each call's label and weight bytes."""
-    steps = []  # (label, layer list, x, gated)
+    steps = []
     for label, (n, k) in SHAPES.items():
         name = label.split()[0]
         if args.chain == "same" and name not in args.shapes:
             continue
         gated = args.chain == "layer" and name == "gate_up"
-        layers = make_layers(kernel, n, k, gated)
-        steps.append((name, layers, torch.randn(m, k, device="cuda", dtype=torch.bfloat16), gated, n * k * 9 // 16))
-    if args.chain == "layer":  # the decode step's order
+        quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
+        steps.append((name, layers_of(kernel, quant, n, pairs=gated),
+                      torch.randn(m, k, device="cuda", dtype=torch.bfloat16), gated, n * k * 9 // 16))
+    if args.chain == "layer":
         order = {"qkv": 0, "o": 1, "gate_up": 2, "down": 3}
         steps.sort(key=lambda s: order[s[0]])
+    graphs = [[s] for s in steps] if args.chain == "same" else [steps]
 
-    def fn(i=0):
-        for _, layers, x, gated, _ in steps:
-            if gated:
-                kernel.gated(layers[i], x, "silu")
-            else:
-                kernel.linear(layers[i], x, None, None)
+    def calls(part: list):
+        def fn(i=0):
+            for _, layers, x, gated, _ in part:
+                if gated:
+                    kernel.gated(layers[i], x, "silu")
+                else:
+                    kernel.linear(layers[i], x, None, None)
+        return fn
 
-    if args.chain == "same":  # one shape a graph: a graph a shape
-        return [(s[0], lambda i=0, s=s: kernel.linear(s[1][i], s[2], None, None), s) for s in steps]
-    return [("layer", fn, steps)]
+    return [(part[0][0] if args.chain == "same" else "layer", calls(part), part) for part in graphs]
 
 
 def calls_of(records: np.ndarray, steps: list) -> list:
@@ -181,7 +167,6 @@ def main(args) -> None:
     traced = MmaKernel(dequant_rows=dq)
     for m in args.ms:
         for (label, fn, steps), (_, plain, _) in zip(chain(traced, args, m), chain(shipped, args, m), strict=True):
-            steps = steps if isinstance(steps, list) else [steps]
             t_trace = graph_time(fn, args.iters, args.replays)
             t_plain = graph_time(plain, args.iters, args.replays)  # its own weights: the same launches
             graph = torch.cuda.CUDAGraph()
