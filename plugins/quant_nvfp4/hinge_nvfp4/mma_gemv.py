@@ -292,18 +292,16 @@ class MmaGemv:
         return value.value
 
     def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int) -> int:
-        """The dynamic shared memory of a launch of ``blocks`` blocks over ``m`` rows of x: the
-        xring form's ring of x, or with ``spread`` as much as keeps a multiprocessor to
+        """The dynamic shared memory of a spread launch of ``blocks`` blocks over ``m`` rows of x:
+        at least the xring form's ring of x, and as much as keeps a multiprocessor to
         ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks_bytes``) where registers and the
-        rings alone would let it hold more."""
+        rings alone would let it hold more; worked out once a (function, blocks, m)."""
         key = (function.value, blocks, m)
         if key not in self._spread_bytes:
-            need = self.x_ring_bytes(m)
-            if self.spread:
-                d = self._device
-                need = spread_blocks_bytes(-(-blocks // d["sms"]), need, self._static_bytes(function), d,
-                                           lambda dynamic: self._resident_blocks(function, dynamic))
-            self._spread_bytes[key] = need
+            d = self._device
+            self._spread_bytes[key] = spread_blocks_bytes(
+                -(-blocks // d["sms"]), self.x_ring_bytes(m), self._static_bytes(function), d,
+                lambda dynamic: self._resident_blocks(function, dynamic))
         return self._spread_bytes[key]
 
     def x_ring_bytes(self, m: int) -> int:
