@@ -82,16 +82,22 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
-# the H100 tilings file into $1 with the keys named after it dropped from every entry ("r16.from":
-# from its 16-row launch), for an A/B end to end against the shipped file
-plan_without() { local out=$1; shift; python3 - "$out" "$@" <<'PY'
+# a shipped tilings file (PLAN_DEVICE, default the H100's) into $1 with the keys named after it
+# dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
+# ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
+plan_without() { local out=$1; shift; python3 - "$out" "${PLAN_DEVICE:-NVIDIA H100 80GB HBM3}" "$@" <<'PY'
 import json, sys
 from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
+plan = mma_tiling.tuned_tilings(device_name=sys.argv[2])
 for entry in plan.values():
-    for key in sys.argv[2:]:
+    for key in sys.argv[3:]:
+        key, set_to, value = key.partition("=")
         place, _, leaf = key.rpartition(".")
-        (entry.get(place, {}) if place else entry).pop(leaf, None)
+        where = entry.get(place, {}) if place else entry
+        if set_to:
+            where[leaf] = json.loads(value)
+        else:
+            where.pop(leaf, None)
 json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
 }
@@ -624,6 +630,25 @@ from19)
     HINGE_NVFP4_MMA_PLAN="$OUT/plan-from9.json" b gemm_from9 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
         --iters 50 --ms 1 2 4 6 8
     cat "$OUT/rc.txt"; grep -E "^(gate_up|down) " "$OUT/gemm_shipped.log" "$OUT/gemm_from9.log"
+    ;;
+h200x)
+    # 2026-12-06 (19th, ~8 min, an H200 only): the H200 file as shipped (no spread), with spread,
+    # with spread and the next kernel let launch at the GEMV's start, and the H100 file (its
+    # coalesced columns, 16-row kernels, spread, trigger "start"): end to end, then the GEMM table
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
+    PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread.json" spread=true
+    PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
+    plan_without "$OUT/h100-file.json"
+    b h200_e2e 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread.json" \
+        "$OUT/h200-spread-start.json" "$OUT/h100-file.json"
+    for plan in h200-spread-start h100-file; do
+        HINGE_NVFP4_MMA_PLAN="$OUT/$plan.json" b "gemm_$plan" 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
+            --iters 50 --ms 1 2 4 8 16
+    done
+    b gemm_shipped 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 8 16
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/h200_e2e.log"
+    for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
