@@ -631,6 +631,19 @@ from19)
         --iters 50 --ms 1 2 4 6 8
     cat "$OUT/rc.txt"; grep -E "^(gate_up|down) " "$OUT/gemm_shipped.log" "$OUT/gemm_from9.log"
     ;;
+co20)
+    # 2026-12-06 (19th, ~7 min): can the next GEMV's blocks sit beside this one's? The shipped H100
+    # file (spread, trigger "start") against spread alone, trigger "start" alone and neither, back
+    # to back; the warps' timelines of qkv and down with trigger "start" alone and as shipped
+    b co_chain 220 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "spread read" \
+        "start alone" neither
+    plan_without "$OUT/plan-start-alone.json" spread
+    HINGE_NVFP4_MMA_PLAN="$OUT/plan-start-alone.json" b co_trace_alone 120 python3 tools/gpu/nvfp4_trace.py \
+        --chain same --ms 1 --shapes qkv down
+    b co_trace_shipped 120 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv down
+    cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/co_chain.log"
+    tail -30 "$OUT/co_trace_alone.log" | cut -c1-170; tail -30 "$OUT/co_trace_shipped.log" | cut -c1-170
+    ;;
 h200x)
     # 2026-12-06 (19th, ~8 min, an H200 only): the H200 file as shipped (no spread), with spread,
     # with spread and the next kernel let launch at the GEMV's start, and the H100 file (its
