@@ -648,18 +648,18 @@ h200x)
     # 2026-12-06 (19th, ~8 min, an H200 only): the H200 file as shipped (no spread), with spread,
     # with spread and the next kernel let launch at the GEMV's start, and the H100 file (its
     # coalesced columns, 16-row kernels, spread, trigger "start"): end to end, then the GEMM table
+    # of the last two
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread.json" spread=true
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
     plan_without "$OUT/h100-file.json"
-    b h200_e2e 300 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread.json" \
+    b h200_e2e 330 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread.json" \
         "$OUT/h200-spread-start.json" "$OUT/h100-file.json"
     for plan in h200-spread-start h100-file; do
         HINGE_NVFP4_MMA_PLAN="$OUT/$plan.json" b "gemm_$plan" 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
             --iters 50 --ms 1 2 4 8 16
     done
-    b gemm_shipped 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 8 16
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/h200_e2e.log"
     for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
     ;;
