@@ -34,6 +34,7 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 )
 
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
+R16_PLAIN = {"kwarps": 4, "form": "plain", "tiles": 1}  #: a 16-row launch any ring depth builds
 VARIANTS = {
     "shipped": None,
     "spread": {"spread": True},
@@ -42,6 +43,11 @@ VARIANTS = {
     "spread read": {"spread": True, "trigger": "read"},
     "start alone": {"spread": False, "trigger": "start"},
     "neither": {"spread": False, "trigger": "read"},
+    # rings of 8 (7 supersteps copied before griddepcontrol.wait: all of a qkv or o warp's 8 at
+    # 4 warps a tile), 4-warp cubins only (not down's 8 warps a tile)
+    "deep start": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
+    "deep neither": {"spread": False, "trigger": "read", "stages": 8, "r16": R16_PLAIN},
+    "deep spread start": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
@@ -113,6 +119,8 @@ def main(args) -> None:
         return
     print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
     for label, (n, k) in SHAPES.items():
+        if args.shapes and label.split()[0] not in args.shapes:
+            continue
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
         layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
@@ -165,7 +173,7 @@ if __name__ == "__main__":
     parser.add_argument("--sweep16", action="store_true",
                         help="every 16-row launch (warps a tile, form, tiles a warp) instead of VARIANTS")
     parser.add_argument("--from-rows", type=int, default=9, help="--sweep16's launches take this many rows on")
-    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="--sweep's shapes")
+    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="the shapes to run (default all)")
     parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
                         help="column maps to run each variant in (default: the file's)")
     parser.add_argument("--variants", nargs="+", help="of VARIANTS (default: all)")

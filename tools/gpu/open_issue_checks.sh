@@ -632,17 +632,27 @@ from19)
     cat "$OUT/rc.txt"; grep -E "^(gate_up|down) " "$OUT/gemm_shipped.log" "$OUT/gemm_from9.log"
     ;;
 co20)
-    # 2026-12-06 (19th, ~7 min): can the next GEMV's blocks sit beside this one's? The shipped H100
-    # file (spread, trigger "start") against spread alone, trigger "start" alone and neither, back
-    # to back; the warps' timelines of qkv and down with trigger "start" alone and as shipped
-    b co_chain 220 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "spread read" \
+    # 2026-12-06 (19th, ~8 min): can the next GEMV's blocks sit beside this one's and copy its
+    # weights before the wait? The shipped H100 file (spread, trigger "start") against spread
+    # alone, trigger "start" alone and neither (every shape); rings of 8 (7 of a qkv or o warp's
+    # 8 supersteps copied before the wait) with and without both (4-warp shapes); the warps'
+    # timelines of qkv with trigger "start" alone, rings of 8
+    for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
+    done; done; done
+    for cols in contiguous coalesced; do for trig in read start; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
+    done; done
+    wait
+    b co_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "spread read" \
         "start alone" neither
-    plan_without "$OUT/plan-start-alone.json" spread
-    HINGE_NVFP4_MMA_PLAN="$OUT/plan-start-alone.json" b co_trace_alone 120 python3 tools/gpu/nvfp4_trace.py \
-        --chain same --ms 1 --shapes qkv down
-    b co_trace_shipped 120 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv down
-    cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) " "$OUT/co_chain.log"
-    tail -30 "$OUT/co_trace_alone.log" | cut -c1-170; tail -30 "$OUT/co_trace_shipped.log" | cut -c1-170
+    b co_deep 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
+        "deep start" "deep neither" "deep spread start"
+    plan_without "$OUT/plan-deep-start.json" spread 'trigger="start"' stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
+    HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-start.json" b co_trace_deep 100 python3 tools/gpu/nvfp4_trace.py \
+        --chain same --ms 1 --shapes qkv
+    cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/co_chain.log" "$OUT/co_deep.log" | cut -d: -f2-
+    tail -14 "$OUT/co_trace_deep.log" | cut -c1-170
     ;;
 h200x)
     # 2026-12-06 (19th, ~8 min, an H200 only): the H200 file as shipped (no spread), with spread,
