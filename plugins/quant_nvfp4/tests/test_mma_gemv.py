@@ -328,6 +328,19 @@ def test_a_pdl_build_lets_the_next_kernel_launch_after_its_last_mma_or_at_its_st
         nvfp4_mma.build_cubin("sm_90", pdl=True, trigger="end")
 
 
+def stand_in_launcher(driver, function=None, function16=None, kwarps=1, pdl=False, **fields):
+    """An ``MmaGemv`` without CUDA (the driver stood in for, no cubin loaded): the plain form, a
+    ring of 4, ``fields`` (attributes) over the defaults, its parameter blocks built."""
+    gemv = object.__new__(nvfp4_mma.MmaGemv)
+    defaults = dict(form="plain", stages=4, warps=nvfp4_mma.block_warps(kwarps), tiles16=1, rows16_from=9,
+                    _counters=None, spread=False)
+    for name, value in (defaults | fields).items():
+        setattr(gemv, name, value)
+    gemv.cuda, gemv.function, gemv.function16, gemv.kwarps, gemv.pdl = driver, function, function16, kwarps, pdl
+    gemv._make_arguments()
+    return gemv
+
+
 def test_the_pdl_launch_configuration_is_cuda_h_s_layout_with_its_attribute():
     assert ctypes.sizeof(nvfp4_mma.LaunchAttribute) == 72 and nvfp4_mma.LaunchAttribute.value.offset == 8
     assert ctypes.sizeof(nvfp4_mma.LaunchConfig) == 56
@@ -357,12 +370,7 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     # 4 tiles: a block of 4 at one warp a tile, 4 blocks of 4 warps at 4, of 8 warps (block_warps) at 8
     for pdl, kwarps in ((True, 1), (False, 1), (False, 4), (False, 8)):
-        gemv = object.__new__(nvfp4_mma.MmaGemv)
-        gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
-            FakeDriver(), None, None, "plain", 4, kwarps, pdl)
-        gemv.warps, gemv.tiles16, gemv.rows16_from = nvfp4_mma.block_warps(kwarps), 1, 9
-        gemv._counters, gemv.spread = None, False
-        gemv._make_arguments()
+        gemv = stand_in_launcher(FakeDriver(), kwarps=kwarps, pdl=pdl)
         gemv(words, codes, x, None, 16, row_scale=torch.ones(64),
              out=torch.empty(1, 64, dtype=torch.bfloat16))
     assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1], 128), ("plain", [4, 1, 1], 128),
@@ -382,11 +390,7 @@ def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(mo
 
     packed, scales = weights(128, 256)
     words, codes = layout.repack(packed, scales)
-    gemv = object.__new__(nvfp4_mma.MmaGemv)
-    gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
-        FakeDriver(), "eight", "sixteen", "plain", 4, 1, False)
-    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters, gemv.spread = 4, 2, 5, None, False
-    gemv._make_arguments()
+    gemv = stand_in_launcher(FakeDriver(), function="eight", function16="sixteen", tiles16=2, rows16_from=5)
     for m in (4, 5, 16):
         gemv(words, codes, torch.zeros(m, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(128),
              out=torch.empty(m, 128, dtype=torch.bfloat16))
@@ -436,14 +440,10 @@ def test_a_spread_launcher_passes_its_padding_as_dynamic_shared_memory_a_grid(mo
             launched.append((args[0], args[6]))
             return 0
 
-    gemv = object.__new__(nvfp4_mma.MmaGemv)
-    gemv.cuda, gemv.function, gemv.function16, gemv.form, gemv.stages, gemv.kwarps, gemv.pdl = (
-        FakeDriver(), ctypes.c_void_p(1), None, "plain", 4, 1, False)
-    gemv.warps, gemv.tiles16, gemv.rows16_from, gemv._counters, gemv.spread = 4, 1, 9, None, True
-    gemv._device, gemv._spread_bytes = dict(H100_SHARED, sms=2), {}
-    gemv._static_bytes = lambda function: 18560
-    gemv._resident_blocks = lambda function, dynamic: resident_blocks(18560, 6)(dynamic)
-    gemv._make_arguments()
+    gemv = stand_in_launcher(
+        FakeDriver(), function=ctypes.c_void_p(1), spread=True, _device=dict(H100_SHARED, sms=2), _spread_bytes={},
+        _static_bytes=lambda function: 18560,
+        _resident_blocks=lambda function, dynamic: resident_blocks(18560, 6)(dynamic))
     for n in (64, 128, 512):  # 1, 2, 8 blocks of 4 tiles over 2 multiprocessors: 1, 1, 4 a multiprocessor
         packed, scales = weights(n, 256)
         words, codes = layout.repack(packed, scales)
@@ -494,15 +494,11 @@ def test_a_launch_passes_the_kernels_parameters_in_order_from_blocks_built_once(
     import types
 
     launches = []
-    gemv = object.__new__(nvfp4_mma.MmaGemv)
-    gemv.form, gemv.stages, gemv.kwarps, gemv.pdl, gemv.tiles16, gemv.warps = "plain", 4, 1, True, 2, 4
-    gemv.rows16_from = 9
-    gemv.cuda = types.SimpleNamespace(cuLaunchKernel=lambda *a: launches.append(("plain", a)) or 0,
-                                      cuLaunchKernelEx=lambda *a: launches.append(("pdl", a)) or 0)
-    gemv.function = gemv.function16 = "function"
-    gemv.dequant_functions = {form: form for form in nvfp4_mma.DEQUANTS}
-    gemv._counters = torch.zeros(64, dtype=torch.int32)
-    gemv._make_arguments()
+    gemv = stand_in_launcher(
+        types.SimpleNamespace(cuLaunchKernel=lambda *a: launches.append(("plain", a)) or 0,
+                              cuLaunchKernelEx=lambda *a: launches.append(("pdl", a)) or 0),
+        function="function", function16="function", pdl=True, tiles16=2,
+        dequant_functions={form: form for form in nvfp4_mma.DEQUANTS}, _counters=torch.zeros(64, dtype=torch.int32))
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(cuda_stream=7))
     n, k = 64, 256
     words = torch.zeros(n // 16, k // 128, 2, 32, 4, dtype=torch.int32)
