@@ -632,11 +632,11 @@ from19)
     cat "$OUT/rc.txt"; grep -E "^(gate_up|down) " "$OUT/gemm_shipped.log" "$OUT/gemm_from9.log"
     ;;
 co20)
-    # 2026-12-06 (19th, ~8 min): can the next GEMV's blocks sit beside this one's and copy its
-    # weights before the wait? The shipped H100 file (spread, trigger "start") against spread
-    # alone, trigger "start" alone and neither (every shape); rings of 8 (7 of a qkv or o warp's
-    # 8 supersteps copied before the wait) with and without both (4-warp shapes); the warps'
-    # timelines of qkv with trigger "start" alone, rings of 8
+    # 2026-12-06 (19th, ~5 min): can the next GEMV's blocks sit beside this one's and copy its
+    # weights before the wait? The shipped H100 file (spread, trigger "start") against trigger
+    # "start" alone and neither (every shape); rings of 8 (7 of a qkv or o warp's 8 supersteps
+    # copied before the wait) with trigger "start", spread and not (4-warp shapes); CO_TRACE=1:
+    # the warps' timelines of qkv with trigger "start" alone, rings of 8
     for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
         python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
     done; done; done
@@ -644,29 +644,29 @@ co20)
         python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
     done; done
     wait
-    b co_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "spread read" \
-        "start alone" neither
-    b co_deep 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
-        "deep start" "deep neither" "deep spread start"
-    plan_without "$OUT/plan-deep-start.json" spread 'trigger="start"' stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
-    HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-start.json" b co_trace_deep 100 python3 tools/gpu/nvfp4_trace.py \
-        --chain same --ms 1 --shapes qkv
+    b co_chain 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "start alone" neither
+    b co_deep 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
+        "deep start" "deep spread start"
+    if [ "${CO_TRACE:-0}" = 1 ]; then
+        plan_without "$OUT/plan-deep-start.json" spread 'trigger="start"' stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
+        HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-start.json" b co_trace_deep 100 python3 tools/gpu/nvfp4_trace.py \
+            --chain same --ms 1 --shapes qkv
+    fi
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/co_chain.log" "$OUT/co_deep.log" | cut -d: -f2-
-    tail -14 "$OUT/co_trace_deep.log" | cut -c1-170
+    [ -f "$OUT/co_trace_deep.log" ] && tail -14 "$OUT/co_trace_deep.log" | cut -c1-170
     ;;
 h200x)
-    # 2026-12-06 (19th, ~8 min, an H200 only): the H200 file as shipped (no spread), with spread,
-    # with spread and the next kernel let launch at the GEMV's start, and the H100 file (its
-    # coalesced columns, 16-row kernels, spread, trigger "start"): end to end, then the GEMM table
-    # of the last two
+    # 2026-12-06 (19th, ~6 min, an H200 only): the H200 file as shipped (no spread), with spread
+    # and the next kernel let launch at the GEMV's start, and the H100 file (its coalesced
+    # columns, 16-row kernels, spread, trigger "start"): end to end, then the GEMM table of the last
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread.json" spread=true
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
     plan_without "$OUT/h100-file.json"
-    b h200_e2e 330 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread.json" \
-        "$OUT/h200-spread-start.json" "$OUT/h100-file.json"
-    for plan in h200-spread-start h100-file; do
+    b h200_e2e 270 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread-start.json" \
+        "$OUT/h100-file.json"
+    for plan in h100-file; do
         HINGE_NVFP4_MMA_PLAN="$OUT/$plan.json" b "gemm_$plan" 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
             --iters 50 --ms 1 2 4 8 16
     done
