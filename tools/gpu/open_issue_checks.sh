@@ -634,7 +634,7 @@ from19)
 co20)
     # 2026-12-06 (19th, ~5 min): can the next GEMV's blocks sit beside this one's and copy its
     # weights before the wait? The shipped H100 file (spread, trigger "start") against trigger
-    # "start" alone and neither (every shape); rings of 8 (7 of a qkv or o warp's 8 supersteps
+    # "start" alone (every shape); rings of 8 (7 of a qkv or o warp's 8 supersteps
     # copied before the wait) with trigger "start", spread and not (4-warp shapes); CO_TRACE=1:
     # the warps' timelines of qkv with trigger "start" alone, rings of 8
     for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
@@ -644,8 +644,8 @@ co20)
         python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
     done; done
     wait
-    b co_chain 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "start alone" neither
-    b co_deep 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
+    b co_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "start alone"
+    b co_deep 110 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
         "deep start" "deep spread start"
     if [ "${CO_TRACE:-0}" = 1 ]; then
         plan_without "$OUT/plan-deep-start.json" spread 'trigger="start"' stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
@@ -656,16 +656,16 @@ co20)
     [ -f "$OUT/co_trace_deep.log" ] && tail -14 "$OUT/co_trace_deep.log" | cut -c1-170
     ;;
 h200x)
-    # 2026-12-06 (19th, ~6 min, an H200 only): the H200 file as shipped (no spread), with spread
-    # and the next kernel let launch at the GEMV's start, and the H100 file (its coalesced
-    # columns, 16-row kernels, spread, trigger "start"): end to end, then the GEMM table of the last
+    # 2026-12-06 (19th, ~5 min, an H200 only): the H200 file as shipped (no spread), the H100
+    # file (its coalesced columns, 16-row kernels, spread, trigger "start") and with H200_SPREAD=1
+    # the H200 file spread with trigger "start": end to end, then the GEMM table of the H100 file
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread.json" spread=true
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
     plan_without "$OUT/h100-file.json"
-    b h200_e2e 270 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h200-spread-start.json" \
-        "$OUT/h100-file.json"
+    b h200_e2e 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h100-file.json" \
+        ${H200_SPREAD:+"$OUT/h200-spread-start.json"}
     for plan in h100-file; do
         HINGE_NVFP4_MMA_PLAN="$OUT/$plan.json" b "gemm_$plan" 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
             --iters 50 --ms 1 2 4 8 16
