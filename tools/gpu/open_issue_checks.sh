@@ -661,15 +661,12 @@ h200x)
     # the H200 file spread with trigger "start": end to end, then the GEMM table of the H100 file
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
-    PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread.json" spread=true
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
     plan_without "$OUT/h100-file.json"
     b h200_e2e 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h100-file.json" \
         ${H200_SPREAD:+"$OUT/h200-spread-start.json"}
-    for plan in h100-file; do
-        HINGE_NVFP4_MMA_PLAN="$OUT/$plan.json" b "gemm_$plan" 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
-            --iters 50 --ms 1 2 4 8 16
-    done
+    HINGE_NVFP4_MMA_PLAN="$OUT/h100-file.json" b gemm_h100-file 90 python3 tools/gpu/nvfp4_gemm.py --skip-e2e \
+        --iters 50 --ms 1 2 4 8 16
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/h200_e2e.log"
     for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
     ;;
