@@ -63,6 +63,9 @@
 #   bash tools/gpu/open_issue_checks.sh start19  # the next kernel let launch at a GEMV's start: A/B
 #   bash tools/gpu/open_issue_checks.sh last19   # shipped / spread / spread + start: chain, end to end
 #   bash tools/gpu/open_issue_checks.sh from19   # spread: the 8-row kernel again below 9 rows?
+#   bash tools/gpu/open_issue_checks.sh co20     # 2026-12-06 (19th): the next GEMV's blocks beside
+#                                                 # this one's, rings of 8 before the wait
+#   bash tools/gpu/open_issue_checks.sh h200x    # an H200 only: its file against the H100's, end to end
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
