@@ -76,6 +76,11 @@ def sweep16_variants(from_rows: int = 9) -> dict:
         if tiles == 1 or (kw != WIDE_WARPS and two_tiles_built(form, 4, kw))}
 
 
+def variant_plan(shipped: dict, change: dict) -> dict:
+    """The tilings file of a variant: every shape's shipped entry in a ring of 4, then changed."""
+    return {shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}
+
+
 def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
     """A ``kernel: mma`` object a variant (label -> change, as ``VARIANTS``) and column map of
     ``columns`` (None: the file's; else every shape's entry names it), each reading its own
@@ -96,7 +101,7 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
             if change is not None:  # (kept in --keep-plans when given)
                 path = os.path.join(tmp, f"{name.replace(' ', '_')}.json")
                 with open(path, "w") as f:
-                    json.dump({shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}, f)
+                    json.dump(variant_plan(shipped, change), f)
                 os.environ["HINGE_NVFP4_MMA_PLAN"] = path
             out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
