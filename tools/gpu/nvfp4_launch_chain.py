@@ -33,8 +33,8 @@ from nvfp4_gemm import (  # NOTE: the sibling script
     start,
 )
 
-#: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 R16_PLAIN = {"kwarps": 4, "form": "plain", "tiles": 1}  #: a 16-row launch any ring depth builds
+#: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
     "shipped": None,
     "spread": {"spread": True},
