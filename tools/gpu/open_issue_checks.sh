@@ -656,7 +656,7 @@ co20)
             --chain same --ms 1 --shapes qkv
     fi
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/co_chain.log" "$OUT/co_deep.log" | cut -d: -f2-
-    [ -f "$OUT/co_trace_deep.log" ] && tail -14 "$OUT/co_trace_deep.log" | cut -c1-170
+    if [ -f "$OUT/co_trace_deep.log" ]; then tail -14 "$OUT/co_trace_deep.log" | cut -c1-170; fi
     ;;
 h200x)
     # 2026-12-06 (19th, ~5 min, an H200 only): the H200 file as shipped (no spread), the H100
