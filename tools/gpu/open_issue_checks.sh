@@ -104,6 +104,18 @@ for entry in plan.values():
 json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
 }
+# the H100 file as shipped, lane $1's logs: kernel: mma's and the engine's GPU tests of -k $2
+# ($1_tests), the GEMM table at 1 .. 16 rows (gemm_$1), end to end against the file without
+# the keys after the limits (e2e_$1); $3 $4 $5: the three's limits in seconds
+shipped_file() { local name=$1 tests=$2 t1=$3 t2=$4 t3=$5; shift 5
+    plan_without "$OUT/plan-before.json" "$@"
+    b "${name}_tests" "$t1" python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py -k "$tests"
+    b "gemm_$name" "$t2" python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8 12 16
+    b "e2e_$name" "$t3" python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
+    cat "$OUT/rc.txt"; tail -2 "$OUT/${name}_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_$name.log"
+    grep -E "/ bf16|decoding" "$OUT/e2e_$name.log"
+}
 case "${1:-}" in
 tests|tests12)
     # tests12: the first two lanes without the sync test (it and the NVFP4 lane passed at e2b0aa7,
@@ -595,14 +607,7 @@ final19)
     # 2026-12-06 (18th, ~5 min): the H100 file with every shape spread (and so down early behind
     # the gated GEMV): kernel: mma's GPU tests of the shapes, gating and early launches, the
     # engine's; the GEMM table at 1 .. 16 rows; end to end against the file without spread
-    plan_without "$OUT/plan-before.json" spread
-    b final_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
-        -k "qwen3_8b or past_sixteen or gated or early or auto_runs"
-    b gemm_final 150 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8 12 16
-    b e2e_final 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
-    cat "$OUT/rc.txt"; tail -2 "$OUT/final_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_final.log"
-    grep -E "/ bf16|decoding" "$OUT/e2e_final.log"
+    shipped_file final "qwen3_8b or past_sixteen or gated or early or auto_runs" 200 150 150 spread
     ;;
 start19)
     # 2026-12-06 (18th, ~4 min): the next kernel let launch at a GEMV's start (trigger "start")
@@ -677,14 +682,7 @@ last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
     # down's from 1: kernel: mma's Qwen3-8B-shape and engine tests, the GEMM table at 1 .. 16
     # rows, end to end against the file with every shape contiguous and no "from"
-    plan_without "$OUT/plan-before.json" columns r16.from
-    b last_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py plugins/quant_nvfp4/tests/test_end_to_end.py \
-        -k "qwen3_8b or past_sixteen or kernel_mma or auto_runs"
-    b gemm_last 120 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --iters 50 --ms 1 2 4 6 8 12 16
-    b e2e_last 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-before.json"
-    cat "$OUT/rc.txt"; tail -2 "$OUT/last_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_last.log"
-    grep -E "/ bf16|decoding" "$OUT/e2e_last.log"
+    shipped_file last "qwen3_8b or past_sixteen or kernel_mma or auto_runs" 200 120 200 columns r16.from
     ;;
 kw17)
     # 2026-12-06 (16th, ~5 min): eight warps a tile (cubins of 8 warps a block): the per-form GPU
