@@ -22,7 +22,7 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
     plan = nvfp4_launch_chain.variant_plan(H100, nvfp4_launch_chain.VARIANTS[label])
     for shape in plan:
         n, k = map(int, shape.split("x"))
-        if label.startswith("deep") and shape in WIDE:
+        if "deep" in label and shape in WIDE:
             # rings of 8 are not built for 8 warps a block: run the deep variants with
             # --shapes qkv gate_up o (lane co20 does)
             with pytest.raises(ValueError, match="rings of <= 5"):
@@ -30,9 +30,28 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
             continue
         tiling = mma_tiling.tiling(n, k, 132, plan)
         for key, value in nvfp4_launch_chain.VARIANTS[label].items():
-            if key != "r16":
+            if key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE):
                 assert getattr(tiling, key) == value, (shape, key)
 
 
 def test_the_h100_file_has_an_eight_warps_a_tile_shape_for_the_deep_variants_to_skip():
     assert WIDE == {"4096x12288"}
+
+
+@pytest.mark.parametrize("label", [label for label, change in nvfp4_launch_chain.VARIANTS.items()
+                                   if change and change.get(nvfp4_launch_chain.MEMORY_ALONE)])
+def test_a_memory_alone_variant_keeps_its_diagnostic_key_out_of_the_tilings_file(label):
+    plan = nvfp4_launch_chain.variant_plan(H100, nvfp4_launch_chain.VARIANTS[label])
+    assert all(nvfp4_launch_chain.MEMORY_ALONE not in entry for entry in plan.values())
+
+
+def test_memory_alone_launches_each_layer_by_the_ring_form_of_its_own_tiling():
+    from types import SimpleNamespace
+
+    asked = []
+    kernel = SimpleNamespace(_gemv=lambda plan: asked.append(plan) or f"launcher {plan.form}")
+    tiling = mma_tiling.tiling(6144, 4096, 132, H100)
+    layers = [SimpleNamespace(nvfp4_mma_tiling=tiling, nvfp4_mma_gemv="shipped") for _ in range(2)]
+    nvfp4_launch_chain.memory_alone(kernel, layers)
+    assert [layer.nvfp4_mma_gemv for layer in layers] == ["launcher ring"] * 2
+    assert asked == [tiling._replace(form="ring")] * 2 and tiling.form == "bulk"

@@ -34,6 +34,11 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 )
 
 R16_PLAIN = {"kwarps": 4, "form": "plain", "tiles": 1}  #: a 16-row launch any ring depth builds
+#: a variant's key (never written to its tilings file): each launch of fewer than 9 rows replaced by
+#: the diagnostic ``ring`` form of the same cubin (``mma_gemv.DIAGNOSTICS``: the weights and x
+#: streamed as the plain form streams them, a XOR fold for the math): the memory side alone, as
+#: the variant launches it (PDL or not: ``$HINGE_PDL``)
+MEMORY_ALONE = "memory alone"
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
     "shipped": None,
@@ -48,6 +53,12 @@ VARIANTS = {
     "deep start": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
     "deep neither": {"spread": False, "trigger": "read", "stages": 8, "r16": R16_PLAIN},
     "deep spread start": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
+    # the memory side alone (MEMORY_ALONE) launched as the shipped file launches, with the trigger
+    # after the weights are read, in rings of 8 spread or not (4-warp shapes, as "deep ...")
+    "ring": {MEMORY_ALONE: True},
+    "ring read": {"trigger": "read", MEMORY_ALONE: True},
+    "ring deep": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
+    "ring deep alone": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
@@ -77,8 +88,18 @@ def sweep16_variants(from_rows: int = 9) -> dict:
 
 
 def variant_plan(shipped: dict, change: dict) -> dict:
-    """The tilings file of a variant: every shape's shipped entry in a ring of 4, then changed."""
+    """The tilings file of a variant: every shape's shipped entry in a ring of 4, then changed
+    (``MEMORY_ALONE`` is not a tiling's: left out)."""
+    change = {key: value for key, value in change.items() if key != MEMORY_ALONE}
     return {shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}
+
+
+def memory_alone(kernel, layers: list) -> list:
+    """``layers`` (as ``layers_of`` prepared them) launched at fewer than 9 rows by the ``ring``
+    form of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``)."""
+    for layer in layers:
+        layer.nvfp4_mma_gemv = kernel._gemv(layer.nvfp4_mma_tiling._replace(form="ring"))
+    return layers
 
 
 def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
@@ -104,12 +125,14 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
                     json.dump(variant_plan(shipped, change), f)
                 os.environ["HINGE_NVFP4_MMA_PLAN"] = path
             out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
+            out[name].memory_alone = bool((change or {}).get(MEMORY_ALONE))
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
     return out
 
 
 def main(args) -> None:
     from hinge_nvfp4 import format as fp4
+    from hinge_nvfp4.mma_gemv import SET_ROWS
 
     if args.keep_plans:
         os.makedirs(args.keep_plans, exist_ok=True)
@@ -128,7 +151,8 @@ def main(args) -> None:
             continue
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
-        layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
+        layers = {name: (memory_alone if kernel.memory_alone else lambda _, ls: ls)(kernel, layers_of(kernel, quant, n))
+                  for name, kernel in by_variant.items()}
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
@@ -136,6 +160,9 @@ def main(args) -> None:
                 bf16 = graph_time(lambda i=0, x=x, ws=ws: torch.nn.functional.linear(x, ws[i]), args.iters, replays)
                 cells = []
                 for name, kernel in by_variant.items():
+                    if kernel.memory_alone and m > SET_ROWS:  # (the diagnostic forms have no 16-row kernel)
+                        cells.append(f"{'-':>15}")
+                        continue
                     t = graph_time(lambda i=0, x=x, kn=kernel, ls=layers[name]: kn.linear(ls[i], x, None, None),
                                    args.iters, replays)
                     cells.append(f"{t:8.1f} ({100 * roof / t:3.0f}%)")

@@ -66,6 +66,8 @@
 #   bash tools/gpu/open_issue_checks.sh co20     # 2026-12-06 (19th): the next GEMV's blocks beside
 #                                                 # this one's, rings of 8 before the wait
 #   bash tools/gpu/open_issue_checks.sh h200x    # an H200 only: its file against the H100's, end to end
+#   bash tools/gpu/open_issue_checks.sh pdl21    # 2026-12-06 (20th): each shape's memory side alone
+#                                                 # (the ring form) launched as shipped, deep, no PDL
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -662,6 +664,39 @@ co20)
     fi
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/co_chain.log" "$OUT/co_deep.log" | cut -d: -f2-
     if [ -f "$OUT/co_trace_deep.log" ]; then tail -14 "$OUT/co_trace_deep.log" | cut -c1-170; fi
+    ;;
+pdl21)
+    # 2026-12-06 (20th, ~5 min): how fast the GEMV's memory side alone (the diagnostic ring form:
+    # weights and x streamed as the plain form streams them, no MMAs) runs in the GEMM table's
+    # chain, launched as the shipped file launches (spread, trigger "start"), with the trigger
+    # after the weights are read, in rings of 8 (every copy of a qkv or o warp before
+    # griddepcontrol.wait) spread and not, and without PDL; then the timelines of qkv in rings of
+    # 8 spread (PDL_TRACE=0 skips them)
+    for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
+    done; done; done
+    for cols in contiguous coalesced; do
+        for trig in read start; do
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
+        done
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, columns='$cols')" &
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, warps=8, columns='$cols')" &
+    done
+    wait
+    b pdl_ring 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring "ring read"
+    b pdl_deep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 --shapes qkv gate_up o --variants shipped \
+        "deep spread start" "ring deep" "ring deep alone"
+    HINGE_PDL=0 b pdl_off 80 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 --variants shipped ring
+    if [ "${PDL_TRACE:-1}" = 1 ]; then
+        plan_without "$OUT/plan-deep-spread.json" stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
+        b pdl_trace_shipped 80 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv
+        HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-spread.json" b pdl_trace_deep 80 python3 tools/gpu/nvfp4_trace.py \
+            --chain same --ms 1 --shapes qkv
+    fi
+    cat "$OUT/rc.txt"
+    grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/pdl_ring.log" "$OUT/pdl_deep.log" "$OUT/pdl_off.log" | cut -d: -f2-
+    for f in "$OUT"/pdl_trace_*.log; do [ -f "$f" ] && { echo "== $f"; tail -12 "$f" | cut -c1-170; }; done
+    true
     ;;
 h200x)
     # 2026-12-06 (19th, ~5 min, an H200 only): the H200 file as shipped (no spread), the H100

@@ -837,6 +837,7 @@ GEMV_KERNELS_KW8(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
+GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memory side alone of _kw8
 #endif
 
 // The weight itself, for x of prefill sizes (mma_gemv.MmaGemv.dequantize, kernels.MmaKernel): from

@@ -50,8 +50,9 @@ CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
 CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
-#: two diagnostics, no GEMV: the memory side alone (the math a XOR fold) and the arithmetic
-#: alone (every superstep from one copied once); ``nvfp4_mma_probe.py --diagnose`` times them
+#: two diagnostics, no GEMV: the memory side alone (the math a XOR fold; also at ``WIDE_WARPS``
+#: warps a tile) and the arithmetic alone (every superstep from one copied once);
+#: ``nvfp4_mma_probe.py --diagnose`` and ``nvfp4_launch_chain.py``'s ``ring`` variants time them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
@@ -91,9 +92,9 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
     names = KERNELS | DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
-    if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in KERNELS):
+    if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in (*KERNELS, "ring")):
         raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, or {WIDE_WARPS} "
-                         f"in its GEMV forms, not {kwarps} ({form})")
+                         f"in its GEMV forms and ring, not {kwarps} ({form})")
     if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
         raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
                          f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")

@@ -221,7 +221,8 @@ def test_a_build_of_eight_warps_a_block_holds_the_eight_warps_a_tile_kernels_in_
     """``WIDE_WARPS``: each GEMV form's ``_kw8`` and ``_kw8_r16`` kernels (80 and 128 registers
     at most: 3 and 2 blocks of 256 threads a multiprocessor), no stack, eight rings of ``stages``
     in static shared memory, a named barrier for the tile's warps, no two-tiles kernels; the
-    4-warp kernels are built too (a launcher takes any function of its cubin)."""
+    ring diagnostic's ``_kw8`` (copies, no MMAs); the 4-warp kernels are built too (a launcher
+    takes any function of its cubin)."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, warps=nvfp4_mma.WIDE_WARPS))
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
@@ -237,6 +238,9 @@ def test_a_build_of_eight_warps_a_block_holds_the_eight_warps_a_tile_kernels_in_
             assert codes[name].count("HMMA.16816.F32.BF16") == 8 * stages * rows // 8, name
             assert codes[name].count("BAR.SYNC") == 1 and "BAR.ARV" not in codes[name], name
         assert nvfp4_mma.kernel_name(form, 4) in resources
+    ring = nvfp4_mma.kernel_name("ring", 8)  # the memory side alone (nvfp4_launch_chain.py's ring variants)
+    assert int(re.search(r"REG:(\d+)", resources[ring]).group(1)) <= 80 and "STACK:0" in resources[ring]
+    assert "HMMA" not in codes[ring] and codes[ring].count("LDGSTS") > 3 * stages
 
 
 @needs_nvcc
@@ -465,11 +469,12 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
 def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
     with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, bulk, ring, math"):
         nvfp4_mma.MmaGemv(b"", "fast")
-    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, or 8 in its GEMV forms, not 3"):
+    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, or 8 in its GEMV forms and ring, not 3"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)
     assert nvfp4_mma.kernel_name("bulk", 8, 16) == "nvfp4_mma_gemv_bulk_kw8_r16"
-    with pytest.raises(ValueError, match="or 8 in its GEMV forms, not 8 \\(ring\\)"):
-        nvfp4_mma.kernel_name("ring", 8)
+    assert nvfp4_mma.kernel_name("ring", 8) == "nvfp4_mma_gemv_ring_kw8"
+    with pytest.raises(ValueError, match="or 8 in its GEMV forms and ring, not 8 \\(math\\)"):
+        nvfp4_mma.kernel_name("math", 8)
     with pytest.raises(ValueError, match="two tiles a warp are not built with 8 warps a tile"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=8, tiles16=2)
     with pytest.raises(ValueError, match="8 with rings of at most 5 stages; got 8 warps, 8 stages"):
