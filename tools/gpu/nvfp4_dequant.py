@@ -11,13 +11,9 @@ HBM); bytes = codes + scales read + the bf16 weight written; % of the peak HBM b
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # noqa: E402  the sibling script
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # NOTE: the sibling script
 
 
 def shape_times(gemv, n: int, k: int, iters: int) -> list[float]:

@@ -46,14 +46,11 @@ import sys
 from pathlib import Path
 
 import torch
+from nvfp4_gemm import ROTATE, SHAPES, graph_time, start  # NOTE: the sibling script
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, peak_hbm_tbs  # noqa: E402 - the sibling script
-
-from hinge_nvfp4 import mma_gemv as nvfp4_mma  # noqa: E402
-from hinge_nvfp4 import mma_layout, mma_tiling  # noqa: E402
-from hinge_nvfp4.mma_layout import LAYOUTS  # noqa: E402
+from hinge_nvfp4 import mma_gemv as nvfp4_mma
+from hinge_nvfp4 import mma_layout, mma_tiling
+from hinge_nvfp4.mma_layout import LAYOUTS
 
 WRONG = 1e-2  #: a variant's output further than this from the reference (relative) is wrong
 
@@ -115,10 +112,7 @@ def main() -> None:
                         help="peak HBM bandwidth (default: 4.8 on an H200, 3.35 on an H100, by name)")
     args = parser.parse_args()
     args.splits_given = "--splits" in sys.argv
-    if not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU")
-    if args.hbm_tbs is None:
-        args.hbm_tbs = peak_hbm_tbs()
+    args.hbm_tbs = start(args.hbm_tbs)  # (exits without CUDA)
     from hinge_nvfp4 import format as fp4
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.triton_gemv import nvfp4_gemv

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from nvfp4_interpreter import load_interpreted, patch_interpreter
+from test_mma_kernel import layer_of
 from test_triton_gemm import QWEN3_8B, problem
 
 from hinge_nvfp4 import reference
@@ -64,13 +65,6 @@ def test_a_buffer_too_small_a_float32_x_or_a_wrong_output_are_refused_naming_wha
         gemm.dequantize_weight(packed, scales, row_scale, torch.empty(48, 96))
 
 
-def layer_of(n, k):
-    _, packed, scales, row_scale, _ = problem(1, n, k)
-    layer = torch.nn.Module()
-    layer.row_scale = row_scale
-    return layer, packed, scales
-
-
 @pytest.mark.parametrize("cls", [TritonKernel, MmaKernel])
 def test_rows_from_the_option_take_the_dequantized_weight_and_fewer_rows_deterministic_or_w4a4_do_not(
         cls, monkeypatch):
@@ -83,7 +77,8 @@ def test_rows_from_the_option_take_the_dequantized_weight_and_fewer_rows_determi
                         lambda x, *args, **kw: calls.append(("fused", x.shape[0])) or "fused")
     kernel = (TritonKernel(False, dequant_rows=32) if cls is TritonKernel
               else MmaKernel(gemv=lambda *a, **k: None, num_sms=132, dequant_rows=32))
-    small, big = layer_of(48, 96), layer_of(64, 160)
+    small, big = ((layer, packed, scales) for layer, _, packed, scales, _ in (layer_of(48, 96, rows=1),
+                                                                              layer_of(64, 160, rows=1)))
     for layer, packed, scales in (small, big, small):  # the buffer grows to the largest weight
         kernel.prepare_linear(layer, packed, scales)
     x = torch.randn(40, 96, dtype=torch.bfloat16)
