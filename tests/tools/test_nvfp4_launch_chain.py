@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "gpu"))
 import nvfp4_launch_chain  # noqa: E402
@@ -49,9 +50,19 @@ def test_memory_alone_launches_each_layer_by_the_ring_form_of_its_own_tiling():
     from types import SimpleNamespace
 
     asked = []
-    kernel = SimpleNamespace(_gemv=lambda plan: asked.append(plan) or f"launcher {plan.form}")
-    tiling = mma_tiling.tiling(6144, 4096, 132, H100)
-    layers = [SimpleNamespace(nvfp4_mma_tiling=tiling, nvfp4_mma_gemv="shipped") for _ in range(2)]
-    nvfp4_launch_chain.memory_alone(kernel, layers)
-    assert [layer.nvfp4_mma_gemv for layer in layers] == ["launcher ring"] * 2
-    assert asked == [tiling._replace(form="ring")] * 2 and tiling.form == "bulk"
+    class Launcher(SimpleNamespace):
+        def reserve_counters(self, tiles, device):
+            self.counters = tiles
+
+    kernel = SimpleNamespace(_gemv=lambda plan: asked.append(plan) or Launcher(form=plan.form))
+    for splits in (1, 2):
+        asked = []
+        tiling = mma_tiling.tiling(6144, 4096, 132, nvfp4_launch_chain.variant_plan(H100, {"splits": splits}))
+        layers = [SimpleNamespace(nvfp4_mma_tiling=tiling, nvfp4_mma_gemv="shipped", nvfp4_mma_row_scale=torch.ones(6144))
+                  for _ in range(2)]
+        nvfp4_launch_chain.memory_alone(kernel, layers)
+        assert [layer.nvfp4_mma_gemv.form for layer in layers] == ["ring"] * 2
+        assert asked == [tiling._replace(form="ring")] * 2 and tiling.form == "bulk" and tiling.splits == splits
+        # a split launch's counters reserved for its tiles, as prepare_linear reserves them
+        assert [getattr(layer.nvfp4_mma_gemv, "counters", None) for layer in layers] == [
+            None if splits == 1 else 6144 // 16] * 2

@@ -59,6 +59,12 @@ VARIANTS = {
     "ring read": {"trigger": "read", MEMORY_ALONE: True},
     "ring deep": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
     "ring deep alone": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
+    # K in 2 or 4 splits (a warp's run a half or a quarter as long, twice or four times the
+    # blocks: finer pieces of work), the GEMV and its memory side alone
+    "split2": {"splits": 2},
+    "ring split2": {"splits": 2, MEMORY_ALONE: True},
+    "split4": {"splits": 4},
+    "ring split4": {"splits": 4, MEMORY_ALONE: True},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
@@ -98,7 +104,9 @@ def memory_alone(kernel, layers: list) -> list:
     """``layers`` (as ``layers_of`` prepared them) launched at fewer than 9 rows by the ``ring``
     form of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``)."""
     for layer in layers:
-        layer.nvfp4_mma_gemv = kernel._gemv(layer.nvfp4_mma_tiling._replace(form="ring"))
+        layer.nvfp4_mma_gemv = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form="ring"))
+        if layer.nvfp4_mma_tiling.splits > 1:  # (as prepare_linear reserves them for its own)
+            ring.reserve_counters(layer.nvfp4_mma_row_scale.shape[0] // 16, layer.nvfp4_mma_row_scale.device)
     return layers
 
 

@@ -68,6 +68,7 @@
 #   bash tools/gpu/open_issue_checks.sh h200x    # an H200 only: its file against the H100's, end to end
 #   bash tools/gpu/open_issue_checks.sh pdl21    # 2026-12-06 (20th): each shape's memory side alone
 #                                                 # (the ring form) launched as shipped, deep, no PDL
+#   bash tools/gpu/open_issue_checks.sh pdl21b   # K in 2 or 4 splits, GEMV and memory side; a plain read
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -90,6 +91,23 @@ b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
 # a shipped tilings file (PLAN_DEVICE, default the H100's) into $1 with the keys named after it
 # dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
 # ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
+# the PDL cubins of rings of each depth given (4 warps a block; 8 warps in rings of 4), in each
+# column map and trigger, built at once into the disk cache (NO_PDL=1: the non-PDL ones of rings
+# of 4 too), so no timed run waits on nvcc
+pdl_cubins() { local stages cols trig
+    for cols in contiguous coalesced; do
+        for trig in read start; do
+            for stages in "$@"; do
+                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
+            done
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
+        done
+        if [ "${NO_PDL:-0}" = 1 ]; then
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, columns='$cols')" &
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, warps=8, columns='$cols')" &
+        fi
+    done
+    wait; }
 plan_without() { local out=$1; shift; python3 - "$out" "${PLAN_DEVICE:-NVIDIA H100 80GB HBM3}" "$@" <<'PY'
 import json, sys
 from hinge_nvfp4 import mma_tiling
@@ -647,13 +665,7 @@ co20)
     # "start" alone (every shape); rings of 8 (7 of a qkv or o warp's 8 supersteps
     # copied before the wait) with trigger "start", spread and not (4-warp shapes); CO_TRACE=1:
     # the warps' timelines of qkv with trigger "start" alone, rings of 8
-    for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
-    done; done; done
-    for cols in contiguous coalesced; do for trig in read start; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
-    done; done
-    wait
+    pdl_cubins 4 8
     b co_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "start alone"
     b co_deep 110 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
         "deep start" "deep spread start"
@@ -672,17 +684,7 @@ pdl21)
     # after the weights are read, in rings of 8 (every copy of a qkv or o warp before
     # griddepcontrol.wait) spread and not, and without PDL; then the timelines of qkv in rings of
     # 8 spread (PDL_TRACE=0 skips them)
-    for stages in 4 8; do for cols in contiguous coalesced; do for trig in read start; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
-    done; done; done
-    for cols in contiguous coalesced; do
-        for trig in read start; do
-            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
-        done
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, columns='$cols')" &
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, warps=8, columns='$cols')" &
-    done
-    wait
+    NO_PDL=1 pdl_cubins 4 8
     b pdl_ring 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring "ring read"
     b pdl_deep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 --shapes qkv gate_up o --variants shipped \
         "deep spread start" "ring deep" "ring deep alone"
@@ -696,6 +698,18 @@ pdl21)
     cat "$OUT/rc.txt"
     grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/pdl_ring.log" "$OUT/pdl_deep.log" "$OUT/pdl_off.log" | cut -d: -f2-
     for f in "$OUT"/pdl_trace_*.log; do [ -f "$f" ] && { echo "== $f"; tail -12 "$f" | cut -c1-170; }; done
+    true
+    ;;
+pdl21b)
+    # 2026-12-06 (20th, ~4 min): finer pieces of work (K in 2 or 4 splits: shorter runs, more
+    # blocks), the GEMV and its memory side alone, M = 1 and 8; then a plain read of each shape's
+    # bytes (read_ceiling.py: Triton, no PDL, 2-16 KiB a program at best) on the same card
+    pdl_cubins 4
+    b split_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring split2 "ring split2" \
+        split4 "ring split4"
+    b split_read 240 python3 tools/gpu/read_ceiling.py
+    cat "$OUT/rc.txt"
+    grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/split_chain.log" "$OUT/split_read.log" | cut -d: -f2-
     true
     ;;
 h200x)
