@@ -9,8 +9,10 @@
 #   export PYTHONPATH=/tmp/mini:$PWD/core:$PWD/plugins/quant_nvfp4
 #   OUT=$OUT bash tools/gpu/open_issue_checks.sh pdl21
 #
-# Run that way (2026-12-06): nvfp4_launch_chain.py and nvfp4_trace.py. The engine end to end, the
-# server, the fa4 and flashinfer tests need the whole pack (../shared/gpu-host/pack.sh).
+# Run that way (2026-12-06): nvfp4_launch_chain.py, nvfp4_trace.py, read_ceiling.py, and after
+# `python3 -m pip install -q -e . --no-deps --no-build-isolation` (the plugins' entry points)
+# kernel: mma's GPU tests (test_mma_kernel.py). The engine end to end, the server, the fa4 and
+# flashinfer tests need the whole pack (../shared/gpu-host/pack.sh).
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 out="$root/.gpuhost/mini"
