@@ -6,8 +6,10 @@
 
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
-launch at a GEMV's start; eight warps a tile, a block a tile, in the plain or bulk form; its
-16-row launch likewise; ``--sweep``: every form and memory order at those warps a tile;
+launch at a GEMV's start; rings of 8; K in 2 or 4 splits; eight warps a tile, a block a tile, in
+the plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
+launch of up to 8 rows made by the diagnostic ``ring`` form of its own cubin and tiling, "-" at
+more rows; ``--sweep``: every form and memory order at those warps a tile;
 ``--sweep16``: every 16-row launch, taking ``--from-rows`` rows on), run through ``kernel: mma``
 as the engine builds it (``$HINGE_NVFP4_MMA_PLAN``), in each column map of ``--columns`` (every
 shape's entry naming it; a label past the first map's names its map). Timed as ``nvfp4_gemm.py``'s GEMM table times ``kernel: mma``:
@@ -102,7 +104,9 @@ def variant_plan(shipped: dict, change: dict) -> dict:
 
 def memory_alone(kernel, layers: list) -> list:
     """``layers`` (as ``layers_of`` prepared them) launched at fewer than 9 rows by the ``ring``
-    form of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``)."""
+    form of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``): the launcher
+    ``kernel`` itself would build for that tiling (its private ``_gemv``: a diagnostic, never the
+    engine's)."""
     for layer in layers:
         layer.nvfp4_mma_gemv = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form="ring"))
         if layer.nvfp4_mma_tiling.splits > 1:  # (as prepare_linear reserves them for its own)
@@ -159,8 +163,10 @@ def main(args) -> None:
             continue
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
-        layers = {name: (memory_alone if kernel.memory_alone else lambda _, ls: ls)(kernel, layers_of(kernel, quant, n))
-                  for name, kernel in by_variant.items()}
+        layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
+        for name, kernel in by_variant.items():
+            if kernel.memory_alone:
+                memory_alone(kernel, layers[name])
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6
