@@ -49,7 +49,6 @@ def test_a_memory_alone_variant_keeps_its_diagnostic_key_out_of_the_tilings_file
 def test_memory_alone_launches_each_layer_by_the_ring_form_of_its_own_tiling():
     from types import SimpleNamespace
 
-    asked = []
     class Launcher(SimpleNamespace):
         def reserve_counters(self, tiles, device):
             self.counters = tiles

@@ -88,9 +88,6 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
-# a shipped tilings file (PLAN_DEVICE, default the H100's) into $1 with the keys named after it
-# dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
-# ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
 # the PDL cubins of rings of each depth given (4 warps a block; 8 warps in rings of 4), in each
 # column map and trigger, built at once into the disk cache (NO_PDL=1: the non-PDL ones of rings
 # of 4 too), so no timed run waits on nvcc
@@ -108,6 +105,9 @@ pdl_cubins() { local stages cols trig
         fi
     done
     wait; }
+# a shipped tilings file (PLAN_DEVICE, default the H100's) into $1 with the keys named after it
+# dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
+# ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
 plan_without() { local out=$1; shift; python3 - "$out" "${PLAN_DEVICE:-NVIDIA H100 80GB HBM3}" "$@" <<'PY'
 import json, sys
 from hinge_nvfp4 import mma_tiling
@@ -668,10 +668,9 @@ co20)
     pdl_cubins 4 8
     b co_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "start alone"
     b co_deep 110 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o --variants shipped \
-        "deep start" "deep spread start"
-    if [ "${CO_TRACE:-0}" = 1 ]; then
-        plan_without "$OUT/plan-deep-start.json" spread 'trigger="start"' stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
-        HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-start.json" b co_trace_deep 100 python3 tools/gpu/nvfp4_trace.py \
+        "deep start" "deep spread start" --keep-plans /tmp/plans
+    if [ "${CO_TRACE:-0}" = 1 ]; then  # (the tilings file co_deep ran as "deep start")
+        HINGE_NVFP4_MMA_PLAN=/tmp/plans/deep_start.json b co_trace_deep 100 python3 tools/gpu/nvfp4_trace.py \
             --chain same --ms 1 --shapes qkv
     fi
     cat "$OUT/rc.txt"; grep -E "^(qkv|gate_up|down|o) |^shape" "$OUT/co_chain.log" "$OUT/co_deep.log" | cut -d: -f2-
@@ -687,12 +686,11 @@ pdl21)
     NO_PDL=1 pdl_cubins 4 8
     b pdl_ring 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring "ring read"
     b pdl_deep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 --shapes qkv gate_up o --variants shipped \
-        "deep spread start" "ring deep" "ring deep alone"
+        "deep spread start" "ring deep" "ring deep alone" --keep-plans /tmp/plans
     HINGE_PDL=0 b pdl_off 80 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 --variants shipped ring
-    if [ "${PDL_TRACE:-1}" = 1 ]; then
-        plan_without "$OUT/plan-deep-spread.json" stages=8 'r16={"kwarps": 4, "form": "plain", "tiles": 1}'
+    if [ "${PDL_TRACE:-1}" = 1 ]; then  # (deep: the tilings file pdl_deep ran as "deep spread start")
         b pdl_trace_shipped 80 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv
-        HINGE_NVFP4_MMA_PLAN="$OUT/plan-deep-spread.json" b pdl_trace_deep 80 python3 tools/gpu/nvfp4_trace.py \
+        HINGE_NVFP4_MMA_PLAN=/tmp/plans/deep_spread_start.json b pdl_trace_deep 80 python3 tools/gpu/nvfp4_trace.py \
             --chain same --ms 1 --shapes qkv
     fi
     cat "$OUT/rc.txt"
