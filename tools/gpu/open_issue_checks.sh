@@ -69,6 +69,9 @@
 #   bash tools/gpu/open_issue_checks.sh pdl21    # 2026-12-06 (20th): each shape's memory side alone
 #                                                 # (the ring form) launched as shipped, deep, no PDL
 #   bash tools/gpu/open_issue_checks.sh pdl21b   # K in 2 or 4 splits, GEMV and memory side; a plain read
+#   bash tools/gpu/open_issue_checks.sh t22 / b22  # 2026-12-06 (21st): every fa4 GPU test at this
+#                                                 # tree; fa4's benchmarks (raw, hinge, flashinfer;
+#                                                 # prefill through hinge bench), a read with PDL
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -398,6 +401,22 @@ p15)
     b e2e_plans 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-kernel mma \
         --e2e-plan - "$OUT/$name.json"
     cat "$OUT/rc.txt"; grep -E "^\| |% of" "$OUT/probe.log"; grep -E "/ bf16|decoding" "$OUT/e2e_plans.log"
+    ;;
+t22)
+    # every fa4 GPU test (the contract against the torch reference, graphs, splits, end to end
+    # against flashinfer) at this tree (~5 min)
+    b fa4_tests 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/attn_fa4/tests
+    cat "$OUT/rc.txt"; tail -6 "$OUT/fa4_tests.log"
+    ;;
+b22)
+    # issue 14's benchmark (fa4_attention.py: 8k causal prefill against the matmul rate, decode
+    # at batch 1, 16, 128 with 4k keys against flashinfer and the copy rate; the prefill through
+    # hinge bench), then a plain read of each NVFP4 shape's bytes launched with and without PDL
+    # beside kernel: mma (~7 min)
+    b fa4 120 python3 tools/gpu/fa4_attention.py
+    b fa4_prefill 170 python3 tools/gpu/fa4_prefill_bench.py
+    b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --iters 20
+    cat "$OUT/rc.txt"; grep -E "^\|" "$OUT/fa4.log" "$OUT/fa4_prefill.log"; cat "$OUT/ceil_pdl.log"
     ;;
 t15)
     # every fa4 GPU test under the short-tail default with the stride-0 query (~4 min)

@@ -1,6 +1,6 @@
 """What reading an NVFP4 weight's bytes takes at all, next to kernel: mma's GEMV; one run.
 
-    python tools/gpu/read_ceiling.py [--iters 30] [--replays 4]
+    python tools/gpu/read_ceiling.py [--iters 30] [--replays 4] [--reads plain pdl] [--shapes qkv ...]
 
 The GEMV goal is 70% of the datasheet bandwidth at M <= 16 on Qwen3-8B's qkv, gate_up and down
 (14.2, 56.6 and 28.3 MB of codes and scales). For each shape's bytes this times, as
@@ -10,6 +10,9 @@ them; both clocks: ``replay`` events around one replay, ``steady`` from while on
 - ``read``: the fastest of a sweep of plain streaming reads (Triton: each program loads
   ``ITERS`` x ``BLOCK`` int32 words, all loads before the sum; grids of 1/2 to 64 programs a
   multiprocessor), the bytes and nothing else;
+- ``read PDL``: the same sweep launched as the GEMVs are (programmatic dependent launch): each
+  program lets the next read launch at its start, issues its loads, and only then waits for the
+  read before it (where a GEMV waits for its x), so one read's loads overlap the last one's tail;
 - ``cuBLAS bf16``: torch's bf16 GEMV (M = 1) over a weight of the same bytes (K = 4096 or the
   shape's, N to match), what NVIDIA's library reaches at that size;
 - ``mma``: kernel: mma's call as the engine makes it, M = 1 (the shipped tilings).
@@ -32,16 +35,20 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 
 
 @triton.jit
-def read_words(src, out, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+def read_words(src, out, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr, EARLY: tl.constexpr):
+    if EARLY:
+        tl.extra.cuda.gdc_launch_dependents()  # the next read may launch now
     base = tl.program_id(0) * BLOCK * ITERS
     total = tl.zeros([BLOCK], dtype=tl.int32)
     for i in tl.static_range(ITERS):
         offs = base + i * BLOCK + tl.arange(0, BLOCK)
         total += tl.load(src + offs, mask=offs < n_words, other=0, cache_modifier=".cg")
+    if EARLY:
+        tl.extra.cuda.gdc_wait()  # where a GEMV waits for its x: after its weights' loads
     tl.store(out + tl.program_id(0), tl.sum(total, 0))
 
 
-def best_read(n_bytes: int, iters: int, replays: int) -> tuple:
+def best_read(n_bytes: int, iters: int, replays: int, pdl: bool = False) -> tuple:
     words = n_bytes // 4
     bufs = [torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device="cuda") for _ in range(ROTATE)]
     out = torch.empty(words // 256 + 1, dtype=torch.int32, device="cuda")
@@ -52,7 +59,8 @@ def best_read(n_bytes: int, iters: int, replays: int) -> tuple:
                 grid = (triton.cdiv(words, block * its),)
 
                 def fn(i=0, block=block, its=its, warps=warps, grid=grid):
-                    read_words[grid](bufs[i], out, words, BLOCK=block, ITERS=its, num_warps=warps)
+                    read_words[grid](bufs[i], out, words, BLOCK=block, ITERS=its, EARLY=pdl,
+                                     launch_pdl=pdl, num_warps=warps)
 
                 t = graph_time(fn, iters, replays)
                 if t < best[0]:
@@ -66,8 +74,11 @@ def main(args) -> None:
     from hinge_nvfp4.options import NVFP4Options
 
     kernel = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)
-    print(f"{'shape':8} {'MB':>5} {'clock':7} {'read us (%)':>14} {'cuBLAS bf16 us (%)':>19} {'mma us (%)':>14}  best read")
+    heads = "".join(f" {'read' + (' PDL' if kind == 'pdl' else '') + ' us (%)':>16}" for kind in args.reads)
+    print(f"{'shape':8} {'MB':>5} {'clock':7}{heads} {'cuBLAS bf16 us (%)':>19} {'mma us (%)':>14}  best read(s)")
     for label, (n, k) in SHAPES.items():
+        if args.shapes and label.split()[0] not in args.shapes:
+            continue
         n_bytes = n * k // 2 + n * k // 16
         roof = n_bytes / (args.hbm_tbs * 1e12) * 1e6
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
@@ -77,22 +88,25 @@ def main(args) -> None:
                 for _ in range(ROTATE)]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         for clock, replays in (("replay", 0), ("steady", args.replays)):
-            read, how = best_read(n_bytes, args.iters, replays)
+            reads = [best_read(n_bytes, args.iters, replays, pdl=kind == "pdl") for kind in args.reads]
             dense = graph_time(lambda i=0, x=x, same=same: torch.nn.functional.linear(x, same[i]),
                                args.iters, replays)
             dense_roof = same[0].numel() * 2 / (args.hbm_tbs * 1e12) * 1e6
             mma = graph_time(lambda i=0, x=x, layers=layers: kernel.linear(layers[i], x, None, None),
                              args.iters, replays)
-            print(f"{label.split()[0]:8} {n_bytes / 1e6:5.1f} {clock:7} {read:7.1f} ({100 * roof / read:3.0f}%) "
-                  f"{dense:11.1f} ({100 * dense_roof / dense:3.0f}%) {mma:7.1f} ({100 * roof / mma:3.0f}%)  {how}",
-                  flush=True)
-
+            cells = "".join(f" {t:9.1f} ({100 * roof / t:3.0f}%)" for t, _ in reads)
+            print(f"{label.split()[0]:8} {n_bytes / 1e6:5.1f} {clock:7}{cells} "
+                  f"{dense:11.1f} ({100 * dense_roof / dense:3.0f}%) {mma:7.1f} ({100 * roof / mma:3.0f}%)  "
+                  + "; ".join(how for _, how in reads), flush=True)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)
+    parser.add_argument("--reads", nargs="+", choices=("plain", "pdl"), default=["plain", "pdl"])
+    parser.add_argument("--shapes", nargs="+", choices=[label.split()[0] for label in SHAPES],
+                        help="these shapes alone (default every one)")
     args = parser.parse_args()
     args.hbm_tbs = start(args.hbm_tbs, f"; us a call (% of {{hbm}} TB/s), {ROTATE} copies in turn from one graph")
     main(args)
