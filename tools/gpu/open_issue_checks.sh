@@ -72,6 +72,8 @@
 #   bash tools/gpu/open_issue_checks.sh t22 / b22  # 2026-12-06 (21st): every fa4 GPU test at this
 #                                                 # tree; fa4's benchmarks (raw, hinge, flashinfer;
 #                                                 # prefill through hinge bench), a read with PDL
+#   bash tools/gpu/open_issue_checks.sh e22      # the GEMV that asks for all its weights before its
+#                                                 # wait: GPU tests, its tilings against mma (mini site)
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -417,6 +419,14 @@ b22)
     b fa4_prefill 170 python3 tools/gpu/fa4_prefill_bench.py
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --iters 20
     cat "$OUT/rc.txt"; grep -E "^\|" "$OUT/fa4.log" "$OUT/fa4_prefill.log"; cat "$OUT/ceil_pdl.log"
+    ;;
+e22)
+    # triton_gemv_early (every weight load before the PDL wait): its tests, then its tilings
+    # swept against kernel: mma and the Triton GEMV at 1, 8 and 16 rows (~6 min)
+    b early_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_triton_gemv_early.py
+    b early_sweep 400 python3 tools/gpu/nvfp4_early.py --ms 1 8 16
+    cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"; grep -E "^\||WRONG" "$OUT/early_sweep.log"
     ;;
 t15)
     # every fa4 GPU test under the short-tail default with the stride-0 query (~4 min)

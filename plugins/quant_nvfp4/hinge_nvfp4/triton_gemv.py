@@ -126,6 +126,53 @@ def _load_x(x_rows, kk, K, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def accumulate(acc, x, words, sbits, USE_DOT: tl.constexpr, IEEE: tl.constexpr):
+    """One K step: ``acc`` plus x (BLOCK_M, BLOCK_K) times the step's rows of W, decoded from
+    ``words`` (BLOCK_N, BLOCK_K / 8) uint32 and fp8 scale ``sbits`` (BLOCK_N, BLOCK_K / 16).
+    ``USE_DOT``: ``acc`` is (BLOCK_M, BLOCK_N), summed by ``tl.dot``; else (BLOCK_M, BLOCK_N,
+    GROUPS), one float32 sum a scale group on the CUDA cores (``tl.sum`` over groups at the end)."""
+    BLOCK_M: tl.constexpr = x.shape[0]
+    BLOCK_N: tl.constexpr = words.shape[0]
+    BLOCK_W: tl.constexpr = words.shape[1]  # int32 words (8 codes) per row per step
+    BLOCK_K: tl.constexpr = BLOCK_W * 8
+    GROUPS: tl.constexpr = BLOCK_W // 2  # fp8 scales per row per step
+    scale = _e4m3_scaled(sbits)  # (BLOCK_N, GROUPS)
+    c0, c4 = _e2m1_pair(words, 0)
+    c1, c5 = _e2m1_pair(words, 1)
+    c2, c6 = _e2m1_pair(words, 2)
+    c3, c7 = _e2m1_pair(words, 3)
+    if USE_DOT:
+        # per word scale (two words per group), codes * scale exact in x's dtype, K order back
+        sw = tl.reshape(tl.join(scale, scale), (BLOCK_N, BLOCK_W))
+        ty = x.dtype
+        w = tl.join(tl.join(tl.join((c0 * sw).to(ty), (c4 * sw).to(ty)),
+                            tl.join((c2 * sw).to(ty), (c6 * sw).to(ty))),
+                    tl.join(tl.join((c1 * sw).to(ty), (c5 * sw).to(ty)),
+                            tl.join((c3 * sw).to(ty), (c7 * sw).to(ty))))
+        w = tl.reshape(w, (BLOCK_N, BLOCK_K))  # element 8 * word + 4a + 2b + c
+        if IEEE:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    else:
+        # x's 8 elements of a word, split into the positions the pairs decode to
+        xa, xb = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_M, BLOCK_W, 2, 2, 2)))
+        xaa, xab = tl.split(xa)
+        xba, xbb = tl.split(xb)
+        x0, x4 = tl.split(xaa)
+        x2, x6 = tl.split(xab)
+        x1, x5 = tl.split(xba)
+        x3, x7 = tl.split(xbb)
+        part = (x0[:, None, :] * c0[None, :, :] + x1[:, None, :] * c1[None, :, :]
+                + x2[:, None, :] * c2[None, :, :] + x3[:, None, :] * c3[None, :, :]
+                + x4[:, None, :] * c4[None, :, :] + x5[:, None, :] * c5[None, :, :]
+                + x6[:, None, :] * c6[None, :, :] + x7[:, None, :] * c7[None, :, :])
+        group = tl.sum(tl.reshape(part, (BLOCK_M, BLOCK_N, GROUPS, 2)), axis=3)
+        acc += group * scale[None, :, :]
+    return acc
+
+
+@triton.jit
 def _nvfp4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, rs_ptr, bias_ptr, out_ptr,
     M, N, K, stride_xm, stride_wn, stride_sn, stride_os, stride_om, k_per_split,
@@ -133,7 +180,6 @@ def _nvfp4_gemv_kernel(
     USE_DOT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    BLOCK_W: tl.constexpr = BLOCK_K // 8  # int32 words (8 codes) per row per step
     GROUPS: tl.constexpr = BLOCK_K // 16  # fp8 scales per row per step
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -145,7 +191,7 @@ def _nvfp4_gemv_kernel(
     if USE_DOT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     else:
-        acc3 = tl.zeros((BLOCK_M, BLOCK_N, GROUPS), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_N, GROUPS), dtype=tl.float32)
     if PREFETCH:  # the first step's loads before the loop (Triton pipelines none of these)
         next_words, next_sbits, _ = _load_step(w_rows, s_rows, k_start, K, BLOCK_K, EVEN_K)
         next_x = _load_x(x_rows, k_start, K, BLOCK_K, EVEN_K)
@@ -161,41 +207,9 @@ def _nvfp4_gemv_kernel(
         else:
             words, sbits, _ = _load_step(w_rows, s_rows, kk, K, BLOCK_K, EVEN_K)
             x = _load_x(x_rows, kk, K, BLOCK_K, EVEN_K)
-        scale = _e4m3_scaled(sbits)  # (BLOCK_N, GROUPS)
-        c0, c4 = _e2m1_pair(words, 0)
-        c1, c5 = _e2m1_pair(words, 1)
-        c2, c6 = _e2m1_pair(words, 2)
-        c3, c7 = _e2m1_pair(words, 3)
-        if USE_DOT:
-            # per word scale (two words per group), codes * scale exact in x's dtype, K order back
-            sw = tl.reshape(tl.join(scale, scale), (BLOCK_N, BLOCK_W))
-            ty = x.dtype
-            w = tl.join(tl.join(tl.join((c0 * sw).to(ty), (c4 * sw).to(ty)),
-                                tl.join((c2 * sw).to(ty), (c6 * sw).to(ty))),
-                        tl.join(tl.join((c1 * sw).to(ty), (c5 * sw).to(ty)),
-                                tl.join((c3 * sw).to(ty), (c7 * sw).to(ty))))
-            w = tl.reshape(w, (BLOCK_N, BLOCK_K))  # element 8 * word + 4a + 2b + c
-            if IEEE:
-                acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)
-        else:
-            # x's 8 elements of a word, split into the positions the pairs decode to
-            xa, xb = tl.split(tl.reshape(x.to(tl.float32), (BLOCK_M, BLOCK_W, 2, 2, 2)))
-            xaa, xab = tl.split(xa)
-            xba, xbb = tl.split(xb)
-            x0, x4 = tl.split(xaa)
-            x2, x6 = tl.split(xab)
-            x1, x5 = tl.split(xba)
-            x3, x7 = tl.split(xbb)
-            part = (x0[:, None, :] * c0[None, :, :] + x1[:, None, :] * c1[None, :, :]
-                    + x2[:, None, :] * c2[None, :, :] + x3[:, None, :] * c3[None, :, :]
-                    + x4[:, None, :] * c4[None, :, :] + x5[:, None, :] * c5[None, :, :]
-                    + x6[:, None, :] * c6[None, :, :] + x7[:, None, :] * c7[None, :, :])
-            group = tl.sum(tl.reshape(part, (BLOCK_M, BLOCK_N, GROUPS, 2)), axis=3)
-            acc3 += group * scale[None, :, :]
+        acc = accumulate(acc, x, words, sbits, USE_DOT, IEEE)
     if not USE_DOT:
-        acc = tl.sum(acc3, axis=2)
+        acc = tl.sum(acc, axis=2)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if EPILOGUE:
         acc = acc * tl.load(rs_ptr + rows_n)[None, :]
