@@ -74,6 +74,8 @@
 #                                                 # prefill through hinge bench), a read with PDL
 #   bash tools/gpu/open_issue_checks.sh e22      # the GEMV that asks for all its weights before its
 #                                                 # wait: GPU tests, its tilings against mma (mini site)
+#   bash tools/gpu/open_issue_checks.sh w22      # a read launched plain, early with its loads before
+#                                                 # its wait, early waiting first: every program size
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -427,6 +429,12 @@ e22)
         plugins/quant_nvfp4/tests/test_triton_gemv_early.py
     b early_sweep 400 python3 tools/gpu/nvfp4_early.py --ms 1 8 16
     cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"; grep -E "^\||WRONG" "$OUT/early_sweep.log"
+    ;;
+w22)
+    # what the early launch is worth to a read, by program size: plain, PDL with the loads
+    # before the wait, PDL waiting first; every read of the sweep printed (~2 min)
+    b reads_every 280 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --every --iters 20
+    cat "$OUT/rc.txt"; grep -E "^[a-z]" "$OUT/reads_every.log"
     ;;
 t15)
     # every fa4 GPU test under the short-tail default with the stride-0 query (~4 min)
