@@ -1,8 +1,9 @@
-"""fa4 on a CUDA GPU (written for the H200; not yet run): the real flash_attn.cute kernel against
-its torch restatement over random paged layouts, the split call in both query forms, the Triton
-merge, the kernels one split layer launches, the split decode through the kit's contract and
-under graph capture, bits of a request alone vs batched, warm-up filling the on-disk JIT cache,
-and tiny dense and hybrid models generating with fa4 what they generate with flashinfer.
+"""fa4 on a CUDA GPU (written for the H200; run on H100s, docs/gpu-results.md): the real
+flash_attn.cute kernel against its torch restatement over random paged layouts, the split call in
+both query forms, the Triton merge, the kernels one split layer launches, the split decode
+through the kit's contract and under graph capture, bits of a request alone vs batched, warm-up
+filling the on-disk JIT cache, and tiny dense and hybrid models generating with fa4 what they
+generate with flashinfer.
 
 The whole attention contract on the real kernel runs from test_fa4_contract.py (``TestFA4``).
 Results go to docs/gpu-results.md; ``OUT`` set: the end-to-end logit gaps go to
