@@ -6,8 +6,9 @@
 
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
-launch at a GEMV's start; rings of 8; K in 2 or 4 splits; eight warps a tile, a block a tile, in
-the plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
+launch at a GEMV's start; rings of 8; K in 2 or 4 splits; the register form ``regs`` (no ring;
+up to 8 rows, its 16-row launch the shipped one); eight warps a tile, a block a tile, in the
+plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
 launch of up to 8 rows made by the diagnostic ``ring`` form of its own cubin and tiling, "-" at
 more rows; ``--sweep``: every form and memory order at those warps a tile;
 ``--sweep16``: every 16-row launch, taking ``--from-rows`` rows on), run through ``kernel: mma``
@@ -67,6 +68,10 @@ VARIANTS = {
     "ring split2": {"splits": 2, MEMORY_ALONE: True},
     "split4": {"splits": 4},
     "ring split4": {"splits": 4, MEMORY_ALONE: True},
+    # the register form: no ring, a warp's first 8 supersteps all asked for before the wait
+    # (mma_gemv.ONE_SET; 1, 2 or 4 warps a tile: run it with --shapes qkv gate_up o)
+    "regs": {"form": "regs"},
+    "regs read": {"form": "regs", "trigger": "read"},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",

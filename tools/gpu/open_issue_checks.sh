@@ -76,6 +76,8 @@
 #                                                 # wait: GPU tests, its tilings against mma (mini site)
 #   bash tools/gpu/open_issue_checks.sh w22      # a read launched plain, early with its loads before
 #                                                 # its wait, early waiting first: every program size
+#   bash tools/gpu/open_issue_checks.sh r22      # the register form (regs): its bits against plain,
+#                                                 # then back to back against shipped (mini site)
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -429,6 +431,17 @@ e22)
         plugins/quant_nvfp4/tests/test_triton_gemv_early.py
     b early_sweep 400 python3 tools/gpu/nvfp4_early.py --ms 1 8 16
     cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"; grep -E "^\||WRONG" "$OUT/early_sweep.log"
+    ;;
+r22)
+    # the MMA GEMV's register form (no ring; a warp's first 8 supersteps loaded before the wait):
+    # its GPU tests (the plain form's bits, PDL, a graph), then the GEMVs back to back, shipped
+    # against regs (~3 min)
+    NO_PDL=1 pdl_cubins 4
+    b regs_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k register_form
+    b regs_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o \
+        --variants shipped regs "regs read"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

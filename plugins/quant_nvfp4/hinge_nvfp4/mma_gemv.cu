@@ -526,7 +526,7 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters, int pair_tiles, int gated
 
-enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK };
+enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS };
 
 __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     // the warps of one tile alone (named barrier ``id``; 0 is __syncthreads'): a block's tiles
@@ -719,6 +719,74 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     if constexpr (FORM == RING) acc[0][0] += (float)(fold & 1u);  // keeps the loads
 }
 
+#define REG_STEPS 8  // supersteps a lane of the REGS form holds in registers at once (8: K = 4096 at 4 warps a tile)
+#define BLOCKS_PER_SM_REGS (12 / WARPS)  // registers for 12 warps a multiprocessor (<= 168 a thread)
+
+template <int SETS>
+__device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
+                                                const uint32_t* __restrict__ scales,
+                                                const uint16_t* __restrict__ x, const int k, const int m,
+                                                const int c_tile, const int c_super,
+                                                const int s_tile, const int s_super, const int tile,
+                                                const int first, const int steps, const int lane,
+                                                float (&acc)[1][4 * SETS], Marks& marks) {
+    // the REGS form: no ring. Each lane loads its own pieces of a superstep (the 16-byte pieces
+    // and scale word(s) that read_slot would take out of the ring: coalesced, 512 bytes a warp a
+    // load) straight into registers, REG_STEPS supersteps at a time, and the first REG_STEPS are
+    // all asked for before griddepcontrol.wait: the layout of tools/gpu/read_ceiling.py's read
+    // launched with PDL (a warp's whole share of a K = 4096 weight in flight before the wait).
+    // The same MMAs in the same order as PLAIN's (superstep): the same bits.
+    const int g = lane >> 2, t = lane & 3;
+    const uint4* c_src = codes + tile * c_tile + first * c_super + lane;
+    const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
+    int x_row[SETS];
+    const uint4* x_src[SETS];
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        x_row[set] = min(8 * set + g, m - 1);
+        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + lane_piece(t, 0);
+    }
+    float sums[2][SETS][4] = {};
+    uint4 xv[SETS][4], xn[SETS][4];
+    for (int base = 0; base < steps; base += REG_STEPS) {
+        uint4 c0[REG_STEPS], c1[REG_STEPS];
+        uint2 sc[REG_STEPS];
+#pragma unroll
+        for (int r = 0; r < REG_STEPS; ++r) {
+            const int i = min(base + r, steps - 1);  // past the last: its own again (cached, unused)
+            c0[r] = __ldcg(c_src + i * c_super);
+            c1[r] = __ldcg(c_src + i * c_super + 32);
+            sc[r] = lane_scales(reinterpret_cast<const uint32_t*>(s_block + i * s_super), lane);
+        }
+        if (base == 0) {
+            marks.mark(1);
+            if constexpr (PDL) wait_for_prerequisites();
+            marks.mark(2);
+#pragma unroll
+            for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);
+        }
+#pragma unroll
+        for (int r = 0; r < REG_STEPS; ++r) {
+            const int i = base + r;
+            if (i >= steps) break;
+#pragma unroll
+            for (int set = 0; set < SETS; ++set)  // in bounds past the last
+                load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+            if (i == 0) marks.mark(3);
+            superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
+            if (i == 0) marks.mark(4);
+#pragma unroll
+            for (int set = 0; set < SETS; ++set)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
+        }
+    }
+    marks.mark(5);
+#pragma unroll
+    for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
+        acc[0][i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
+}
+
 template <int FORM, int KW, int SETS, int T>
 __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     // PLAIN reads a superstep's codes and scales out of the ring at its top; AHEAD the next
@@ -750,8 +818,14 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     Marks marks;
     marks.mark(0);
     float acc[T][4 * SETS] = {};
-    if (steps > 0) accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
-                                             tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks);
+    if constexpr (FORM == REGS) {
+        static_assert(T == 1, "the REGS form takes one tile a warp");
+        if (steps > 0) accumulate_regs<SETS>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
+                                             first, steps, lane, acc, marks);
+    } else if (steps > 0) {
+        accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
+                                  tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks);
+    }
     if constexpr (PDL && !TRIGGER_START) {
         // the weights are read: the kernel after this one may launch (its blocks copy their
         // first weights, then wait for this grid to end: griddepcontrol.wait); a block whose
@@ -820,6 +894,13 @@ GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNELS(nvfp4_mma_gemv_ring, RING)
 GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)
+#if WARPS == 4
+// the REGS form (accumulate_regs; mma_gemv.ONE_SET): registers for BLOCKS_PER_SM_REGS blocks, up
+// to 8 rows of x, 1, 2 or 4 warps a tile
+GEMV_KERNEL(nvfp4_mma_gemv_regs, REGS, 1, 1, 1, BLOCKS_PER_SM_REGS)
+GEMV_KERNEL(nvfp4_mma_gemv_regs_kw2, REGS, 2, 1, 1, BLOCKS_PER_SM_REGS)
+GEMV_KERNEL(nvfp4_mma_gemv_regs_kw4, REGS, 4, 1, 1, BLOCKS_PER_SM_REGS)
+#endif
 GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_16(nvfp4_mma_gemv_xring, XRING)

@@ -54,6 +54,11 @@ CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 #: warps a tile) and the arithmetic alone (every superstep from one copied once);
 #: ``nvfp4_mma_probe.py --diagnose`` and ``nvfp4_launch_chain.py``'s ``ring`` variants time them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
+#: GEMV forms built for x of up to ``SET_ROWS`` rows alone, in the cubins of ``WARPS`` warps a
+#: block: ``regs``, no ring: each lane loads its own pieces of each superstep straight into
+#: registers, a warp's first eight supersteps all before ``griddepcontrol.wait`` (as
+#: tools/gpu/read_ceiling.py's read launched with PDL), then the same MMAs as ``plain``
+ONE_SET = {"regs": "nvfp4_mma_gemv_regs"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
@@ -85,16 +90,16 @@ def block_warps(kwarps: int) -> int:
 
 
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
-    """The cubin's function of ``form`` (``KERNELS`` or ``DIAGNOSTICS``) with ``kwarps`` warps a
-    tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a GEMV form's ``_r16``
-    kernel, two sets of MMA columns), ``tiles`` 16-row tiles a warp (2: ``_t2``, 16 rows and
-    ``T2_FORMS`` only)."""
-    names = KERNELS | DIAGNOSTICS
+    """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET`` or ``DIAGNOSTICS``) with
+    ``kwarps`` warps a tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a
+    ``KERNELS`` form's ``_r16`` kernel, two sets of MMA columns), ``tiles`` 16-row tiles a warp
+    (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
+    names = KERNELS | ONE_SET | DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
     if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in (*KERNELS, "ring")):
         raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, or {WIDE_WARPS} "
-                         f"in its GEMV forms and ring, not {kwarps} ({form})")
+                         f"in its {', '.join(KERNELS)} and ring forms, not {kwarps} ({form})")
     if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
         raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
                          f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")

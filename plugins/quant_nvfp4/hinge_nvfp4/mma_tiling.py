@@ -15,6 +15,7 @@ from typing import NamedTuple
 from hinge_nvfp4.mma_gemv import (
     KERNELS,
     KWARPS,
+    ONE_SET,
     PREFETCHES,
     RING_STAGES,
     SET_ROWS,
@@ -107,16 +108,21 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
         columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
         if (not kwarps_built(kwarps, stages) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
-                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS)
+                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
+                or (form in ONE_SET and kwarps not in KWARPS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
                 or spread not in (None, True, False) or trigger not in (None, *TRIGGERS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages of {RING_STAGES}, 1 to {groups // 8} "
-                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join(KERNELS)}, "
+                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))}, "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
                              f"true or false, trigger {' or '.join(TRIGGERS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+        if form in ONE_SET and "r16" not in entry:
+            raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} takes the {form} form, built "
+                             f"for up to {SET_ROWS} rows of x alone: give it an \"r16\" entry naming "
+                             f"the launch of 9 .. 16 rows (a form of {', '.join(KERNELS)})")
         per_split = groups_per_split(groups, splits)
         return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch,
                       rows16_of(entry.get("r16"), n, k, stages), columns, spread, trigger)

@@ -178,6 +178,8 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     assert all(resources.pop(name) for name in nvfp4_mma.DEQUANTS.values())  # the weight itself (own test)
+    assert all(resources.pop(nvfp4_mma.kernel_name(form, kw)) for form in nvfp4_mma.ONE_SET
+               for kw in nvfp4_mma.KWARPS)  # the register form (own test)
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
     names = {nvfp4_mma.kernel_name(form, kw, rows, tiles): (form, kw, rows, tiles) for form in forms
              for kw in nvfp4_mma.KWARPS for rows in (8, 16) for tiles in (1, 2)
@@ -277,6 +279,8 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     codes = sass_by_function(cubin)
     for name in nvfp4_mma.DEQUANTS.values():  # launched after the kernel before ends
         assert "ACQBULK" not in codes.pop(name)
+    for name in (nvfp4_mma.kernel_name(form, kw) for form in nvfp4_mma.ONE_SET for kw in nvfp4_mma.KWARPS):
+        assert codes.pop(name).count("ACQBULK") == 1, name  # the register form (own test)
     kernels = 2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS) + len(nvfp4_mma.T2_FORMS)
     assert len(codes) == kernels * len(nvfp4_mma.KWARPS)
     for name, code in codes.items():
@@ -286,6 +290,40 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
         for op in ("LDG.E.128", "STG.", "ATOM", "RED."):
             assert op not in code[:wait], (name, op)
         assert "LDG.E.128.CONSTANT" not in code, name
+
+
+@needs_nvcc
+def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wait_and_x_after(tmp_path):
+    """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
+    (two 16-byte loads a superstep, through L2: LDG.E.128.STRONG.GPU) and eight scale loads of
+    its first ``REG_STEPS`` = 8 supersteps come before griddepcontrol.wait (ACQBULK) in a PDL
+    build, x (coherent loads) and every store after it; eight MMAs a superstep, the chunk of 8
+    unrolled; in at most 168 registers (3 blocks of 4 warps a multiprocessor), no stack; built
+    at 1, 2 and 4 warps a tile, for 8 rows of x only."""
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced"))
+    resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+    codes = sass_by_function(cubin)
+    for kw in nvfp4_mma.KWARPS:
+        name = nvfp4_mma.kernel_name("regs", kw)
+        code, line = codes[name], resources[name]
+        assert int(re.search(r"REG:(\d+)", line).group(1)) <= 168 and "STACK:0" in line, (name, line)
+        assert "LDGSTS" not in code and "UBLKCP" not in code and "DEPBAR" not in code, name
+        assert code.count("HMMA.16816.F32.BF16") == 8 * 8, name
+        wait = code.index("ACQBULK")
+        assert code.count("ACQBULK") == 1, name
+        assert code[:wait].count("LDG.E.128.STRONG.GPU") >= 16, name  # codes, then 8 scale loads
+        assert code[:wait].count("LDG.E.64") + code[:wait].count("LDG.E.CONSTANT") >= 8, name
+        assert "LDG.E.128.STRONG.SM" not in code[:wait] and "LDG.E.128.STRONG.SM" in code[wait:], name  # x
+        for op in ("STG.", "ATOM", "RED."):
+            assert op not in code[:wait], (name, op)
+    with pytest.raises(ValueError, match="regs form is built for 8 rows of x, not 16"):
+        nvfp4_mma.kernel_name("regs", 4, 16)
+    with pytest.raises(ValueError, match="not 8 \\(regs\\)"):
+        nvfp4_mma.kernel_name("regs", 8)
+    wide = tmp_path / "w.cubin"
+    wide.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, warps=nvfp4_mma.WIDE_WARPS))
+    assert not any("regs" in name for name in sass_by_function(wide))
 
 
 @needs_nvcc
@@ -323,7 +361,7 @@ def test_a_pdl_build_lets_the_next_kernel_launch_after_its_last_mma_or_at_its_st
                 assert "PREEXIT" not in code, name
                 continue
             assert code.count("PREEXIT") == 1, (trigger, name)
-            first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP") if op in code)
+            first_copy = min(code.index(op) for op in ("LDGSTS", "UBLKCP", "LDG.E.128.STRONG.GPU") if op in code)
             if trigger == "start":
                 assert code.index("PREEXIT") < first_copy, name
             elif "HMMA" in code:  # (not the ring diagnostic: no MMA)
@@ -467,13 +505,14 @@ def test_a_ring_deeper_than_shared_memory_holds_is_refused():
 
 
 def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_before_cuda():
-    with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, bulk, ring, math"):
+    with pytest.raises(ValueError, match="no form 'fast'.*plain, ahead, xring, bulk, regs, ring, math"):
         nvfp4_mma.MmaGemv(b"", "fast")
-    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, or 8 in its GEMV forms and ring, not 3"):
+    with pytest.raises(ValueError, match="runs 1, 2, 4 warps a tile, or 8 in its plain, ahead, xring, bulk "
+                                         "and ring forms, not 3"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=3)
     assert nvfp4_mma.kernel_name("bulk", 8, 16) == "nvfp4_mma_gemv_bulk_kw8_r16"
     assert nvfp4_mma.kernel_name("ring", 8) == "nvfp4_mma_gemv_ring_kw8"
-    with pytest.raises(ValueError, match="or 8 in its GEMV forms and ring, not 8 \\(math\\)"):
+    with pytest.raises(ValueError, match="and ring forms, not 8 \\(math\\)"):
         nvfp4_mma.kernel_name("math", 8)
     with pytest.raises(ValueError, match="two tiles a warp are not built with 8 warps a tile"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=8, tiles16=2)

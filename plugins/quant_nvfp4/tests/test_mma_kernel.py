@@ -6,6 +6,9 @@ marker) the real kernel against the reference, eager and captured in a CUDA grap
 
 from __future__ import annotations
 
+import functools
+import json
+
 import pytest
 import torch
 from test_triton_gemm import problem
@@ -359,6 +362,26 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
 
 
+def test_a_tuned_register_form_needs_its_own_sixteen_row_launch_and_one_two_or_four_warps_a_tile(
+        tmp_path, monkeypatch):
+    """``regs`` is built for 8 rows of x at 1, 2 or 4 warps a tile (``mma_gemv.ONE_SET``): a
+    tuned entry naming it must name the launch of 9 .. 16 rows too; its launcher is its own."""
+    r16 = {"kwarps": 4, "form": "plain", "tiles": 1}
+    entry = {"splits": 1, "kwarps": 4, "stages": 4, "form": "regs", "r16": r16}
+    plan = mma_tiling.tiling(6144, 4096, 132, {"6144x4096": entry})
+    assert plan.form == "regs" and plan.rows16 == mma_tiling.Rows16(4, "plain", 1, 9)
+    with pytest.raises(ValueError, match=r'takes the regs form, built for up to 8 rows of x alone: give it an "r16"'):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {k: v for k, v in entry.items() if k != "r16"}})
+    with pytest.raises(ValueError, match="forms plain, ahead, xring, bulk, regs"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 8}})
+    (tmp_path / "plan.json").write_text(json.dumps({"6144x4096": entry}))
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    layer, x, packed, scales, bias = layer_of(6144, 4096)
+    kernel.prepare_linear(layer, packed, scales)
+    assert [key[2] for key in kernel._gemvs] == ["regs", "plain"]  # 1 .. 8 rows, 9 .. 16 rows
+
+
 def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "plan.json"
     path.write_text('{"128x8192": {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", '
@@ -617,6 +640,52 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(captured, eager), (n, k, rows)
+
+
+def _launch(gemv, xr, weight, per_split):
+    """``gemv`` (an ``MmaGemv``) over x rows ``xr`` and ``weight`` = (words, codes, row_scale,
+    bias), K in splits of ``per_split`` groups added in the kernel; its bf16 output."""
+    words, codes, row_scale, bias = weight
+    n, splits = words.shape[0] * 16, -(-(xr.shape[1] // 16) // per_split)
+    out = torch.empty(xr.shape[0], n, dtype=torch.bfloat16, device=xr.device)
+    part = torch.empty(splits, xr.shape[0], n, device=xr.device) if splits > 1 else None
+    return gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+@pytest.mark.parametrize("pdl", [False, True])
+def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_layout(columns, pdl):
+    """``regs`` (no ring, a warp's supersteps 8 at a time in registers) against ``plain`` of the
+    same cubin: the same MMAs in the same order, so the same bits, at 1, 3 and 8 rows, 1, 2 and
+    4 warps a tile (runs of 1 .. 32 supersteps: one chunk of 8, several, a short last one), K
+    split or not, every memory order; the PDL build in a CUDA graph too; 9 rows refused."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=pdl, columns=columns)
+    for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        for kw, order in ((kw, order) for kw in mma_gemv.KWARPS for order in mma_layout.LAYOUTS):
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
+            regs, plain = (mma_gemv.MmaGemv(cubin, form, 4, kw, pdl=pdl, columns=columns) for form in ("regs", "plain"))
+            for gemv in (regs, plain):
+                gemv.reserve_counters(n // 16, torch.device("cuda"))
+            run = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
+            for rows in (1, 3, 8):
+                xr = x[:rows].contiguous()
+                assert torch.equal(run(regs, xr), run(plain, xr)), (columns, pdl, n, k, kw, order, rows)
+            if pdl and order == "super":
+                xr = x[:1].contiguous()
+                eager = run(regs, xr)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = run(regs, xr)
+                graph.replay()
+                torch.cuda.synchronize()
+                assert torch.equal(captured, eager), (columns, n, k, kw)
+            with pytest.raises(ValueError, match="8 rows at most"):
+                run(regs, x[:9].contiguous())
 
 
 @pytest.mark.gpu
