@@ -69,9 +69,10 @@ VARIANTS = {
     "split4": {"splits": 4},
     "ring split4": {"splits": 4, MEMORY_ALONE: True},
     # the register form: no ring, a warp's first 8 supersteps all asked for before the wait
-    # (mma_gemv.ONE_SET; 1, 2 or 4 warps a tile: run it with --shapes qkv gate_up o)
-    "regs": {"form": "regs"},
-    "regs read": {"form": "regs", "trigger": "read"},
+    # (mma_gemv.ONE_SET: up to 8 rows, so the 16-row launch named; 1, 2 or 4 warps a tile: on
+    # the H100 run it with --shapes qkv gate_up o)
+    "regs": {"form": "regs", "r16": R16_PLAIN},
+    "regs read": {"form": "regs", "trigger": "read", "r16": R16_PLAIN},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
