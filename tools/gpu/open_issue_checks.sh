@@ -440,7 +440,7 @@ r22)
     b regs_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k register_form
     b regs_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o \
-        --variants shipped regs "regs read"
+        --variants shipped regs "regs read" "regs kw2"
     cat "$OUT/rc.txt"; tail -3 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log"
     ;;
 w22)
