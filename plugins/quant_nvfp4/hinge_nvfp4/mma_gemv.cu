@@ -526,6 +526,23 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         const float *__restrict__ row_scale, const uint16_t *__restrict__ bias,                  \
         uint16_t *__restrict__ out, int *__restrict__ counters, int pair_tiles, int gated
 
+template <int SETS>
+__device__ __forceinline__ void take_next_x(uint4 (&xv)[SETS][4], const uint4 (&xn)[SETS][4]) {
+    // the next superstep's x, loaded while this one computed, becomes this one's
+#pragma unroll
+    for (int set = 0; set < SETS; ++set)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
+}
+
+template <int SETS>
+__device__ __forceinline__ void scaled_sums(const float (&sums)[2][SETS][4], float (&acc)[4 * SETS]) {
+    // a tile's two accumulators added, in finish's order (set s's four values at 4s .. 4s + 3)
+#pragma unroll
+    for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
+        acc[i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
+}
+
 enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS };
 
 __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
@@ -702,20 +719,12 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                 for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
             }
-            if (!x_ring) {
-#pragma unroll
-                for (int set = 0; set < SETS; ++set)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
-            }
+            if (!x_ring) take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);
 #pragma unroll
-    for (int j = 0; j < T; ++j)
-#pragma unroll
-        for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
-            acc[j][i] = (sums[j][0][i >> 2][i & 3] + sums[j][1][i >> 2][i & 3]) * 256.f;
+    for (int j = 0; j < T; ++j) scaled_sums<SETS>(sums[j], acc[j]);
     if constexpr (FORM == RING) acc[0][0] += (float)(fold & 1u);  // keeps the loads
 }
 
@@ -775,16 +784,11 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
             if (i == 0) marks.mark(3);
             superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
             if (i == 0) marks.mark(4);
-#pragma unroll
-            for (int set = 0; set < SETS; ++set)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
+            take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);
-#pragma unroll
-    for (int i = 0; i < 4 * SETS; ++i)  // A was e2m1 * scale * 2^-8
-        acc[0][i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
+    scaled_sums<SETS>(sums, acc[0]);
 }
 
 template <int FORM, int KW, int SETS, int T>
