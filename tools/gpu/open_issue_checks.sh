@@ -78,6 +78,9 @@
 #                                                 # its wait, early waiting first: every program size
 #   bash tools/gpu/open_issue_checks.sh r22      # the register form (regs): its bits against plain,
 #                                                 # then back to back against shipped (mini site)
+#   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack, ~6 min): issue 14's
+#                                                 # benchmark and fa4's batch-1 layer with the KV
+#                                                 # stored; the PDL read; r22
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -774,6 +777,23 @@ h200x)
         --iters 50 --ms 1 2 4 8 16
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/h200_e2e.log"
     for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
+    ;;
+h200y)
+    # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that
+    # the H200 decides: fa4's batch-1 decode share of copy (issue 14's benchmark, then the
+    # engine's path: the KV stored by the rope kernel) and the PDL read of each NVFP4 shape;
+    # then the register form (r22's steps)
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200y measures the H200"; exit 3; }
+    b fa4 120 python3 tools/gpu/fa4_attention.py
+    b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
+    b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
+    NO_PDL=1 pdl_cubins 4
+    b regs_tests 100 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k register_form
+    b regs_chain 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped regs "regs kw2"
+    cat "$OUT/rc.txt"; grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
+    cat "$OUT/ceil_pdl.log"; tail -2 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
