@@ -642,13 +642,16 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
             assert torch.equal(captured, eager), (n, k, rows)
 
 
-def _launch(gemv, xr, weight, per_split):
+def _launch(gemv, xr, weight, per_split, gated=False):
     """``gemv`` (an ``MmaGemv``) over x rows ``xr`` and ``weight`` = (words, codes, row_scale,
-    bias), K in splits of ``per_split`` groups added in the kernel; its bf16 output."""
+    bias), K in splits of ``per_split`` groups added in the kernel; its bf16 output (``gated``:
+    silu(gate) * up of a weight repacked in ``mma_layout.pair_rows`` order, no bias)."""
     words, codes, row_scale, bias = weight
     n, splits = words.shape[0] * 16, -(-(xr.shape[1] // 16) // per_split)
-    out = torch.empty(xr.shape[0], n, dtype=torch.bfloat16, device=xr.device)
-    part = torch.empty(splits, xr.shape[0], n, device=xr.device) if splits > 1 else None
+    out = torch.empty(xr.shape[0], n // 2 if gated else n, dtype=torch.bfloat16, device=xr.device)
+    part = torch.empty(splits, xr.shape[0], n, device=xr.device) if splits > 1 or gated else None
+    if gated:
+        return gemv(words, codes, xr, part, per_split, row_scale=row_scale, out=out, pair_tiles=n // 32, gated=True)
     return gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
 
 
@@ -659,7 +662,8 @@ def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_l
     """``regs`` (no ring, a warp's supersteps 8 at a time in registers) against ``plain`` of the
     same cubin: the same MMAs in the same order, so the same bits, at 1, 3 and 8 rows, 1, 2 and
     4 warps a tile (runs of 1 .. 32 supersteps: one chunk of 8, several, a short last one), K
-    split or not, every memory order; the PDL build in a CUDA graph too; 9 rows refused."""
+    split or not, every memory order, and gated; the PDL build in a CUDA graph too; 9 rows
+    refused."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
@@ -686,6 +690,20 @@ def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_l
                 assert torch.equal(captured, eager), (columns, n, k, kw)
             with pytest.raises(ValueError, match="8 rows at most"):
                 run(regs, x[:9].contiguous())
+    # gated (silu(gate) * up in the epilogue, the pair's tiles meeting in shared memory or
+    # through part and the counters): the plain form's bits too
+    for n, k, per_split in ((24576, 4096, 256), (192, 2560, 64)):
+        x, packed, scales, row_scale, _ = problem(8, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
+        order = mma_layout.pair_rows(n).cuda()
+        weight = (*mma_layout.repack(packed[order], scales[order], columns), row_scale[order], None)
+        for kw in mma_gemv.KWARPS:
+            regs, plain = (mma_gemv.MmaGemv(cubin, form, 4, kw, pdl=pdl, columns=columns) for form in ("regs", "plain"))
+            for gemv in (regs, plain):
+                gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
+            for rows in (1, 8):
+                xr = x[:rows].contiguous()
+                assert torch.equal(_launch(regs, xr, weight, per_split, gated=True),
+                                   _launch(plain, xr, weight, per_split, gated=True)), (columns, pdl, n, kw, rows)
 
 
 @pytest.mark.gpu
