@@ -527,6 +527,20 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
         uint16_t *__restrict__ out, int *__restrict__ counters, int pair_tiles, int gated
 
 template <int SETS>
+__device__ __forceinline__ void x_sources(const uint16_t* __restrict__ x, const int k, const int m,
+                                          const int first, const int g, const int t, int (&x_row)[SETS],
+                                          const uint4* (&x_src)[SETS]) {
+    // each set's x row of lane (g, t) and its first 16-byte piece of superstep ``first``: lanes
+    // of columns g >= m load row m - 1 (a B column no output reads: D's columns are
+    // independent), so that every lane loads unconditionally; set s: row 8s + g
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        x_row[set] = min(8 * set + g, m - 1);
+        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + lane_piece(t, 0);
+    }
+}
+
+template <int SETS>
 __device__ __forceinline__ void take_next_x(uint4 (&xv)[SETS][4], const uint4 (&xn)[SETS][4]) {
     // the next superstep's x, loaded while this one computed, becomes this one's
 #pragma unroll
@@ -582,15 +596,9 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         s_src[j] = s_block[j] + (lane & 7);
     }
     const int c_step = c_super, s_step = s_super;  // uint4s
-    // lanes of columns g >= m load row m - 1 (a B column no output reads: D's columns are
-    // independent), so that every lane loads unconditionally; set s: row 8s + g
     int x_row[SETS];
     const uint4* x_src[SETS];
-#pragma unroll
-    for (int set = 0; set < SETS; ++set) {
-        x_row[set] = min(8 * set + g, m - 1);
-        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + lane_piece(t, 0);
-    }
+    x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
     uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
@@ -750,11 +758,7 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
     int x_row[SETS];
     const uint4* x_src[SETS];
-#pragma unroll
-    for (int set = 0; set < SETS; ++set) {
-        x_row[set] = min(8 * set + g, m - 1);
-        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)x_row[set] * k) + (size_t)first * 16 + lane_piece(t, 0);
-    }
+    x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
     float sums[2][SETS][4] = {};
     uint4 xv[SETS][4], xn[SETS][4];
     for (int base = 0; base < steps; base += REG_STEPS) {
