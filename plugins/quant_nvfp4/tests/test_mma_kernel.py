@@ -642,17 +642,17 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
             assert torch.equal(captured, eager), (n, k, rows)
 
 
-def _launch(gemv, xr, weight, per_split, gated=False):
+def _launch(gemv, xr, weight, per_split, paired=False, gated=False):
     """``gemv`` (an ``MmaGemv``) over x rows ``xr`` and ``weight`` = (words, codes, row_scale,
-    bias), K in splits of ``per_split`` groups added in the kernel; its bf16 output (``gated``:
-    silu(gate) * up of a weight repacked in ``mma_layout.pair_rows`` order, no bias)."""
+    bias), K in splits of ``per_split`` groups added in the kernel; its bf16 output. ``paired``:
+    a fused [gate | up] repacked in ``mma_layout.pair_rows`` order (no bias), out in [gate | up]
+    order; ``gated`` (paired): silu(gate) * up."""
     words, codes, row_scale, bias = weight
     n, splits = words.shape[0] * 16, -(-(xr.shape[1] // 16) // per_split)
     out = torch.empty(xr.shape[0], n // 2 if gated else n, dtype=torch.bfloat16, device=xr.device)
     part = torch.empty(splits, xr.shape[0], n, device=xr.device) if splits > 1 or gated else None
-    if gated:
-        return gemv(words, codes, xr, part, per_split, row_scale=row_scale, out=out, pair_tiles=n // 32, gated=True)
-    return gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
+    return gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out,
+                pair_tiles=n // 32 if paired or gated else 0, gated=gated)
 
 
 @pytest.mark.gpu
@@ -723,7 +723,6 @@ def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout
               for pf in (0, 256) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
     for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
         x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
-        splits = -(-(k // 16) // per_split)
         for kw, order in ((kw, order) for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,)
                           for order in mma_layout.LAYOUTS):
             words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
@@ -738,9 +737,7 @@ def test_cuda_every_form_with_one_two_four_or_eight_warps_a_tile_in_every_layout
                 gemv.reserve_counters(n // 16, torch.device("cuda"))
                 for rows in (1, 3, 8, 9, 16) if gemv.tiles16 == 1 else (9, 16):
                     xr = x[:rows].contiguous()
-                    out = torch.empty(rows, n, dtype=torch.bfloat16, device="cuda")
-                    part = torch.empty(splits, rows, n, device="cuda") if splits > 1 else None
-                    got = gemv(words, codes, xr, part, per_split, row_scale=row_scale, bias=bias, out=out)
+                    got = _launch(gemv, xr, (words, codes, row_scale, bias), per_split)
                     want = reference.linear(xr, packed, scales, row_scale, bias)
                     err = (got.float() - want.float()).abs().max() / want.float().abs().max()
                     assert err < 1e-2, (form, columns, kw, order, n, k, rows, gemv.tiles16, float(err))
@@ -801,36 +798,29 @@ def test_cuda_a_gated_gemv_gives_the_bits_of_the_gemv_then_silu_mul_in_every_for
             x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
             order = mma_layout.pair_rows(n).cuda()
             words, codes = mma_layout.repack(packed[order], scales[order])
-            splits = -(-(k // 16) // per_split)
             for kw, tiles16 in [(kw, t) for kw in mma_gemv.KWARPS for t in (1, 2)
                                 if t == 1 or form in mma_gemv.T2_FORMS]:
                 gemv = mma_gemv.MmaGemv(cubin, form, 4, kw, pdl, tiles16=tiles16)
                 gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
-
-                def run(xr, gated, gemv=gemv, words=words, codes=codes, row_scale=row_scale[order],
-                        n=n, splits=splits, per_split=per_split):
-                    out = torch.empty(xr.shape[0], n // 2 if gated else n, dtype=torch.bfloat16, device="cuda")
-                    part = torch.empty(splits, xr.shape[0], n, device="cuda")
-                    return gemv(words, codes, xr, part if splits > 1 or gated else None, per_split,
-                                row_scale=row_scale, out=out, pair_tiles=n // 32, gated=gated)
-
+                run = functools.partial(_launch, gemv, weight=(words, codes, row_scale[order], None),
+                                        per_split=per_split, paired=True)
                 for rows in (1, 3, 8, 11, 16) if tiles16 == 1 else (11, 16):
                     xr = x[:rows].contiguous()
-                    plain = run(xr, False)
+                    plain = run(xr, gated=False)
                     want = reference.linear(xr, packed, scales, row_scale, None)
                     err = (plain.float() - want.float()).abs().max() / want.float().abs().max()
                     assert err < 1e-2, (form, kw, pdl, n, k, rows, tiles16, float(err))
-                    assert torch.equal(run(xr, True), silu_mul(plain)), (form, kw, pdl, n, k, rows, tiles16)
+                    assert torch.equal(run(xr, gated=True), silu_mul(plain)), (form, kw, pdl, n, k, rows, tiles16)
                 # 13 rows: the 16-row kernel's graph
                 static = x[:2 if kw < 4 and tiles16 == 1 else 13].contiguous()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
-                    captured = run(static, True)
+                    captured = run(static, gated=True)
                 for _ in range(2):
                     static.copy_(torch.randn_like(static))
                     graph.replay()
                     torch.cuda.synchronize()
-                    assert torch.equal(captured, silu_mul(run(static, False))), (form, kw, pdl, n, k)
+                    assert torch.equal(captured, silu_mul(run(static, gated=False))), (form, kw, pdl, n, k)
 
 
 @pytest.mark.gpu
