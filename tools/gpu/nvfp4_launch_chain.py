@@ -7,7 +7,7 @@
 Each variant is the tilings file shipped for this GPU with every shape's entry changed the
 same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
 launch at a GEMV's start; rings of 8; K in 2 or 4 splits; the register form ``regs`` (no ring;
-up to 8 rows, its 16-row launch the shipped one); eight warps a tile, a block a tile, in the
+up to 8 rows, its 16-row launch ``R16_PLAIN``); eight warps a tile, a block a tile, in the
 plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
 launch of up to 8 rows made by the diagnostic ``ring`` form of its own cubin and tiling, "-" at
 more rows; ``--sweep``: every form and memory order at those warps a tile;

@@ -113,6 +113,7 @@ def main(args) -> None:
                   f"{dense:11.1f} ({100 * dense_roof / dense:3.0f}%) {mma:7.1f} ({100 * roof / mma:3.0f}%)  "
                   + "; ".join(how for _, how in reads), flush=True)
 
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=30)
