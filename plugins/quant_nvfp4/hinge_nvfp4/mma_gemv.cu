@@ -431,6 +431,12 @@ __device__ __forceinline__ uint2 lane_scales(const uint32_t* words, const int la
     return COALESCED ? reinterpret_cast<const uint2*>(words)[lane >> 1] : make_uint2(words[lane], 0u);
 }
 
+__device__ __forceinline__ uint2 lane_scales_l2(const uint32_t* words, const int lane) {
+    // lane_scales from global memory through L2 (ld.global.cg, as the codes: a read-only
+    // non-coherent load may be scheduled past griddepcontrol.wait, ptxas put the REGS form's there)
+    return COALESCED ? __ldcg(reinterpret_cast<const uint2*>(words) + (lane >> 1)) : make_uint2(__ldcg(words + lane), 0u);
+}
+
 template <int T>
 __device__ __forceinline__ void read_slot(const uint4 (&codes)[T][2][32], const uint32_t (&scales)[T][32],
                                           const int lane, uint4 (&c0)[T], uint4 (&c1)[T], uint2 (&sc)[T]) {
@@ -736,7 +742,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     if constexpr (FORM == RING) acc[0][0] += (float)(fold & 1u);  // keeps the loads
 }
 
-#define REG_STEPS 8  // supersteps a lane of the REGS form holds in registers at once (8: K = 4096 at 4 warps a tile)
+#define REG_STEPS 8  // supersteps a lane of the REGS form has in flight (8: all of K = 4096 at 4 warps a tile)
 #define BLOCKS_PER_SM_REGS (12 / WARPS)  // registers for 12 warps a multiprocessor (<= 168 a thread)
 
 template <int SETS>
@@ -747,11 +753,14 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
                                                 const int s_tile, const int s_super, const int tile,
                                                 const int first, const int steps, const int lane,
                                                 float (&acc)[1][4 * SETS], Marks& marks) {
-    // the REGS form: no ring. Each lane loads its own pieces of a superstep (the 16-byte pieces
-    // and scale word(s) that read_slot would take out of the ring: coalesced, 512 bytes a warp a
-    // load) straight into registers, REG_STEPS supersteps at a time, and the first REG_STEPS are
-    // all asked for before griddepcontrol.wait: the layout of tools/gpu/read_ceiling.py's read
-    // launched with PDL (a warp's whole share of a K = 4096 weight in flight before the wait).
+    // the REGS form: no ring in shared memory but one in registers. Each lane loads its own
+    // pieces of a superstep (the 16-byte pieces and scale word(s) that read_slot would take out
+    // of the ring: coalesced, 512 bytes a warp a load) straight into registers, REG_STEPS
+    // supersteps in flight: the first REG_STEPS all asked for before griddepcontrol.wait (the
+    // layout of tools/gpu/read_ceiling.py's read launched with PDL: a warp's whole share of a
+    // K = 4096 weight in flight before the wait), and superstep i + REG_STEPS asked for into the
+    // registers of superstep i once its MMAs have taken them, so that a long K keeps REG_STEPS
+    // in flight rather than waiting for each batch of them.
     // The same MMAs in the same order as PLAIN's (superstep): the same bits.
     const int g = lane >> 2, t = lane & 3;
     const uint4* c_src = codes + tile * c_tile + first * c_super + lane;
@@ -760,24 +769,22 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     const uint4* x_src[SETS];
     x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
     float sums[2][SETS][4] = {};
-    uint4 xv[SETS][4], xn[SETS][4];
+    uint4 xv[SETS][4], xn[SETS][4], c0[REG_STEPS], c1[REG_STEPS];
+    uint2 sc[REG_STEPS];
+#pragma unroll
+    for (int r = 0; r < REG_STEPS; ++r) {
+        const int i = min(r, steps - 1);  // past the last: its own again (cached, unused)
+        c0[r] = __ldcg(c_src + i * c_super);
+        c1[r] = __ldcg(c_src + i * c_super + 32);
+        sc[r] = lane_scales_l2(reinterpret_cast<const uint32_t*>(s_block + i * s_super), lane);
+    }
+    marks.mark(1);
+    if constexpr (PDL) wait_for_prerequisites();
+    marks.mark(2);
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);
+    // REG_STEPS supersteps an iteration, unrolled, so that every register slot is a constant
     for (int base = 0; base < steps; base += REG_STEPS) {
-        uint4 c0[REG_STEPS], c1[REG_STEPS];
-        uint2 sc[REG_STEPS];
-#pragma unroll
-        for (int r = 0; r < REG_STEPS; ++r) {
-            const int i = min(base + r, steps - 1);  // past the last: its own again (cached, unused)
-            c0[r] = __ldcg(c_src + i * c_super);
-            c1[r] = __ldcg(c_src + i * c_super + 32);
-            sc[r] = lane_scales(reinterpret_cast<const uint32_t*>(s_block + i * s_super), lane);
-        }
-        if (base == 0) {
-            marks.mark(1);
-            if constexpr (PDL) wait_for_prerequisites();
-            marks.mark(2);
-#pragma unroll
-            for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);
-        }
 #pragma unroll
         for (int r = 0; r < REG_STEPS; ++r) {
             const int i = base + r;
@@ -788,6 +795,12 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
             if (i == 0) marks.mark(3);
             superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
             if (i == 0) marks.mark(4);
+            const int next = i + REG_STEPS;
+            if (next < steps) {
+                c0[r] = __ldcg(c_src + next * c_super);
+                c1[r] = __ldcg(c_src + next * c_super + 32);
+                sc[r] = lane_scales_l2(reinterpret_cast<const uint32_t*>(s_block + next * s_super), lane);
+            }
             take_next_x<SETS>(xv, xn);
         }
     }
