@@ -55,9 +55,10 @@ CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 #: ``nvfp4_mma_probe.py --diagnose`` and ``nvfp4_launch_chain.py``'s ``ring`` variants time them
 DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 #: GEMV forms built for x of up to ``SET_ROWS`` rows alone, in the cubins of ``WARPS`` warps a
-#: block: ``regs``, no ring: each lane loads its own pieces of each superstep straight into
-#: registers, a warp's first eight supersteps all before ``griddepcontrol.wait`` (as
-#: tools/gpu/read_ceiling.py's read launched with PDL), then the same MMAs as ``plain``
+#: block: ``regs``, no ring in shared memory: each lane loads its own pieces of each superstep
+#: straight into registers, eight supersteps in flight, a warp's first eight all before
+#: ``griddepcontrol.wait`` (as tools/gpu/read_ceiling.py's read launched with PDL), then the
+#: same MMAs as ``plain``
 ONE_SET = {"regs": "nvfp4_mma_gemv_regs"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),

@@ -297,7 +297,7 @@ def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wa
     """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
     (two 16-byte loads a superstep, through L2: LDG.E.128.STRONG.GPU) and eight scale loads of
     its first ``REG_STEPS`` = 8 supersteps come before griddepcontrol.wait (ACQBULK) in a PDL
-    build, x (coherent loads) and every store after it; eight MMAs a superstep, the chunk of 8
+    build, x (coherent loads) and every store after it; eight MMAs a superstep, the loop of 8
     unrolled; in at most 168 registers (3 blocks of 4 warps a multiprocessor), no stack; built
     at 1, 2 and 4 warps a tile, for 8 rows of x only."""
     cubin = tmp_path / "k.cubin"

@@ -659,9 +659,9 @@ def _launch(gemv, xr, weight, per_split, paired=False, gated=False):
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("pdl", [False, True])
 def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_layout(columns, pdl):
-    """``regs`` (no ring, a warp's supersteps 8 at a time in registers) against ``plain`` of the
-    same cubin: the same MMAs in the same order, so the same bits, at 1, 3 and 8 rows, 1, 2 and
-    4 warps a tile (runs of 1 .. 32 supersteps: one chunk of 8, several, a short last one), K
+    """``regs`` (no ring in shared memory, 8 supersteps in flight in registers) against ``plain``
+    of the same cubin: the same MMAs in the same order, so the same bits, at 1, 3 and 8 rows, 1,
+    2 and 4 warps a tile (runs of 1 .. 32 supersteps: fewer than 8, 8, 24 refills), K
     split or not, every memory order, and gated; the PDL build in a CUDA graph too; 9 rows
     refused."""
     if not torch.cuda.is_available():
