@@ -76,6 +76,8 @@ VARIANTS = {
     # ... at 2 warps a tile: half the blocks (qkv 192, 1.5 a multiprocessor, so that the next
     # launch's fit beside them in registers), a warp's second 8 supersteps after the wait
     "regs kw2": {"form": "regs", "kwarps": 2, "r16": R16_PLAIN},
+    # ... at 4 warps a tile (down's shipped 8 is not built for it: run down with this one)
+    "regs kw4": {"form": "regs", "kwarps": 4, "r16": R16_PLAIN},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",

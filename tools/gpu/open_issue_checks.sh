@@ -447,8 +447,10 @@ r22)
     # the MMA GEMV's register form (no ring; a warp's first 8 supersteps loaded before the wait):
     # its GPU tests (the plain form's bits, gated, PDL, a graph), then the GEMVs back to back,
     # shipped against regs (~3 min; the H100 file's down is 8 warps a tile, which regs is not)
-    register_form --shapes qkv gate_up o --variants shipped regs "regs read" "regs kw2"
-    cat "$OUT/rc.txt"; tail -3 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log"
+    # (2026-12-06, 22nd: 8 supersteps in flight, refilled as each is computed; down at 4 warps)
+    register_form --shapes qkv gate_up o --variants shipped regs "regs read" "regs kw2" "regs kw4"
+    b regs_down 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes down --variants shipped "regs kw4" "regs kw2"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log" "$OUT/regs_down.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads
