@@ -794,7 +794,7 @@ h200y)
     b fa4 120 python3 tools/gpu/fa4_attention.py
     b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
     b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
-    register_form --variants shipped regs "regs kw2"
+    register_form --variants shipped regs "regs kw2" "regs kw4"
     cat "$OUT/rc.txt"; grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
     cat "$OUT/ceil_pdl.log"; tail -2 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log"
     ;;
