@@ -78,6 +78,7 @@
 #                                                 # its wait, early waiting first: every program size
 #   bash tools/gpu/open_issue_checks.sh r22      # the register form (regs): its bits against plain,
 #                                                 # then back to back against shipped (mini site)
+#   bash tools/gpu/open_issue_checks.sh trace22  # the warps' timelines: shipped, then regs at 4 warps
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack, ~6 min): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; the PDL read; r22
@@ -451,6 +452,16 @@ r22)
     register_form --shapes qkv gate_up o --variants shipped regs "regs read" "regs kw2" "regs kw4"
     b regs_down 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes down --variants shipped "regs kw4" "regs kw2"
     cat "$OUT/rc.txt"; tail -3 "$OUT/regs_tests.log"; grep -v "^ " "$OUT/regs_chain.log" "$OUT/regs_down.log"
+    ;;
+trace22)
+    # where the register form's time goes (2026-12-06, 22nd: regs was slower than shipped on
+    # every shape): the warps' timelines of the shipped file, then of every shape in regs at 4
+    # warps a tile (down's 8 is not built for it), M = 1, each call after the one before (~2 min)
+    b trace_shipped 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
+    plan_without "$OUT/plan-regs.json" 'form="regs"' 'kwarps=4'
+    b trace_regs 150 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-regs.json" python3 tools/gpu/nvfp4_trace.py \
+        --shapes qkv gate_up down o
+    cat "$OUT/rc.txt"; tail -30 "$OUT/trace_shipped.log"; tail -30 "$OUT/trace_regs.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads
