@@ -51,7 +51,7 @@ def test_a_memory_alone_variant_keeps_its_diagnostic_key_out_of_the_tilings_file
     assert all(nvfp4_launch_chain.MEMORY_ALONE not in entry for entry in plan.values())
 
 
-def test_memory_alone_launches_each_layer_by_the_ring_form_of_its_own_tiling():
+def test_memory_alone_launches_each_layer_by_the_diagnostic_form_of_its_own_tiling():
     from types import SimpleNamespace
 
     class Launcher(SimpleNamespace):
@@ -70,3 +70,9 @@ def test_memory_alone_launches_each_layer_by_the_ring_form_of_its_own_tiling():
         # a split launch's counters reserved for its tiles, as prepare_linear reserves them
         assert [getattr(layer.nvfp4_mma_gemv, "counters", None) for layer in layers] == [
             None if splits == 1 else 6144 // 16] * 2
+    # the register form's memory side alone, as its variants name it
+    asked = []
+    tiling = mma_tiling.tiling(6144, 4096, 132, nvfp4_launch_chain.variant_plan(H100, nvfp4_launch_chain.VARIANTS["regs fold"]))
+    layers = [SimpleNamespace(nvfp4_mma_tiling=tiling, nvfp4_mma_gemv="shipped", nvfp4_mma_row_scale=torch.ones(6144))]
+    nvfp4_launch_chain.memory_alone(kernel, layers, nvfp4_launch_chain.VARIANTS["regs fold"][nvfp4_launch_chain.MEMORY_ALONE])
+    assert tiling.form == "regs" and asked == [tiling._replace(form="regs_fold")]

@@ -38,9 +38,10 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 
 R16_PLAIN = {"kwarps": 4, "form": "plain", "tiles": 1}  #: a 16-row launch any ring depth builds
 #: a variant's key (never written to its tilings file): each launch of fewer than 9 rows replaced by
-#: the diagnostic ``ring`` form of the same cubin (``mma_gemv.DIAGNOSTICS``: the weights and x
-#: streamed as the plain form streams them, a XOR fold for the math): the memory side alone, as
-#: the variant launches it (PDL or not: ``$HINGE_PDL``)
+#: the diagnostic ``ring`` form of the same cubin (True; ``mma_gemv.DIAGNOSTICS``: the weights and
+#: x streamed as the plain form streams them, a XOR fold for the math), or by the one named
+#: (``regs_fold``: ``mma_gemv.REGS_DIAGNOSTICS``, as the register form loads them): the memory side
+#: alone, as the variant launches it (PDL or not: ``$HINGE_PDL``)
 MEMORY_ALONE = "memory alone"
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
@@ -78,6 +79,9 @@ VARIANTS = {
     "regs kw2": {"form": "regs", "kwarps": 2, "r16": R16_PLAIN},
     # ... at 4 warps a tile (down's shipped 8 is not built for it: run down with this one)
     "regs kw4": {"form": "regs", "kwarps": 4, "r16": R16_PLAIN},
+    # their memory side alone (the register form's loads, a XOR fold for the math)
+    "regs fold": {"form": "regs", "r16": R16_PLAIN, MEMORY_ALONE: "regs_fold"},
+    "regs fold kw4": {"form": "regs", "kwarps": 4, "r16": R16_PLAIN, MEMORY_ALONE: "regs_fold"},
     "kw8 plain": {"kwarps": 8, "form": "plain", "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
@@ -113,13 +117,13 @@ def variant_plan(shipped: dict, change: dict) -> dict:
     return {shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}
 
 
-def memory_alone(kernel, layers: list) -> list:
-    """``layers`` (as ``layers_of`` prepared them) launched at fewer than 9 rows by the ``ring``
-    form of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``): the launcher
+def memory_alone(kernel, layers: list, form: str = "ring") -> list:
+    """``layers`` (as ``layers_of`` prepared them) launched at fewer than 9 rows by the diagnostic
+    ``form`` of their own launcher's cubin, tiling and launch (``MEMORY_ALONE``): the launcher
     ``kernel`` itself would build for that tiling (its private ``_gemv``: a diagnostic, never the
     engine's)."""
     for layer in layers:
-        layer.nvfp4_mma_gemv = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form="ring"))
+        layer.nvfp4_mma_gemv = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form=form))
         if layer.nvfp4_mma_tiling.splits > 1:  # (as prepare_linear reserves them for its own)
             ring.reserve_counters(layer.nvfp4_mma_row_scale.shape[0] // 16, layer.nvfp4_mma_row_scale.device)
     return layers
@@ -148,7 +152,8 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
                     json.dump(variant_plan(shipped, change), f)
                 os.environ["HINGE_NVFP4_MMA_PLAN"] = path
             out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
-            out[name].memory_alone = bool((change or {}).get(MEMORY_ALONE))
+            alone = (change or {}).get(MEMORY_ALONE)  # the diagnostic form, or None
+            out[name].memory_alone = "ring" if alone is True else alone
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
     return out
 
@@ -177,7 +182,7 @@ def main(args) -> None:
         layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
         for name, kernel in by_variant.items():
             if kernel.memory_alone:
-                memory_alone(kernel, layers[name])
+                memory_alone(kernel, layers[name], kernel.memory_alone)
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             roof = (n * k // 2 + n * k // 16 + 2 * m * (k + n)) / (args.hbm_tbs * 1e12) * 1e6

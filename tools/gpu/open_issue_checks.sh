@@ -78,7 +78,7 @@
 #                                                 # its wait, early waiting first: every program size
 #   bash tools/gpu/open_issue_checks.sh r22      # the register form (regs): its bits against plain,
 #                                                 # then back to back against shipped (mini site)
-#   bash tools/gpu/open_issue_checks.sh trace22  # the warps' timelines: shipped, then regs at 4 warps
+#   bash tools/gpu/open_issue_checks.sh trace22  # regs' memory side alone; the warps' timelines: shipped, regs
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack, ~6 min): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; the PDL read; r22
@@ -455,11 +455,17 @@ r22)
     ;;
 trace22)
     # where the register form's time goes (2026-12-06, 22nd: regs was slower than shipped on
-    # every shape): the warps' timelines of the shipped file, then of every shape in regs at 4
-    # warps a tile (down's 8 is not built for it), M = 1, each call after the one before (~2 min)
-    b trace_shipped 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
+    # every shape): its memory side alone (regs fold) beside the ring form's and the GEMVs, then
+    # the warps' timelines of the shipped file and of every shape in regs at 4 warps a tile
+    # (down's 8 is not built for it), M = 1, each call after the one before (~4 min)
+    b fold_chain 90 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv gate_up o \
+        --variants shipped ring regs "regs fold"
+    b fold_down 60 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes down \
+        --variants shipped ring "regs kw4" "regs fold kw4"
+    grep -v "^ " "$OUT/fold_chain.log" "$OUT/fold_down.log"
+    b trace_shipped 200 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
     plan_without "$OUT/plan-regs.json" 'form="regs"' 'kwarps=4'
-    b trace_regs 150 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-regs.json" python3 tools/gpu/nvfp4_trace.py \
+    b trace_regs 200 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-regs.json" python3 tools/gpu/nvfp4_trace.py \
         --shapes qkv gate_up down o
     cat "$OUT/rc.txt"; tail -30 "$OUT/trace_shipped.log"; tail -30 "$OUT/trace_regs.log"
     ;;

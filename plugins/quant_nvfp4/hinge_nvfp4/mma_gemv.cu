@@ -563,7 +563,7 @@ __device__ __forceinline__ void scaled_sums(const float (&sums)[2][SETS][4], flo
         acc[i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
 }
 
-enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS };
+enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS, REGS_FOLD };
 
 __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     // the warps of one tile alone (named barrier ``id``; 0 is __syncthreads'): a block's tiles
@@ -745,7 +745,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #define REG_STEPS 8  // supersteps a lane of the REGS form has in flight (8: all of K = 4096 at 4 warps a tile)
 #define BLOCKS_PER_SM_REGS (12 / WARPS)  // registers for 12 warps a multiprocessor (<= 168 a thread)
 
-template <int SETS>
+template <int SETS, bool FOLD>
 __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
                                                 const uint32_t* __restrict__ scales,
                                                 const uint16_t* __restrict__ x, const int k, const int m,
@@ -761,7 +761,8 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     // K = 4096 weight in flight before the wait), and superstep i + REG_STEPS asked for into the
     // registers of superstep i once its MMAs have taken them, so that a long K keeps REG_STEPS
     // in flight rather than waiting for each batch of them.
-    // The same MMAs in the same order as PLAIN's (superstep): the same bits.
+    // The same MMAs in the same order as PLAIN's (superstep): the same bits. FOLD (the
+    // diagnostic REGS_FOLD): the same loads with a XOR fold for the math, the memory side alone.
     const int g = lane >> 2, t = lane & 3;
     const uint4* c_src = codes + tile * c_tile + first * c_super + lane;
     const uint4* s_block = reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super;
@@ -769,6 +770,7 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     const uint4* x_src[SETS];
     x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
     float sums[2][SETS][4] = {};
+    uint32_t fold = 0u;  // FOLD's stand-in for the math
     uint4 xv[SETS][4], xn[SETS][4], c0[REG_STEPS], c1[REG_STEPS];
     uint2 sc[REG_STEPS];
 #pragma unroll
@@ -793,7 +795,13 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
             for (int set = 0; set < SETS; ++set)  // in bounds past the last
                 load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
             if (i == 0) marks.mark(3);
-            superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
+            if constexpr (FOLD) {
+                fold ^= c0[r].x ^ c0[r].y ^ c0[r].z ^ c0[r].w ^ c1[r].x ^ c1[r].y ^ c1[r].z ^ c1[r].w ^ sc[r].x ^ sc[r].y;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
+            } else {
+                superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
+            }
             if (i == 0) marks.mark(4);
             const int next = i + REG_STEPS;
             if (next < steps) {
@@ -806,6 +814,7 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     }
     marks.mark(5);
     scaled_sums<SETS>(sums, acc[0]);
+    if constexpr (FOLD) acc[0][0] += (float)(fold & 1u);  // keeps the loads
 }
 
 template <int FORM, int KW, int SETS, int T>
@@ -839,9 +848,9 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     Marks marks;
     marks.mark(0);
     float acc[T][4 * SETS] = {};
-    if constexpr (FORM == REGS) {
+    if constexpr (FORM == REGS || FORM == REGS_FOLD) {
         static_assert(T == 1, "the REGS form takes one tile a warp");
-        if (steps > 0) accumulate_regs<SETS>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
+        if (steps > 0) accumulate_regs<SETS, FORM == REGS_FOLD>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
                                              first, steps, lane, acc, marks);
     } else if (steps > 0) {
         accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
@@ -921,6 +930,10 @@ GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)
 GEMV_KERNEL(nvfp4_mma_gemv_regs, REGS, 1, 1, 1, BLOCKS_PER_SM_REGS)
 GEMV_KERNEL(nvfp4_mma_gemv_regs_kw2, REGS, 2, 1, 1, BLOCKS_PER_SM_REGS)
 GEMV_KERNEL(nvfp4_mma_gemv_regs_kw4, REGS, 4, 1, 1, BLOCKS_PER_SM_REGS)
+// its memory side alone (REGS_FOLD; mma_gemv.REGS_DIAGNOSTICS: nvfp4_launch_chain.py's "regs fold")
+GEMV_KERNEL(nvfp4_mma_gemv_regs_fold, REGS_FOLD, 1, 1, 1, BLOCKS_PER_SM_REGS)
+GEMV_KERNEL(nvfp4_mma_gemv_regs_fold_kw2, REGS_FOLD, 2, 1, 1, BLOCKS_PER_SM_REGS)
+GEMV_KERNEL(nvfp4_mma_gemv_regs_fold_kw4, REGS_FOLD, 4, 1, 1, BLOCKS_PER_SM_REGS)
 #endif
 GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)

@@ -60,6 +60,9 @@ DIAGNOSTICS = {"ring": "nvfp4_mma_gemv_ring", "math": "nvfp4_mma_gemv_math"}
 #: ``griddepcontrol.wait`` (as tools/gpu/read_ceiling.py's read launched with PDL), then the
 #: same MMAs as ``plain``
 ONE_SET = {"regs": "nvfp4_mma_gemv_regs"}
+#: the register form's memory side alone (its loads, a XOR fold for the math; no GEMV), built
+#: beside it: ``nvfp4_launch_chain.py``'s ``regs fold`` variants
+REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
@@ -91,11 +94,12 @@ def block_warps(kwarps: int) -> int:
 
 
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
-    """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET`` or ``DIAGNOSTICS``) with
-    ``kwarps`` warps a tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a
-    ``KERNELS`` form's ``_r16`` kernel, two sets of MMA columns), ``tiles`` 16-row tiles a warp
+    """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET``, ``DIAGNOSTICS`` or
+    ``REGS_DIAGNOSTICS``) with ``kwarps`` warps a tile for x of at most ``rows`` rows
+    (``SET_ROWS``, or ``MAX_ROWS``: a ``KERNELS`` form's ``_r16`` kernel, two sets of MMA
+    columns), ``tiles`` 16-row tiles a warp
     (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
-    names = KERNELS | ONE_SET | DIAGNOSTICS
+    names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
     if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in (*KERNELS, "ring")):

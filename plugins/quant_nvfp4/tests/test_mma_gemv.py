@@ -19,6 +19,8 @@ import torch
 from hinge_nvfp4 import mma_gemv as nvfp4_mma
 from hinge_nvfp4 import mma_layout as layout
 
+#: the register form and its memory side alone, built beside the ring forms (their own tests)
+one_set = nvfp4_mma.ONE_SET | nvfp4_mma.REGS_DIAGNOSTICS
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
 
 
@@ -178,8 +180,8 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     assert all(resources.pop(name) for name in nvfp4_mma.DEQUANTS.values())  # the weight itself (own test)
-    assert all(resources.pop(nvfp4_mma.kernel_name(form, kw)) for form in nvfp4_mma.ONE_SET
-               for kw in nvfp4_mma.KWARPS)  # the register form (own test)
+    assert all(resources.pop(nvfp4_mma.kernel_name(form, kw)) for form in one_set
+               for kw in nvfp4_mma.KWARPS)  # the register form and its memory side (own test)
     forms = nvfp4_mma.KERNELS | nvfp4_mma.DIAGNOSTICS
     names = {nvfp4_mma.kernel_name(form, kw, rows, tiles): (form, kw, rows, tiles) for form in forms
              for kw in nvfp4_mma.KWARPS for rows in (8, 16) for tiles in (1, 2)
@@ -279,7 +281,7 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     codes = sass_by_function(cubin)
     for name in nvfp4_mma.DEQUANTS.values():  # launched after the kernel before ends
         assert "ACQBULK" not in codes.pop(name)
-    for name in (nvfp4_mma.kernel_name(form, kw) for form in nvfp4_mma.ONE_SET for kw in nvfp4_mma.KWARPS):
+    for name in (nvfp4_mma.kernel_name(form, kw) for form in one_set for kw in nvfp4_mma.KWARPS):
         assert codes.pop(name).count("ACQBULK") == 1, name  # the register form (own test)
     kernels = 2 * len(nvfp4_mma.KERNELS) + len(nvfp4_mma.DIAGNOSTICS) + len(nvfp4_mma.T2_FORMS)
     assert len(codes) == kernels * len(nvfp4_mma.KWARPS)
@@ -299,17 +301,18 @@ def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wa
     its first ``REG_STEPS`` = 8 supersteps come before griddepcontrol.wait (ACQBULK) in a PDL
     build, x (coherent loads) and every store after it; eight MMAs a superstep, the loop of 8
     unrolled; in at most 168 registers (3 blocks of 4 warps a multiprocessor), no stack; built
-    at 1, 2 and 4 warps a tile, for 8 rows of x only."""
+    at 1, 2 and 4 warps a tile, for 8 rows of x only. Its memory side alone (``regs_fold``) the
+    same, with no MMA."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced"))
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
     codes = sass_by_function(cubin)
-    for kw in nvfp4_mma.KWARPS:
-        name = nvfp4_mma.kernel_name("regs", kw)
+    for form, kw in ((form, kw) for form in one_set for kw in nvfp4_mma.KWARPS):
+        name = nvfp4_mma.kernel_name(form, kw)
         code, line = codes[name], resources[name]
         assert int(re.search(r"REG:(\d+)", line).group(1)) <= 168 and "STACK:0" in line, (name, line)
         assert "LDGSTS" not in code and "UBLKCP" not in code and "DEPBAR" not in code, name
-        assert code.count("HMMA.16816.F32.BF16") == 8 * 8, name
+        assert code.count("HMMA.16816.F32.BF16") == (8 * 8 if form == "regs" else 0), name  # regs_fold: no math
         wait = code.index("ACQBULK")
         assert code.count("ACQBULK") == 1, name
         assert code[:wait].count("LDG.E.128.STRONG.GPU") >= 16, name  # codes, then 8 scale loads
