@@ -69,6 +69,11 @@ VARIANTS = {
     "ring split2": {"splits": 2, MEMORY_ALONE: True},
     "split4": {"splits": 4},
     "ring split4": {"splits": 4, MEMORY_ALONE: True},
+    # every warp's whole run asked of L2 before its wait (mma_gemv.PREFETCHES "run"), as the PDL
+    # read asks for its bytes; the ring then copies from L2
+    "run": {"prefetch": "run"},
+    "run read": {"prefetch": "run", "trigger": "read"},
+    "ring run": {"prefetch": "run", MEMORY_ALONE: True},
     # the register form: no ring, a warp's first 8 supersteps all asked for before the wait
     # (mma_gemv.ONE_SET: up to 8 rows, so the 16-row launch named; 1, 2 or 4 warps a tile: on
     # the H100 run it with --shapes qkv gate_up o)

@@ -79,6 +79,7 @@
 #   bash tools/gpu/open_issue_checks.sh r22      # the register form (regs): its bits against plain,
 #                                                 # then back to back against shipped (mini site)
 #   bash tools/gpu/open_issue_checks.sh trace22  # regs' memory side alone; the warps' timelines: shipped, regs
+#   bash tools/gpu/open_issue_checks.sh l2run22  # every warp's run asked of L2 before its wait: tests, chain, e2e
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack, ~6 min): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; the PDL read; r22
@@ -468,6 +469,22 @@ trace22)
     b trace_regs 200 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-regs.json" python3 tools/gpu/nvfp4_trace.py \
         --shapes qkv gate_up down o
     cat "$OUT/rc.txt"; tail -30 "$OUT/trace_shipped.log"; tail -30 "$OUT/trace_regs.log"
+    ;;
+l2run22)
+    # 2026-12-06 (22nd): each warp asks L2 for its whole run before griddepcontrol.wait
+    # (prefetch "run"), as the PDL read asks for all its bytes: its cubins built at once, its GPU
+    # test (the bits without it), the GEMVs back to back at 1, 8, 16 rows, end to end (~6 min)
+    for cols in contiguous coalesced; do for pf in '"run"' 0; do for trig in read start; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig')" &
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
+    done; done; done; wait
+    b run_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k asking_l2
+    b run_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped run "run read" ring "ring run"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/run_tests.log"; grep -v "^ " "$OUT/run_chain.log"
+    plan_without "$OUT/plan-run.json" 'prefetch="run"'
+    b run_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-run.json"
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/run_e2e.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

@@ -388,6 +388,10 @@ __device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, cons
 #ifndef L2_PREFETCH
 #define L2_PREFETCH 0  // bytes L2 is asked to fetch around each copy: 0 (no hint), 64, 128 or 256
 #endif
+#ifndef MMA_L2_RUN
+#define MMA_L2_RUN 0  // PDL: 1 asks L2 for a warp's whole run before griddepcontrol.wait (mma_gemv PREFETCHES "run")
+#endif
+constexpr bool L2_RUN = MMA_L2_RUN;
 #if L2_PREFETCH == 256
 #define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
 #elif L2_PREFETCH == 128
@@ -399,6 +403,30 @@ __device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, cons
 #else
 #error "L2_PREFETCH is 0, 64, 128 or 256"
 #endif
+
+__device__ __forceinline__ void prefetch_l2(const void* src, const unsigned bytes) {
+    // ``bytes`` (a multiple of 16) from global memory into L2, nothing waited for (sm_90)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+template <int T>
+__device__ __forceinline__ void prefetch_run(const uint4* const (&c_block)[T], const uint4* const (&s_block)[T],
+                                             const int c_step, const int s_step, const int from,
+                                             const int steps, const int lane) {
+    // L2_RUN: the run's supersteps from ``from`` on, a lane a superstep (each tile's 1024 bytes
+    // of codes and 128 of scales), asked of L2 while the kernel before still runs: what the ring
+    // copies after the wait then comes from L2 (tools/gpu/read_ceiling.py's PDL read asks for all
+    // its bytes before its wait)
+    for (int s = from + lane; s < steps; s += 32) {
+#pragma unroll
+        for (int j = 0; j < T; ++j) {
+            prefetch_l2(c_block[j] + (size_t)s * c_step, 64 * 16);
+            prefetch_l2(s_block[j] + (size_t)s * s_step, 8 * 16);
+        }
+    }
+}
 
 __device__ __forceinline__ void copy_async(void* dst, const void* src) {
     // 16 bytes, through L2 only (.cg): the weights stream past L1, which keeps x
@@ -630,6 +658,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         for (int s = 0; s < STAGES - 1; ++s)
             if (!bulk && s < steps && (streams || s == 0))
                 copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
+        if constexpr (L2_RUN) prefetch_run<T>(c_block, s_block, c_step, s_step, STAGES - 1, steps, lane);
         marks.mark(1);
         wait_for_prerequisites();
         marks.mark(2);

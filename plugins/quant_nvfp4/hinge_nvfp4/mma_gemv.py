@@ -31,7 +31,10 @@ WIDE_WARPS = 8
 WIDE_MAX_STAGES = 5
 RING_STAGES = (4, 8)  #: the cp.async rings' depths (supersteps) ``MmaKernel`` builds
 MAX_STAGES = 10  #: the rings of 4 warps in 48 KiB of static shared memory (1152 bytes a stage)
-PREFETCHES = (0, 64, 128, 256)  #: the L2 prefetch sizes a build may ask its copies for
+#: the L2 prefetch sizes a build may ask its copies for, or ``"run"``: a PDL build asks L2 for a
+#: warp's whole run (past the ring's prologue) before ``griddepcontrol.wait``, as
+#: tools/gpu/read_ceiling.py's PDL read asks for its bytes (``MMA_L2_RUN``; no hint on the copies)
+PREFETCHES = (0, 64, 128, 256, "run")
 PREFETCH = 0  #: the one ``MmaKernel`` builds
 #: when a PDL build lets the kernel after it launch: once a warp's weights are read (``read``),
 #: or at its start (``start``: ``MMA_TRIGGER_START``)
@@ -146,7 +149,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "nvfp4_mma_gemv.cubin"
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
-                               f"-DL2_PREFETCH={prefetch}", f"-DMMA_PDL={int(pdl)}",
+                               f"-DL2_PREFETCH={0 if prefetch == 'run' else prefetch}", f"-DMMA_L2_RUN={int(prefetch == 'run')}",
+                               f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}",
                                "-o", str(out),

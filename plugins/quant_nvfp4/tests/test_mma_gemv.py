@@ -295,6 +295,31 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
 
 
 @needs_nvcc
+def test_a_pdl_build_with_prefetch_run_asks_l2_for_the_warps_run_before_its_wait_and_no_other_build_does(tmp_path):
+    """``prefetch="run"`` (``PREFETCHES``): in a PDL build every ring form's GEMV issues bulk L2
+    prefetches (UBLKPF) of its run past the prologue, all before griddepcontrol.wait (ACQBULK),
+    and its copies carry no L2 hint; the register forms, and a build without "run" or without
+    PDL, issue none."""
+    def sass(**options):
+        cubin = tmp_path / "k.cubin"
+        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, columns="coalesced", **options))
+        return sass_by_function(cubin)
+
+    codes = sass(pdl=True, prefetch="run")
+    gemvs = [nvfp4_mma.kernel_name(form, kw, rows) for form in nvfp4_mma.KERNELS for kw in nvfp4_mma.KWARPS
+             for rows in (8, 16)]
+    for name in gemvs:
+        code = codes[name]
+        wait = code.index("ACQBULK")
+        assert code[:wait].count("UBLKPF") >= 2 and "UBLKPF" not in code[wait:], name
+        assert "LTC" not in code, name  # (LDGSTS.E.BYPASS.LTC256B.128: a copy with an L2 hint)
+    for name in (nvfp4_mma.kernel_name(form, kw) for form in one_set for kw in nvfp4_mma.KWARPS):
+        assert "UBLKPF" not in codes[name], name
+    for options in ({"pdl": True}, {"prefetch": "run"}):
+        assert not any("UBLKPF" in code for code in sass(**options).values()), options
+
+
+@needs_nvcc
 def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wait_and_x_after(tmp_path):
     """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
     (two 16-byte loads a superstep, through L2: LDG.E.128.STRONG.GPU) and eight scale loads of

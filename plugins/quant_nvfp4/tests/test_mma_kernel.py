@@ -657,6 +657,40 @@ def _launch(gemv, xr, weight, per_split, paired=False, gated=False):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+def test_cuda_asking_l2_for_the_run_before_the_wait_changes_no_bit(columns):
+    """``prefetch="run"`` (a PDL build: each warp asks L2 for its run before griddepcontrol.wait)
+    against the PDL build without it: the same bits, every ring form, 1, 2 and 4 warps a tile,
+    every memory order, 1, 8 and 16 rows, K split or not; and in a CUDA graph."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    run, plain = (mma_gemv.cached_cubin(arch, 4, prefetch=pf, pdl=True, columns=columns) for pf in ("run", 0))
+    for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (400, 256, 16)):
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        for form, kw, order in ((f, kw, o) for f in sorted(mma_gemv.KERNELS) for kw in mma_gemv.KWARPS
+                                for o in mma_layout.LAYOUTS):
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
+            gemvs = [mma_gemv.MmaGemv(cubin, form, 4, kw, pdl=True, columns=columns) for cubin in (run, plain)]
+            for gemv in gemvs:
+                gemv.reserve_counters(n // 16, torch.device("cuda"))
+            call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
+            for rows in (1, 8, 16):
+                xr = x[:rows].contiguous()
+                assert torch.equal(call(gemvs[0], xr), call(gemvs[1], xr)), (form, columns, n, k, kw, order, rows)
+            if order == "super" and kw == 4:
+                xr = x[:1].contiguous()
+                eager = call(gemvs[0], xr)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = call(gemvs[0], xr)
+                graph.replay()
+                torch.cuda.synchronize()
+                assert torch.equal(captured, eager), (form, columns, n, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("pdl", [False, True])
 def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_layout(columns, pdl):
     """``regs`` (no ring in shared memory, 8 supersteps in flight in registers) against ``plain``
