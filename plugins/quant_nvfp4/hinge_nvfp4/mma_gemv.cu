@@ -575,6 +575,26 @@ __device__ __forceinline__ void x_sources(const uint16_t* __restrict__ x, const 
 }
 
 template <int SETS>
+__device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* const (&x_src)[SETS], const int i,
+                                            const int steps) {
+    // each set's x of superstep i + 1, loaded while superstep i computes (the last one again
+    // past the last: in bounds)
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+}
+
+__device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
+    // a superstep's code and scale words folded: the memory-side diagnostics' stand-in for the math
+    return c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc.x ^ sc.y;
+}
+
+__device__ __forceinline__ void fold_x(uint32_t& fold, const uint4 (&xv)[4]) {
+    // a lane's 64 bytes of x folded into ``fold`` (likewise)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) fold ^= xv[j].x ^ xv[j].y ^ xv[j].z ^ xv[j].w;
+}
+
+template <int SETS>
 __device__ __forceinline__ void take_next_x(uint4 (&xv)[SETS][4], const uint4 (&xn)[SETS][4]) {
     // the next superstep's x, loaded while this one computed, becomes this one's
 #pragma unroll
@@ -742,17 +762,11 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int from = (s + 1) % STAGES;
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
-            if (!x_ring) {
-#pragma unroll
-                for (int set = 0; set < SETS; ++set)  // in bounds past the last
-                    load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
-            }
+            if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
-                for (int j = 0; j < T; ++j)
-                    fold ^= c0[j].x ^ c0[j].y ^ c0[j].z ^ c0[j].w ^ c1[j].x ^ c1[j].y ^ c1[j].z ^ c1[j].w ^ sc[j].x ^ sc[j].y;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
+                for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);
+                fold_x(fold, xv[0]);
             } else {
 #pragma unroll
                 for (int j = 0; j < T; ++j) superstep<SETS>(c0[j], c1[j], sc[j], xv, sums[j]);
@@ -820,14 +834,11 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
         for (int r = 0; r < REG_STEPS; ++r) {
             const int i = base + r;
             if (i >= steps) break;
-#pragma unroll
-            for (int set = 0; set < SETS; ++set)  // in bounds past the last
-                load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+            load_next_x<SETS>(xn, x_src, i, steps);
             if (i == 0) marks.mark(3);
             if constexpr (FOLD) {
-                fold ^= c0[r].x ^ c0[r].y ^ c0[r].z ^ c0[r].w ^ c1[r].x ^ c1[r].y ^ c1[r].z ^ c1[r].w ^ sc[r].x ^ sc[r].y;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) fold ^= xv[0][j].x ^ xv[0][j].y ^ xv[0][j].z ^ xv[0][j].w;
+                fold ^= xor_of(c0[r], c1[r], sc[r]);
+                fold_x(fold, xv[0]);
             } else {
                 superstep<SETS>(c0[r], c1[r], sc[r], xv, sums);
             }

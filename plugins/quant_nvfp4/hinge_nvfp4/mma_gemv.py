@@ -100,8 +100,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
     """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET``, ``DIAGNOSTICS`` or
     ``REGS_DIAGNOSTICS``) with ``kwarps`` warps a tile for x of at most ``rows`` rows
     (``SET_ROWS``, or ``MAX_ROWS``: a ``KERNELS`` form's ``_r16`` kernel, two sets of MMA
-    columns), ``tiles`` 16-row tiles a warp
-    (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
+    columns), ``tiles`` 16-row tiles a warp (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
     names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
