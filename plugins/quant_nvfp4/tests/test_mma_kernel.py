@@ -632,14 +632,20 @@ def test_cuda_mma_gemv_equals_the_reference_on_qwen3_8b_shapes_eager_and_in_a_gr
         kernel.prepare_linear(layer, packed, scales)
         assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 2, 5, 8, 9, 12, 16))
         for rows in (1, 16):
-            graph = torch.cuda.CUDAGraph()
             static = x[:rows].contiguous()
             eager = kernel.linear(layer, static, bias, None)
-            with torch.cuda.graph(graph):
-                captured = kernel.linear(layer, static, bias, None)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(captured, eager), (n, k, rows)
+            assert torch.equal(_replayed(kernel.linear, layer, static, bias, None), eager), (n, k, rows)
+
+
+def _replayed(fn, *args):
+    """``fn(*args)`` captured in a CUDA graph and replayed once: the captured output after the
+    replay."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
 
 
 def _launch(gemv, xr, weight, per_split, paired=False, gated=False):
@@ -681,12 +687,7 @@ def test_cuda_asking_l2_for_the_run_before_the_wait_changes_no_bit(columns):
             if order == "super" and kw == 4:
                 xr = x[:1].contiguous()
                 eager = call(gemvs[0], xr)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    captured = call(gemvs[0], xr)
-                graph.replay()
-                torch.cuda.synchronize()
-                assert torch.equal(captured, eager), (form, columns, n, k)
+                assert torch.equal(_replayed(call, gemvs[0], xr), eager), (form, columns, n, k)
 
 
 @pytest.mark.gpu
@@ -716,12 +717,7 @@ def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_l
             if pdl and order == "super":
                 xr = x[:1].contiguous()
                 eager = run(regs, xr)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    captured = run(regs, xr)
-                graph.replay()
-                torch.cuda.synchronize()
-                assert torch.equal(captured, eager), (columns, n, k, kw)
+                assert torch.equal(_replayed(run, regs, xr), eager), (columns, n, k, kw)
             with pytest.raises(ValueError, match="8 rows at most"):
                 run(regs, x[:9].contiguous())
     # gated (silu(gate) * up in the epilogue, the pair's tiles meeting in shared memory or
