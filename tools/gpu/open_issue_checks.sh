@@ -104,14 +104,15 @@ b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
 # the PDL cubins of rings of each depth given (4 warps a block; 8 warps in rings of 4), in each
 # column map and trigger, built at once into the disk cache (NO_PDL=1: the non-PDL ones of rings
-# of 4 too), so no timed run waits on nvcc
-pdl_cubins() { local stages cols trig
+# of 4 too; PREFETCH: the PDL ones' prefetch as Python, e.g. '"run"', default 0), so no timed run
+# waits on nvcc
+pdl_cubins() { local stages cols trig pf=${PREFETCH:-0}
     for cols in contiguous coalesced; do
         for trig in read start; do
             for stages in "$@"; do
-                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='$trig')" &
+                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig')" &
             done
-            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
         done
         if [ "${NO_PDL:-0}" = 1 ]; then
             python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, columns='$cols')" &
@@ -138,9 +139,6 @@ for entry in plan.values():
 json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
 }
-# the H100 file as shipped, lane $1's logs: kernel: mma's and the engine's GPU tests of -k $2
-# ($1_tests), the GEMM table at 1 .. 16 rows (gemm_$1), end to end against the file without
-# the keys after the limits (e2e_$1); $3 $4 $5: the three's limits in seconds
 # the register form's GPU tests (its cubins built first), then launch_chain at 1 and 8 rows with
 # the arguments given (shapes, variants): lanes r22 and h200y
 register_form() {
@@ -149,6 +147,9 @@ register_form() {
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k register_form
     b regs_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 "$@"
 }
+# the H100 file as shipped, lane $1's logs: kernel: mma's and the engine's GPU tests of -k $2
+# ($1_tests), the GEMM table at 1 .. 16 rows (gemm_$1), end to end against the file without
+# the keys after the limits (e2e_$1); $3 $4 $5: the three's limits in seconds
 shipped_file() { local name=$1 tests=$2 t1=$3 t2=$4 t3=$5; shift 5
     plan_without "$OUT/plan-before.json" "$@"
     b "${name}_tests" "$t1" python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
@@ -474,10 +475,7 @@ l2run22)
     # 2026-12-06 (22nd): each warp asks L2 for its whole run before griddepcontrol.wait
     # (prefetch "run"), as the PDL read asks for all its bytes: its cubins built at once, its GPU
     # test (the bits without it), the GEMVs back to back at 1, 8, 16 rows, end to end (~6 min)
-    for cols in contiguous coalesced; do for pf in '"run"' 0; do for trig in read start; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig')" &
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
-    done; done; done; wait
+    pdl_cubins 4 & PREFETCH='"run"' pdl_cubins 4 & wait
     b run_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k asking_l2
     b run_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped run "run read" ring "ring run"
