@@ -1,6 +1,7 @@
 """Where a decode GEMV's time goes between kernels: kernel: mma's warps' timelines; one run.
 
     python tools/gpu/nvfp4_trace.py [--chain same|layer] [--shapes qkv ...] [--ms 1] [--out DIR]
+                                    [--wait-first]
 
 The GEMVs are built with ``MMA_TRACE`` (``mma_gemv.build_cubin(trace=True)``: each warp's lane 0
 takes ``%globaltimer`` and its multiprocessor's clock at seven marks, mma_gemv.cu's ``Marks``)
@@ -31,8 +32,9 @@ from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
 
 
-def traced_cubins() -> dict:
-    """``mma_gemv.cached_cubin`` replaced by trace builds (kept in memory, never on disk)."""
+def traced_cubins(wait_first: bool = False) -> dict:
+    """``mma_gemv.cached_cubin`` replaced by trace builds (kept in memory, never on disk);
+    ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``)."""
     from hinge_nvfp4 import mma_gemv
 
     built: dict = {}
@@ -42,7 +44,7 @@ def traced_cubins() -> dict:
         key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger)
         if key not in built:
             built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True,
-                                              trigger=trigger)
+                                              trigger=trigger, wait_first=wait_first and pdl)
         return built[key]
 
     mma_gemv.cached_cubin = cubin
@@ -163,7 +165,7 @@ def main(args) -> None:
 
     dq = NVFP4Options().prefill_dequant_rows
     shipped = MmaKernel(dequant_rows=dq)
-    traced_cubins()
+    traced_cubins(args.wait_first)
     traced = MmaKernel(dequant_rows=dq)
     for m in args.ms:
         for (label, fn, steps), (_, plain, _) in zip(chain(traced, args, m), chain(shipped, args, m), strict=True):
@@ -204,6 +206,9 @@ if __name__ == "__main__":
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)
     parser.add_argument("--out", help="a directory for the raw records")
+    parser.add_argument("--wait-first", action="store_true",
+                        help="trace builds that wait before the ring's first copies (mma_gemv.build_cubin "
+                             "wait_first): whether the wait's return is the call before or this warp's copies")
     args = parser.parse_args()
     args.hbm_tbs = start(args.hbm_tbs, "; kernel: mma's warps' timelines (us)")
     main(args)

@@ -80,6 +80,7 @@
 #                                                 # then back to back against shipped (mini site)
 #   bash tools/gpu/open_issue_checks.sh trace22  # regs' memory side alone; the warps' timelines: shipped, regs
 #   bash tools/gpu/open_issue_checks.sh l2run22  # every warp's run asked of L2 before its wait: tests, chain, e2e
+#   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; the PDL read (~5 min)
@@ -120,10 +121,12 @@ pdl_cubins() { local stages cols trig pf=${PREFETCH:-0}
         fi
     done
     wait; }
-# a shipped tilings file (PLAN_DEVICE, default the H100's) into $1 with the keys named after it
+# a shipped tilings file (PLAN_DEVICE, default this card's) into $1 with the keys named after it
 # dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
 # ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
-plan_without() { local out=$1; shift; python3 - "$out" "${PLAN_DEVICE:-NVIDIA H100 80GB HBM3}" "$@" <<'PY'
+plan_without() { local out=$1; shift
+    local card; card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    python3 - "$out" "${PLAN_DEVICE:-$card}" "$@" <<'PY'
 import json, sys
 from hinge_nvfp4 import mma_tiling
 plan = mma_tiling.tuned_tilings(device_name=sys.argv[2])
@@ -483,6 +486,18 @@ l2run22)
     plan_without "$OUT/plan-run.json" 'prefetch="run"'
     b run_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-run.json"
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/run_e2e.log"
+    ;;
+wait23)
+    # what shipped's 1.0 us at griddepcontrol.wait is (2026-12-06, 23rd): the warps' timelines
+    # of the shipped file, of the same with the wait before the ring's first copies (nothing of
+    # the warp's in flight: the call before alone), and with each warp's run asked of L2 before
+    # the wait (prefetch "run"), M = 1 (~4 min)
+    b trace_shipped 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
+    b trace_wait_first 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --wait-first
+    plan_without "$OUT/plan-run.json" 'prefetch="run"'
+    b trace_run 150 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-run.json" python3 tools/gpu/nvfp4_trace.py \
+        --shapes qkv gate_up down o
+    cat "$OUT/rc.txt"; for t in shipped wait_first run; do echo "== $t"; grep -E "M = 1:|call |\[[014]\]" "$OUT/trace_$t.log"; done
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

@@ -392,6 +392,10 @@ __device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, cons
 #define MMA_L2_RUN 0  // PDL: 1 asks L2 for a warp's whole run before griddepcontrol.wait (mma_gemv PREFETCHES "run")
 #endif
 constexpr bool L2_RUN = MMA_L2_RUN;
+#ifndef MMA_WAIT_FIRST
+#define MMA_WAIT_FIRST 0  // PDL, diagnostic: 1 waits (griddepcontrol.wait) before the prologue's copies
+#endif
+constexpr bool WAIT_FIRST = MMA_WAIT_FIRST;
 #if L2_PREFETCH == 256
 #define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
 #elif L2_PREFETCH == 128
@@ -673,14 +677,17 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     if constexpr (PDL) {
         // the prologue: supersteps 0 .. STAGES - 2 in flight, their weights first (copy group 0
         // holds them all: waiting for group i still means superstep i's weights have landed),
-        // then, once the kernels before have finished (wait_for_prerequisites), x
+        // then, once the kernels before have finished (wait_for_prerequisites), x. WAIT_FIRST
+        // (a diagnostic, mma_gemv.build_cubin wait_first=True) waits before the copies: how long
+        // the wait takes with nothing of this warp's in flight (its mark 2 then follows mark 1)
+        if constexpr (WAIT_FIRST) wait_for_prerequisites();
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s)
             if (!bulk && s < steps && (streams || s == 0))
                 copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
         if constexpr (L2_RUN) prefetch_run<T>(c_block, s_block, c_step, s_step, STAGES - 1, steps, lane);
         marks.mark(1);
-        wait_for_prerequisites();
+        if constexpr (!WAIT_FIRST) wait_for_prerequisites();
         marks.mark(2);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {

@@ -118,7 +118,8 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
-                warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read") -> bytes:
+                warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
+                wait_first: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -128,7 +129,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); ``trace``: a diagnostic build whose warps
     record their timelines (``MMA_TRACE``; ``tools/gpu/nvfp4_trace.py``; never cached or
     launched by the engine); ``trigger``: when a ``pdl`` build lets the kernel after it launch
-    (``TRIGGERS``); needs nvcc on PATH."""
+    (``TRIGGERS``); ``wait_first``: a diagnostic ``pdl`` build whose cp.async forms wait before
+    their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
+    cached or launched by the engine); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -139,6 +142,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         raise ValueError(f"the copies' L2 prefetch is one of {PREFETCHES} bytes, got {prefetch}")
     if columns not in COLUMN_MAPS:
         raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
+    if wait_first and not pdl:
+        raise ValueError("wait_first moves griddepcontrol.wait, which only a pdl=True build has")
     if trigger not in TRIGGERS:
         raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     nvcc = shutil.which("nvcc")
@@ -151,7 +156,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DL2_PREFETCH={0 if prefetch == 'run' else prefetch}", f"-DMMA_L2_RUN={int(prefetch == 'run')}",
                                f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
-                               f"-DMMA_TRIGGER_START={int(trigger == 'start')}",
+                               f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)

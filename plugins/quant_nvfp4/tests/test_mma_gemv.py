@@ -320,6 +320,24 @@ def test_a_pdl_build_with_prefetch_run_asks_l2_for_the_warps_run_before_its_wait
 
 
 @needs_nvcc
+def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_without_pdl_is_refused(tmp_path):
+    """``wait_first`` (the trace diagnostic): every cp.async ring form's GEMV waits
+    (griddepcontrol.wait: ACQBULK) once, before its first copy (LDGSTS); the bulk form's copies,
+    which its lane 0 issues before the ring's prologue, are not moved. There is no wait to move
+    in a build without PDL."""
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, wait_first=True))
+    codes = sass_by_function(cubin)
+    rings = [(form, rows) for form in nvfp4_mma.KERNELS if form != "bulk" for rows in (8, 16)]
+    for name in (nvfp4_mma.kernel_name(form, kw, rows) for form, rows in [*rings, ("ring", 8)]
+                 for kw in nvfp4_mma.KWARPS):
+        code = codes[name]
+        assert code.count("ACQBULK") == 1 and code.index("ACQBULK") < code.index("LDGSTS"), name
+    with pytest.raises(ValueError, match="pdl=True"):
+        nvfp4_mma.build_cubin("sm_90", stages=4, wait_first=True)
+
+
+@needs_nvcc
 def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wait_and_x_after(tmp_path):
     """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
     (two 16-byte loads a superstep, through L2: LDG.E.128.STRONG.GPU) and eight scale loads of
