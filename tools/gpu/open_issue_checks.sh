@@ -83,7 +83,8 @@
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
-#                                                 # stored; the PDL read (~5 min)
+#                                                 # stored; nvfp4 end to end and back to back; the
+#                                                 # PDL read (~6 min)
 #   bash tools/gpu/open_issue_checks.sh ceil17   # a plain read of each shape's bytes, cuBLAS, mma;
 #                                                 # kernel: mma's and the engine's NVFP4 GPU tests
 #   bash tools/gpu/open_issue_checks.sh ab14     # fa4's tail rules on one card, end to end with
@@ -834,14 +835,21 @@ h200x)
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that
     # the H200 decides: fa4's batch-1 decode share of copy (issue 14's benchmark, then the
-    # engine's path: the KV stored by the rope kernel) and the PDL read of each NVFP4 shape
+    # engine's path: the KV stored by the rope kernel); NVFP4 end to end with the defaults, the
+    # GEMVs back to back under the H200's tilings file and the H100's, the PDL read of each shape
     # (the register form, once here, was refuted on the H100: docs/nvfp4.md, twenty-second session)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200y measures the H200"; exit 3; }
     b fa4 120 python3 tools/gpu/fa4_attention.py
     b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
+    pdl_cubins 4 8
+    h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
+    b e2e_defaults 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$h100"
+    b chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    b chain_h100 100 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
+    grep -E "/ bf16|decoding" "$OUT/e2e_defaults.log"; grep -v "^ " "$OUT/chain.log" "$OUT/chain_h100.log"
     cat "$OUT/ceil_pdl.log"
     ;;
 last18)
