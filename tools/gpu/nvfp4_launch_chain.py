@@ -57,6 +57,10 @@ VARIANTS = {
     "deep start": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
     "deep neither": {"spread": False, "trigger": "read", "stages": 8, "r16": R16_PLAIN},
     "deep spread start": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
+    # shallower rings: 2 or 1 supersteps copied before griddepcontrol.wait, not 3 (the wait
+    # returned later the more a warp had in flight: docs/nvfp4.md, twenty-third session)
+    "shallow 3": {"stages": 3},
+    "shallow 2": {"stages": 2},
     # the memory side alone (MEMORY_ALONE) launched as the shipped file launches, with the trigger
     # after the weights are read, in rings of 8 spread or not (4-warp shapes, as "deep ...")
     "ring": {MEMORY_ALONE: True},

@@ -81,6 +81,7 @@
 #   bash tools/gpu/open_issue_checks.sh trace22  # regs' memory side alone; the warps' timelines: shipped, regs
 #   bash tools/gpu/open_issue_checks.sh l2run22  # every warp's run asked of L2 before its wait: tests, chain, e2e
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
+#   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; nvfp4 end to end and back to back; the
@@ -499,6 +500,17 @@ wait23)
     b trace_run 150 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-run.json" python3 tools/gpu/nvfp4_trace.py \
         --shapes qkv gate_up down o
     cat "$OUT/rc.txt"; for t in shipped wait_first run; do echo "== $t"; grep -E "M = 1:|call |\[[014]\]" "$OUT/trace_$t.log"; done
+    ;;
+shallow23)
+    # rings of 3 and 2 against shipped's 4 (2026-12-06, 23rd: a warp's wait returned later the
+    # more it had in flight, ~1.0 us after the call before with nothing): cubins of 2 and 3
+    # stages, 4 and 8 warps a block, both column maps, trigger start; back to back (~2 min)
+    for stages in 2 3; do for cols in contiguous coalesced; do for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, warps=$warps, columns='$cols', trigger='start')" &
+    done; done; done
+    pdl_cubins 4; wait
+    b shallow_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "shallow 3" "shallow 2"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/shallow_chain.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads
