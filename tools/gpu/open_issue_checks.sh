@@ -82,6 +82,7 @@
 #   bash tools/gpu/open_issue_checks.sh l2run22  # every warp's run asked of L2 before its wait: tests, chain, e2e
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
+#   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; nvfp4 end to end and back to back; the
@@ -143,6 +144,16 @@ for entry in plan.values():
             where.pop(leaf, None)
 json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
+}
+# NVFP4 end to end with the defaults and with the H100's tilings file, then the GEMVs back to
+# back under each (the cubins of both files built first): lanes h200y, h200n
+nvfp4_both_files() {
+    local h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
+    pdl_cubins 4 8
+    b e2e_defaults 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$h100"
+    b chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    b chain_h100 100 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    grep -E "/ bf16|decoding" "$OUT/e2e_defaults.log"; grep -v "^ " "$OUT/chain.log" "$OUT/chain_h100.log"
 }
 # the register form's GPU tests (its cubins built first), then launch_chain at 1 and 8 rows with
 # the arguments given (shapes, variants): lane r22
@@ -854,15 +865,15 @@ h200y)
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200y measures the H200"; exit 3; }
     b fa4 120 python3 tools/gpu/fa4_attention.py
     b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
-    pdl_cubins 4 8
-    h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
-    b e2e_defaults 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$h100"
-    b chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    b chain_h100 100 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
+    nvfp4_both_files
     b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
-    cat "$OUT/rc.txt"; grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
-    grep -E "/ bf16|decoding" "$OUT/e2e_defaults.log"; grep -v "^ " "$OUT/chain.log" "$OUT/chain_h100.log"
-    cat "$OUT/ceil_pdl.log"
+    cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
+    ;;
+h200n)
+    # h200y's NVFP4 half alone (the mini site is enough): end to end and back to back under
+    # the H200's tilings file and the H100's (~4 min)
+    nvfp4_both_files; cat "$OUT/rc.txt"
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
