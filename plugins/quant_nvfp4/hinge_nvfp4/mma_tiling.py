@@ -17,7 +17,7 @@ from hinge_nvfp4.mma_gemv import (
     KWARPS,
     ONE_SET,
     PREFETCHES,
-    RING_STAGES,
+    MAX_STAGES,
     SET_ROWS,
     T2_FORMS,
     T2_MAX_STAGES,
@@ -107,14 +107,14 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
         columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
-        if (not kwarps_built(kwarps, stages) or stages not in RING_STAGES or not 1 <= splits <= groups // 8
+        if (not kwarps_built(kwarps, stages) or not 2 <= stages <= MAX_STAGES or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
                 or (form in ONE_SET and kwarps not in KWARPS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
                 or spread not in (None, True, False) or trigger not in (None, *TRIGGERS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
-                             f"stages of {RING_STAGES}, 1 to {groups // 8} "
+                             f"stages 2 to {MAX_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))}, "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
                              f"true or false, trigger {' or '.join(TRIGGERS)} "

@@ -288,6 +288,10 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(3, 88, 2, 8)
     with pytest.raises(ValueError, match=r"6144x4096 .*kwarps of \(1, 2, 4\).*--plan-json"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 3, "stages": 4}})
+    # any ring nvcc builds (2 .. MAX_STAGES supersteps), not only the depths MmaKernel builds first
+    assert mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 3}}).stages == 3
+    with pytest.raises(ValueError, match="stages 2 to 10"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 11}})
     with pytest.raises(ValueError, match="layouts tile, super, interleaved"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 4,
                                                         "layout": "rows"}})
