@@ -15,9 +15,9 @@ from typing import NamedTuple
 from hinge_nvfp4.mma_gemv import (
     KERNELS,
     KWARPS,
+    MAX_STAGES,
     ONE_SET,
     PREFETCHES,
-    MAX_STAGES,
     SET_ROWS,
     T2_FORMS,
     T2_MAX_STAGES,
