@@ -515,13 +515,16 @@ wait23)
 shallow23)
     # rings of 3 and 2 against shipped's 4 (2026-12-06, 23rd: a warp's wait returned later the
     # more it had in flight, ~1.0 us after the call before with nothing): cubins of 2 and 3
-    # stages, 4 and 8 warps a block, both column maps, trigger start; back to back (~2 min)
+    # stages, 4 and 8 warps a block, both column maps, trigger start; their bits against a ring
+    # of 4 (GPU test), then back to back (~3 min)
     for stages in 2 3; do for cols in contiguous coalesced; do for warps in 4 8; do
         python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, warps=$warps, columns='$cols', trigger='start')" &
     done; done; done
     pdl_cubins 4; wait
+    b shallow_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k rings_of_two
     b shallow_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "shallow 3" "shallow 2"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/shallow_chain.log"
+    cat "$OUT/rc.txt"; tail -3 "$OUT/shallow_tests.log"; grep -v "^ " "$OUT/shallow_chain.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

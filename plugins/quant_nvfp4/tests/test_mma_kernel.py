@@ -696,6 +696,42 @@ def test_cuda_asking_l2_for_the_run_before_the_wait_changes_no_bit(columns):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
+    """PDL builds (trigger start, as the shipped files launch) with rings of 2 and 3 supersteps
+    (``launch_chain``'s ``shallow`` variants) against a ring of 4: the same bits, every ring
+    form, 1, 2, 4 and 8 warps a tile, every memory order, 1, 8 and 16 rows (two tiles a warp
+    where built), K split or not."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    cubins = {(stages, warps): mma_gemv.cached_cubin(arch, stages, pdl=True, warps=warps, columns=columns,
+                                                     trigger="start")
+              for stages in (2, 3, 4) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
+    for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (400, 256, 16)):
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        for form, kw, order in ((f, kw, o) for f in sorted(mma_gemv.KERNELS)
+                                for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,) for o in mma_layout.LAYOUTS):
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
+            call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
+            for tiles16 in (1, 2):
+                if tiles16 == 2 and (kw == mma_gemv.WIDE_WARPS or not mma_gemv.two_tiles_built(form, 2, kw)):
+                    continue
+                gemvs = {stages: mma_gemv.MmaGemv(cubins[stages, mma_gemv.block_warps(kw)], form, stages, kw,
+                                                  pdl=True, tiles16=tiles16, columns=columns)
+                         for stages in (2, 3, 4)}
+                for gemv in gemvs.values():
+                    gemv.reserve_counters(n // 16, torch.device("cuda"))
+                for rows in (1, 8, 16) if tiles16 == 1 else (16,):
+                    xr = x[:rows].contiguous()
+                    want = call(gemvs[4], xr)
+                    for stages in (2, 3):
+                        assert torch.equal(call(gemvs[stages], xr), want), (form, columns, n, k, kw, order, rows,
+                                                                           tiles16, stages)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("pdl", [False, True])
 def test_cuda_the_register_form_gives_the_plain_forms_bits_in_every_tiling_and_layout(columns, pdl):
     """``regs`` (no ring in shared memory, 8 supersteps in flight in registers) against ``plain``
