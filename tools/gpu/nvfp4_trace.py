@@ -10,8 +10,8 @@ CUDA graph of ``ROTATE`` weight copies as ``nvfp4_gemm.py`` times them: ``--chai
 shape's copies in turn (the GEMM table's chain), ``--chain layer`` each copy's qkv, o, the gated
 gate_up and down in the decode step's order (its norms and attention left out). A replay runs
 after a warm one, its records are read, and for each call past the first this prints, in us
-from the end of the call before (its last warp's mark 6): its warps' entry, the return from
-``griddepcontrol.wait``, superstep 0's weights landed, superstep 0 computed (x had arrived), the
+from the end of the call before (its last warp's mark 6): its warps' entry, the prologue's
+copies (and any L2 prefetches) issued, the return from ``griddepcontrol.wait``, superstep 0's weights landed, superstep 0 computed (x had arrived), the
 last superstep computed, done; the period (last done to last done) against the weight bytes at
 the chain's own streaming rate; and the most warps one multiprocessor held. ``--out`` keeps the
 raw records (``trace-<chain>-m<M>.npz``) for a closer look. Also both graphs timed as
@@ -130,7 +130,7 @@ def calls_of(records: np.ndarray, steps: list) -> list:
 
 def report(calls: list, gemv_rate: float) -> None:
     """A line a call, in us from the end of the call before (``report``'s columns: module doc)."""
-    print(f"  {'call':12} {'warps':>5} {'entry min/med/max':>19} {'wait med/max':>13} {'w0':>6} {'x0':>6} "
+    print(f"  {'call':12} {'warps':>5} {'entry min/med/max':>19} {'issued':>6} {'wait med/max':>13} {'w0':>6} {'x0':>6} "
           f"{'loop med/p90/max':>18} {'done med/max':>13} {'period':>7} {'bytes/rate':>10} {'max/SM':>6}")
     prev_end = None
     for label, nbytes, rec in calls:
@@ -145,7 +145,7 @@ def report(calls: list, gemv_rate: float) -> None:
         end = times[:, 6].max()
         sms = np.bincount((rec[:, 1] >> 48).astype(np.int64))
         period = (end - prev_end) / 1e3 if prev_end is not None else float("nan")
-        print(f"  {label:12} {len(rec):5d} {us(0, 0):6.2f} {us(0, .5):5.2f} {us(0, 1):6.2f} "
+        print(f"  {label:12} {len(rec):5d} {us(0, 0):6.2f} {us(0, .5):5.2f} {us(0, 1):6.2f} {us(1, .5):6.2f} "
               f"{us(2, .5):6.2f} {us(2, 1):6.2f} {us(3, .5):6.2f} {us(4, .5):6.2f} "
               f"{us(5, .5):6.2f} {us(5, .9):5.2f} {us(5, 1):5.2f} {us(6, .5):6.2f} {us(6, 1):6.2f} "
               f"{period:7.2f} {nbytes / gemv_rate:10.2f} {sms.max():6d}")
