@@ -11,12 +11,14 @@ shape's copies in turn (the GEMM table's chain), ``--chain layer`` each copy's q
 gate_up and down in the decode step's order (its norms and attention left out). A replay runs
 after a warm one, its records are read, and for each call past the first this prints, in us
 from the end of the call before (its last warp's mark 6): its warps' entry, the prologue's
-copies (and any L2 prefetches) issued, the return from ``griddepcontrol.wait``, superstep 0's weights landed, superstep 0 computed (x had arrived), the
-last superstep computed, done; the period (last done to last done) against the weight bytes at
-the chain's own streaming rate; and the most warps one multiprocessor held. ``--out`` keeps the
-raw records (``trace-<chain>-m<M>.npz``) for a closer look. Also both graphs timed as
+copies (and any L2 prefetches) issued, the return from ``griddepcontrol.wait``, superstep 0's
+weights landed, superstep 0 computed (x had arrived), the last superstep computed, done; the
+period (last done to last done) against the weight bytes at the chain's own streaming rate; and
+the most warps one multiprocessor held. ``--out`` keeps the raw records
+(``trace-<chain>-m<M>.npz``) for a closer look. Also both graphs timed as
 ``nvfp4_gemm.graph_time``'s steady clock, the trace build and the shipped one (over weights of
-its own), so the marks' own cost shows.
+its own), so the marks' own cost shows. ``--wait-first``: every PDL build waits before its
+ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before alone.
 """
 
 from __future__ import annotations
