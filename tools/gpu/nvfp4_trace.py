@@ -1,7 +1,7 @@
 """Where a decode GEMV's time goes between kernels: kernel: mma's warps' timelines; one run.
 
     python tools/gpu/nvfp4_trace.py [--chain same|layer] [--shapes qkv ...] [--ms 1] [--out DIR]
-                                    [--wait-first]
+                                    [--wait-first] [--early-scales]
 
 The GEMVs are built with ``MMA_TRACE`` (``mma_gemv.build_cubin(trace=True)``: each warp's lane 0
 takes ``%globaltimer`` and its multiprocessor's clock at seven marks, mma_gemv.cu's ``Marks``)
@@ -18,7 +18,9 @@ the most warps one multiprocessor held. ``--out`` keeps the raw records
 (``trace-<chain>-m<M>.npz``) for a closer look. Also both graphs timed as
 ``nvfp4_gemm.graph_time``'s steady clock, the trace build and the shipped one (over weights of
 its own), so the marks' own cost shows. ``--wait-first``: every PDL build waits before its
-ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before alone.
+ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before alone;
+``--early-scales``: every build reads its epilogue's row_scale at the start
+(``early_scales=True``).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
 
 
-def traced_cubins(wait_first: bool = False) -> dict:
+def traced_cubins(wait_first: bool = False, early_scales: bool = False) -> dict:
     """``mma_gemv.cached_cubin`` replaced by trace builds (kept in memory, never on disk);
-    ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``)."""
+    ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``);
+    ``early_scales``: their epilogues' row_scale read at the start (``--early-scales``)."""
     from hinge_nvfp4 import mma_gemv
 
     built: dict = {}
@@ -46,7 +49,8 @@ def traced_cubins(wait_first: bool = False) -> dict:
         key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger)
         if key not in built:
             built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True,
-                                              trigger=trigger, wait_first=wait_first and pdl)
+                                              trigger=trigger, wait_first=wait_first and pdl,
+                                              early_scales=early_scales)
         return built[key]
 
     mma_gemv.cached_cubin = cubin
@@ -167,7 +171,7 @@ def main(args) -> None:
 
     dq = NVFP4Options().prefill_dequant_rows
     shipped = MmaKernel(dequant_rows=dq)
-    traced_cubins(args.wait_first)
+    traced_cubins(args.wait_first, args.early_scales)
     traced = MmaKernel(dequant_rows=dq)
     for m in args.ms:
         for (label, fn, steps), (_, plain, _) in zip(chain(traced, args, m), chain(shipped, args, m), strict=True):
@@ -211,6 +215,9 @@ if __name__ == "__main__":
     parser.add_argument("--wait-first", action="store_true",
                         help="trace builds that wait before the ring's first copies (mma_gemv.build_cubin "
                              "wait_first): whether the wait's return is the call before or this warp's copies")
+    parser.add_argument("--early-scales", action="store_true",
+                        help="trace builds whose epilogue's row_scale is read at the start (mma_gemv.build_cubin "
+                             "early_scales): the last round trip of a call taken off its end")
     args = parser.parse_args()
     args.hbm_tbs = start(args.hbm_tbs, "; kernel: mma's warps' timelines (us)")
     main(args)

@@ -81,6 +81,7 @@
 #   bash tools/gpu/open_issue_checks.sh trace22  # regs' memory side alone; the warps' timelines: shipped, regs
 #   bash tools/gpu/open_issue_checks.sh l2run22  # every warp's run asked of L2 before its wait: tests, chain, e2e
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
+#   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
@@ -511,6 +512,22 @@ wait23)
     b trace_run 150 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-run.json" python3 tools/gpu/nvfp4_trace.py \
         --shapes qkv gate_up down o
     cat "$OUT/rc.txt"; for t in shipped wait_first run; do echo "== $t"; grep -E "M = 1:|call |\[[014]\]" "$OUT/trace_$t.log"; done
+    ;;
+early23)
+    # the epilogue's row_scale read at the start, before the wait (mma_gemv.build_cubin
+    # early_scales; 2026-12-06, 23rd: the last warp's done came 0.5-1.0 us after its last
+    # superstep, the epilogue's load the call's last round trip): its cubins, its GPU bits test
+    # against the build without it, then the timelines and traced graphs of both (~5 min)
+    for cols in contiguous coalesced; do for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=$warps, columns='$cols', trigger='start', early_scales=True)" &
+    done; done
+    pdl_cubins 4; wait
+    b early_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k row_scale_at_the_start
+    b trace_late 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
+    b trace_early 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --early-scales
+    cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"
+    for t in late early; do echo "== $t"; grep -E "M = 1:|call |\[[14]\]" "$OUT/trace_$t.log"; done
     ;;
 shallow23)
     # rings of 3 and 2 against shipped's 4 (2026-12-06, 23rd: a warp's wait returned later the

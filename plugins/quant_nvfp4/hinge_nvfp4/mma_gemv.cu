@@ -284,9 +284,30 @@ __device__ __forceinline__ void store_gated(const Epilogue& e, const int half, c
     e.out[(size_t)col * half + pair * 16 + (row & 15)] = __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
 }
 
+#ifndef MMA_EARLY_SCALES
+#define MMA_EARLY_SCALES 0  // 1: the epilogue's row_scale read before griddepcontrol.wait (early_scales)
+#endif
+constexpr bool EARLY_SCALES = MMA_EARLY_SCALES;
+
+template <int T>
+__device__ __forceinline__ void early_scales(const float* row_scale, const int n, const int tile, const int lane,
+                                             float (&scale)[T][2]) {
+    // EARLY_SCALES (mma_gemv.build_cubin early_scales=True): the row_scale of a lane's two W rows
+    // of each tile (g and g + 8: value_row's i / 2 % 2), read at the kernel's start rather than
+    // in its epilogue, where the load is the last round trip of the call (the layer's weight, no
+    // kernel before writes it: before griddepcontrol.wait; through L2, as lane_scales_l2, so that
+    // ptxas keeps it there)
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            scale[j][h] = tile + j < (n >> 4) ? __ldcg(row_scale + value_row(tile + j, lane, 2 * h)) : 0.f;
+}
+
 template <int SETS, int T>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
-                                       const int lane, const int kw, float (&acc)[4 * SETS]) {
+                                       const int lane, const int kw, float (&acc)[4 * SETS],
+                                       const float (&scale)[2]) {
     // lane (g, t) holds of set s's D (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows,
     // x rows 8s + 2t, 8s + 2t + 1 (value i: set i / 4, row g + 8 (i / 2 % 2), column i % 2)
     constexpr int V = 4 * SETS;
@@ -316,7 +337,8 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
     }
     float y[V];
 #pragma unroll
-    for (int i = 0; i < V; ++i) y[i] = cols[i] < m ? rounded(acc[i], e.row_scale[rows[i]], e.bias, rows[i]) : 0.f;
+    for (int i = 0; i < V; ++i)
+        y[i] = cols[i] < m ? rounded(acc[i], EARLY_SCALES ? scale[(i >> 1) & 1] : e.row_scale[rows[i]], e.bias, rows[i]) : 0.f;
     if (!e.gated) {
 #pragma unroll
         for (int i = 0; i < V; ++i)
@@ -373,15 +395,17 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
 
 template <int SETS>
 __device__ __forceinline__ void finish_pair(const Epilogue& e, const int m, const int n, const int tile,
-                                            const int lane, float (&acc)[2][4 * SETS]) {
+                                            const int lane, float (&acc)[2][4 * SETS], const float (&scale)[2][2]) {
     // gated, one split, a warp of two tiles: a pair's gate tile ``tile`` (even) and its up tile
     // tile + 1 in registers, silu(gate) * up of their bf16 values written as finish's exchanges do
 #pragma unroll
     for (int i = 0; i < 4 * SETS; ++i) {
         const int row = value_row(tile, lane, i), col = value_col(lane, i);
         if (col >= m) continue;
-        store_gated(e, n >> 1, tile >> 1, col, row, rounded(acc[0][i], e.row_scale[row], nullptr, row),
-                    rounded(acc[1][i], e.row_scale[row + 16], nullptr, row + 16));
+        const int h = (i >> 1) & 1;
+        store_gated(e, n >> 1, tile >> 1, col, row,
+                    rounded(acc[0][i], EARLY_SCALES ? scale[0][h] : e.row_scale[row], nullptr, row),
+                    rounded(acc[1][i], EARLY_SCALES ? scale[1][h] : e.row_scale[row + 16], nullptr, row + 16));
     }
 }
 
@@ -895,6 +919,10 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     Marks marks;
     marks.mark(0);
     float acc[T][4 * SETS] = {};
+    float scale[T][2] = {};  // EARLY_SCALES: the tiles' row_scale of this lane's rows (slice 0 finishes)
+    if constexpr (EARLY_SCALES) {
+        if (slice == 0) early_scales<T>(row_scale, n, tile, lane, scale);
+    }
     if constexpr (FORM == REGS || FORM == REGS_FOLD) {
         static_assert(T == 1, "the REGS form takes one tile a warp");
         if (steps > 0) accumulate_regs<SETS, FORM == REGS_FOLD>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
@@ -930,13 +958,13 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
     if constexpr (T == 2) {
         if (gated && gridDim.y == 1) {
-            finish_pair<SETS>(e, m, n, tile, lane, acc);
+            finish_pair<SETS>(e, m, n, tile, lane, acc, scale);
             return marks.record(codes);
         }
     }
 #pragma unroll
     for (int j = 0; j < T; ++j)
-        if (tile + j < (n >> 4)) finish<SETS, T>(e, m, n, tile + j, lane, KW, acc[j]);
+        if (tile + j < (n >> 4)) finish<SETS, T>(e, m, n, tile + j, lane, KW, acc[j], scale[j]);
     marks.record(codes);
 }
 

@@ -119,7 +119,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
-                wait_first: bool = False) -> bytes:
+                wait_first: bool = False, early_scales: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -131,7 +131,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     launched by the engine); ``trigger``: when a ``pdl`` build lets the kernel after it launch
     (``TRIGGERS``); ``wait_first``: a diagnostic ``pdl`` build whose cp.async forms wait before
     their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
-    cached or launched by the engine); needs nvcc on PATH."""
+    cached or launched by the engine); ``early_scales``: the epilogue's row_scale read at the
+    kernel's start, before the wait, rather than at its end (``MMA_EARLY_SCALES``; an experiment:
+    ``nvfp4_trace.py --early-scales``; the engine builds without it); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -157,6 +159,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
+                               f"-DMMA_EARLY_SCALES={int(early_scales)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
@@ -173,17 +176,17 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
-                 columns: str = COLUMNS, trigger: str = "read") -> bytes:
+                 columns: str = COLUMNS, trigger: str = "read", early_scales: bool = False) -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
     options = (f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
-               + ("" if trigger == "read" else f":{trigger}"))
+               + ("" if trigger == "read" else f":{trigger}") + (":early" if early_scales else ""))
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, early_scales=early_scales)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

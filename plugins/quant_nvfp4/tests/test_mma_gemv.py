@@ -338,6 +338,30 @@ def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_withou
 
 
 @needs_nvcc
+def test_an_early_scales_build_reads_row_scale_before_its_wait_and_a_default_build_after_the_loop(tmp_path):
+    """``early_scales``: every GEMV form's kernel (1, 2, 4 warps a tile; 8 and 16 rows; two tiles
+    a warp) loads its lane's two row_scale words a tile (32-bit loads through L2:
+    LDG.E.STRONG.GPU) before griddepcontrol.wait (ACQBULK), and the forms a tilings file ships
+    (plain, bulk, xring) still fit their registers with no stack; the default build loads
+    nothing before the wait."""
+    def sass(**options):
+        cubin = tmp_path / "k.cubin"
+        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", **options))
+        usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+        return sass_by_function(cubin), usage
+
+    (early, usage), (default, _) = sass(early_scales=True), sass()
+    names = [(nvfp4_mma.kernel_name(form, kw, rows, tiles), form, tiles) for form in nvfp4_mma.KERNELS
+             for kw in nvfp4_mma.KWARPS for rows, tiles in ((8, 1), (16, 1), (16, 2))
+             if tiles == 1 or nvfp4_mma.two_tiles_built(form, 4, kw)]
+    for name, form, tiles in names:
+        before = early[name][:early[name].index("ACQBULK")]
+        assert len(re.findall(r"LDG\.E\.STRONG\.GPU ", before)) == 2 * tiles, name
+        assert not re.search(r"\bLDG\.E", default[name][:default[name].index("ACQBULK")]), name  # (not LDGSTS)
+        assert form == "ahead" or "STACK:0" in usage[name], (name, usage[name])
+
+
+@needs_nvcc
 def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wait_and_x_after(tmp_path):
     """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
     (two 16-byte loads a superstep, through L2: LDG.E.128.STRONG.GPU) and eight scale loads of

@@ -608,9 +608,9 @@ def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read":
-                        builds.append((arch, stages, warps, columns) + (() if trigger == "read" else (trigger,)))
-                        or b"cubin")
+                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read", early_scales=False:
+                        builds.append((arch, stages, warps, columns) + (() if trigger == "read" else (trigger,))
+                                      + (("early",) if early_scales else ())) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
@@ -618,9 +618,11 @@ def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, columns="coalesced") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, early_scales=True) == b"cubin"
     assert builds == [("sm_90", 8, 4, "contiguous"), ("sm_90", 4, 4, "contiguous"), ("sm_90", 4, 8, "contiguous"),
-                      ("sm_90", 4, 4, "coalesced"), ("sm_90", 4, 4, "contiguous", "start")]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 5 and not list(tmp_path.glob("*.tmp"))
+                      ("sm_90", 4, 4, "coalesced"), ("sm_90", 4, 4, "contiguous", "start"),
+                      ("sm_90", 4, 4, "contiguous", "early")]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 6 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
@@ -728,6 +730,54 @@ def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
                     for stages in (2, 3):
                         assert torch.equal(call(gemvs[stages], xr), want), (form, columns, n, k, kw, order, rows,
                                                                            tiles16, stages)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+def test_cuda_reading_row_scale_at_the_start_changes_no_bit_plain_or_gated(columns):
+    """``early_scales`` (the epilogue's row_scale read before the wait) against the same PDL
+    build without it: the same bits, every GEMV form, 1, 2, 4 and 8 warps a tile, every memory
+    order, 1, 8 and 16 rows (two tiles a warp where built), K split or not, a tile count past N;
+    and a paired [gate | up] plain and gated (finish_pair's path at two tiles a warp)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    cubins = {(early, warps): mma_gemv.cached_cubin(arch, 4, pdl=True, warps=warps, columns=columns,
+                                                    trigger="start", early_scales=early)
+              for early in (False, True) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
+
+    def pair(form, kw, tiles16):
+        return [mma_gemv.MmaGemv(cubins[early, mma_gemv.block_warps(kw)], form, 4, kw, pdl=True, tiles16=tiles16,
+                                 columns=columns) for early in (False, True)]
+
+    for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (400, 256, 16)):
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
+        for form, kw, order in ((f, kw, o) for f in sorted(mma_gemv.KERNELS)
+                                for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,) for o in mma_layout.LAYOUTS):
+            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
+            call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
+            for tiles16 in (1, 2) if kw != mma_gemv.WIDE_WARPS and mma_gemv.two_tiles_built(form, 4, kw) else (1,):
+                late, early = pair(form, kw, tiles16)
+                for gemv in (late, early):
+                    gemv.reserve_counters(n // 16, torch.device("cuda"))
+                for rows in (1, 8, 16) if tiles16 == 1 else (16,):
+                    xr = x[:rows].contiguous()
+                    assert torch.equal(call(early, xr), call(late, xr)), (form, columns, n, k, kw, order, rows, tiles16)
+    n, k = 192, 2560  # a paired [gate | up], one split: the pair's tiles in one warp (two a warp) or a block
+    x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
+    order = mma_layout.pair_rows(n).cuda()
+    words, codes = mma_layout.repack(packed[order], scales[order], columns)
+    for form, kw in ((f, kw) for f in sorted(mma_gemv.KERNELS) for kw in mma_gemv.KWARPS):
+        for tiles16 in (1, 2) if mma_gemv.two_tiles_built(form, 4, kw) else (1,):
+            late, early = pair(form, kw, tiles16)
+            for gemv in (late, early):
+                gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
+            for rows, gated in ((r, g) for r in ((1, 8, 16) if tiles16 == 1 else (16,)) for g in (False, True)):
+                xr = x[:rows].contiguous()
+                got = [_launch(gemv, xr, (words, codes, row_scale[order], None), k // 16, paired=True, gated=gated)
+                       for gemv in (early, late)]
+                assert torch.equal(*got), (form, columns, kw, rows, tiles16, gated)
 
 
 @pytest.mark.gpu
