@@ -696,74 +696,65 @@ def test_cuda_asking_l2_for_the_run_before_the_wait_changes_no_bit(columns):
                 assert torch.equal(_replayed(call, gemvs[0], xr), eager), (form, columns, n, k)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
-def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
-    """PDL builds (trigger start, as the shipped files launch) with rings of 2 and 3 supersteps
-    (``launch_chain``'s ``shallow`` variants) against a ring of 4: the same bits, every ring
-    form, 1, 2, 4 and 8 warps a tile, every memory order, 1, 8 and 16 rows (two tiles a warp
-    where built), K split or not."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}"
-    cubins = {(stages, warps): mma_gemv.cached_cubin(arch, stages, pdl=True, warps=warps, columns=columns,
-                                                     trigger="start")
-              for stages in (2, 3, 4) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
+def _same_bits_in_every_tiling(columns, builds):
+    """Each of ``builds`` (label -> (cubin of ``WARPS`` warps a block, of ``WIDE_WARPS``, ring
+    stages), PDL builds) gives the first one's bits: every GEMV form, 1, 2, 4 and 8 warps a tile,
+    every memory order, 1, 8 and 16 rows (two tiles a warp where every build has them), K split
+    or not, a tile count past N."""
     for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (400, 256, 16)):
         x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
         for form, kw, order in ((f, kw, o) for f in sorted(mma_gemv.KERNELS)
                                 for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,) for o in mma_layout.LAYOUTS):
             words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
             call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
-            for tiles16 in (1, 2):
-                if tiles16 == 2 and (kw == mma_gemv.WIDE_WARPS or not mma_gemv.two_tiles_built(form, 2, kw)):
-                    continue
-                gemvs = {stages: mma_gemv.MmaGemv(cubins[stages, mma_gemv.block_warps(kw)], form, stages, kw,
-                                                  pdl=True, tiles16=tiles16, columns=columns)
-                         for stages in (2, 3, 4)}
+            two = kw != mma_gemv.WIDE_WARPS and all(mma_gemv.two_tiles_built(form, st, kw) for *_, st in builds.values())
+            for tiles16 in (1, 2) if two else (1,):
+                gemvs = {label: mma_gemv.MmaGemv(cubins[kw == mma_gemv.WIDE_WARPS], form, stages, kw, pdl=True,
+                                                 tiles16=tiles16, columns=columns)
+                         for label, (*cubins, stages) in builds.items()}
                 for gemv in gemvs.values():
                     gemv.reserve_counters(n // 16, torch.device("cuda"))
                 for rows in (1, 8, 16) if tiles16 == 1 else (16,):
                     xr = x[:rows].contiguous()
-                    want = call(gemvs[4], xr)
-                    for stages in (2, 3):
-                        assert torch.equal(call(gemvs[stages], xr), want), (form, columns, n, k, kw, order, rows,
-                                                                           tiles16, stages)
+                    first, *others = (call(gemv, xr) for gemv in gemvs.values())
+                    for label, got in zip(list(gemvs)[1:], others, strict=True):
+                        assert torch.equal(got, first), (label, form, columns, n, k, kw, order, rows, tiles16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
+def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
+    """PDL builds (trigger start, as the shipped files launch) with rings of 2 and 3 supersteps
+    (``launch_chain``'s ``shallow`` variants) against a ring of 4, over every tiling
+    (``_same_bits_in_every_tiling``)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    _same_bits_in_every_tiling(columns, {
+        stages: (*(mma_gemv.cached_cubin(f"sm_{major}{minor}", stages, pdl=True, warps=warps, columns=columns,
+                                         trigger="start") for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)), stages)
+        for stages in (4, 3, 2)})
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 def test_cuda_reading_row_scale_at_the_start_changes_no_bit_plain_or_gated(columns):
     """``early_scales`` (the epilogue's row_scale read before the wait) against the same PDL
-    build without it: the same bits, every GEMV form, 1, 2, 4 and 8 warps a tile, every memory
-    order, 1, 8 and 16 rows (two tiles a warp where built), K split or not, a tile count past N;
-    and a paired [gate | up] plain and gated (finish_pair's path at two tiles a warp)."""
+    build without it, over every tiling (``_same_bits_in_every_tiling``); and a paired [gate |
+    up], plain and gated (finish_pair's path at two tiles a warp)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}"
-    cubins = {(early, warps): mma_gemv.cached_cubin(arch, 4, pdl=True, warps=warps, columns=columns,
+    cubins = {(early, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=True, warps=warps, columns=columns,
                                                     trigger="start", early_scales=early)
               for early in (False, True) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
+    _same_bits_in_every_tiling(columns, {early: (cubins[early, mma_gemv.WARPS], cubins[early, mma_gemv.WIDE_WARPS], 4)
+                                         for early in (False, True)})
 
     def pair(form, kw, tiles16):
         return [mma_gemv.MmaGemv(cubins[early, mma_gemv.block_warps(kw)], form, 4, kw, pdl=True, tiles16=tiles16,
                                  columns=columns) for early in (False, True)]
 
-    for n, k, per_split in ((6144, 4096, 256), (4096, 12288, 96), (400, 256, 16)):
-        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k, device="cuda")
-        for form, kw, order in ((f, kw, o) for f in sorted(mma_gemv.KERNELS)
-                                for kw in mma_gemv.KWARPS + (mma_gemv.WIDE_WARPS,) for o in mma_layout.LAYOUTS):
-            words, codes = mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order)
-            call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=per_split)
-            for tiles16 in (1, 2) if kw != mma_gemv.WIDE_WARPS and mma_gemv.two_tiles_built(form, 4, kw) else (1,):
-                late, early = pair(form, kw, tiles16)
-                for gemv in (late, early):
-                    gemv.reserve_counters(n // 16, torch.device("cuda"))
-                for rows in (1, 8, 16) if tiles16 == 1 else (16,):
-                    xr = x[:rows].contiguous()
-                    assert torch.equal(call(early, xr), call(late, xr)), (form, columns, n, k, kw, order, rows, tiles16)
     n, k = 192, 2560  # a paired [gate | up], one split: the pair's tiles in one warp (two a warp) or a block
     x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
     order = mma_layout.pair_rows(n).cuda()
