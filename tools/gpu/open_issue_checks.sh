@@ -107,17 +107,17 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
-# the PDL cubins of rings of each depth given (4 warps a block; 8 warps in rings of 4), in each
-# column map and trigger, built at once into the disk cache (NO_PDL=1: the non-PDL ones of rings
-# of 4 too; PREFETCH: the PDL ones' prefetch as Python, e.g. '"run"', default 0), so no timed run
-# waits on nvcc
-pdl_cubins() { local stages cols trig pf=${PREFETCH:-0}
+# the PDL cubins of rings of each depth given (4 warps a block; 8 warps too in rings of at most
+# 5, mma_gemv.WIDE_MAX_STAGES), in each column map and trigger, built at once into the disk cache
+# (NO_PDL=1: the non-PDL ones of rings of 4 too; PREFETCH: the PDL ones' prefetch as Python, e.g.
+# '"run"', default 0; EARLY=True: built with early_scales), so no timed run waits on nvcc
+pdl_cubins() { local stages cols trig pf=${PREFETCH:-0} early=${EARLY:-False}
     for cols in contiguous coalesced; do
         for trig in read start; do
             for stages in "$@"; do
-                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig')" &
+                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig', early_scales=$early)" &
+                [ "$stages" -le 5 ] && python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig', early_scales=$early)" &
             done
-            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig')" &
         done
         if [ "${NO_PDL:-0}" = 1 ]; then
             python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, columns='$cols')" &
@@ -518,10 +518,7 @@ early23)
     # early_scales; 2026-12-06, 23rd: the last warp's done came 0.5-1.0 us after its last
     # superstep, the epilogue's load the call's last round trip): its cubins, its GPU bits test
     # against the build without it, then the timelines and traced graphs of both (~5 min)
-    for cols in contiguous coalesced; do for warps in 4 8; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=$warps, columns='$cols', trigger='start', early_scales=True)" &
-    done; done
-    pdl_cubins 4; wait
+    pdl_cubins 4 & EARLY=True pdl_cubins 4 & wait
     b early_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k row_scale_at_the_start
     b trace_late 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
@@ -531,13 +528,9 @@ early23)
     ;;
 shallow23)
     # rings of 3 and 2 against shipped's 4 (2026-12-06, 23rd: a warp's wait returned later the
-    # more it had in flight, ~1.0 us after the call before with nothing): cubins of 2 and 3
-    # stages, 4 and 8 warps a block, both column maps, trigger start; their bits against a ring
-    # of 4 (GPU test), then back to back (~3 min)
-    for stages in 2 3; do for cols in contiguous coalesced; do for warps in 4 8; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, warps=$warps, columns='$cols', trigger='start')" &
-    done; done; done
-    pdl_cubins 4; wait
+    # more it had in flight, ~1.0 us after the call before with nothing): their cubins, their
+    # bits against a ring of 4 (GPU test), then back to back (~3 min)
+    pdl_cubins 2 3 4
     b shallow_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k rings_of_two
     b shallow_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "shallow 3" "shallow 2"
