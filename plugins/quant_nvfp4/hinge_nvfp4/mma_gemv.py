@@ -85,6 +85,12 @@ def two_tiles_built(form: str, stages: int | None, kwarps: int = 1) -> bool:
     return form in T2_FORMS and stages is not None and stages <= T2_MAX_STAGES and kwarps in KWARPS
 
 
+def ring_built(stages: int) -> bool:
+    """Whether nvcc builds a cp.async ring of ``stages`` supersteps (2 .. ``MAX_STAGES``: static
+    shared memory)."""
+    return 2 <= stages <= MAX_STAGES
+
+
 def kwarps_built(kwarps: int, stages: int) -> bool:
     """Whether a cubin of ``stages`` holds the kernels of ``kwarps`` warps a tile (``KWARPS``, or
     ``WIDE_WARPS`` in rings of at most ``WIDE_MAX_STAGES``)."""
@@ -137,7 +143,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
-    if not 2 <= stages <= MAX_STAGES:
+    if not ring_built(stages):
         raise ValueError(f"the cp.async ring takes 2 to {MAX_STAGES} stages (static shared "
                          f"memory), got {stages}")
     if prefetch not in PREFETCHES:

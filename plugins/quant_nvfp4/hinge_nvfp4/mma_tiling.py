@@ -26,6 +26,7 @@ from hinge_nvfp4.mma_gemv import (
     WIDE_MAX_STAGES,
     WIDE_WARPS,
     kwarps_built,
+    ring_built,
     two_tiles_built,
 )
 from hinge_nvfp4.mma_layout import COLUMN_MAPS, LAYOUTS, SUPERSTEP
@@ -107,7 +108,7 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
         columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
-        if (not kwarps_built(kwarps, stages) or not 2 <= stages <= MAX_STAGES or not 1 <= splits <= groups // 8
+        if (not kwarps_built(kwarps, stages) or not ring_built(stages) or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
                 or (form in ONE_SET and kwarps not in KWARPS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
