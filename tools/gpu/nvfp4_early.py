@@ -36,7 +36,14 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the sibling script
+from nvfp4_gemm import (  # NOTE: the sibling script
+    ROTATE,
+    SHAPE_NAMES,
+    graph_time,
+    layers_of,
+    shapes_of,
+    start,
+)
 
 from hinge_nvfp4.triton_gemv import (
     MAX_ROWS,
@@ -208,10 +215,8 @@ def main(args) -> None:
 
     kernel = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)
     rows = []
-    for label, (n, k) in SHAPES.items():
-        name = label.split()[0]
-        if not args.shapes or name in args.shapes:
-            rows += shape_rows(args, kernel, name, n, k)
+    for label, (n, k) in shapes_of(args.shapes):
+        rows += shape_rows(args, kernel, label.split()[0], n, k)
     print("\n| shape | M | mma us (%) | mma steady | triton us (%) | early us (%) | early steady | "
           "same tiling, no PDL | early tiling |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -225,7 +230,7 @@ def main(args) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ms", type=int, nargs="+", default=[1, 8, 16])
-    parser.add_argument("--shapes", nargs="+", choices=[label.split()[0] for label in SHAPES])
+    parser.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES)
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--replays", type=int, default=4)
     parser.add_argument("--hbm-tbs", type=float, default=None)

@@ -41,8 +41,15 @@ import torch
 
 SHAPES = {"qkv 6144x4096": (6144, 4096), "gate_up 24576x4096": (24576, 4096),
           "down 4096x12288": (4096, 12288), "o 4096x4096": (4096, 4096)}
+SHAPE_NAMES = [label.split()[0] for label in SHAPES]  #: the names ``--shapes`` takes: qkv, gate_up, down, o
 MS = (1, 4, 16, 64, 256)
 ROTATE = 8
+
+
+def shapes_of(names: list[str] | None):
+    """``SHAPES``'s (label, (N, K)) in order: those whose name (``SHAPE_NAMES``) is in ``names``,
+    or all of them where ``names`` is empty or None (a script's ``--shapes``)."""
+    return [(label, nk) for label, nk in SHAPES.items() if not names or label.split()[0] in names]
 
 
 def peak_hbm_tbs() -> float:
@@ -226,9 +233,7 @@ def sweep(iters: int, hbm_tbs: float) -> dict:
 
     print("\nsweep: decode GEMV tilings (block_n, block_k, split_k, warps, dot, stages)")
     fastest = {}
-    for label, (n, k) in SHAPES.items():
-        if ARGS.shapes and label.split()[0] not in ARGS.shapes:
-            continue
+    for label, (n, k) in shapes_of(ARGS.shapes):
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         row_scale = torch.ones(n, device="cuda")
         for m in ARGS.sweep_m:
@@ -373,7 +378,7 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", action="store_true", help="also time decode GEMV tilings per shape")
     parser.add_argument("--skip-table", action="store_true", help="no GEMM table (sweep / e2e only)")
     parser.add_argument("--sweep-m", type=int, nargs="+", default=[1, 16], help="sweep these M")
-    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES],
+    parser.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES,
                         help="sweep only these shapes")
     parser.add_argument("--quick", action="store_true", help="M = 1: a short list of tilings")
     parser.add_argument("--sweep-layout", choices=("all", "words", "groups"), default="all")

@@ -30,9 +30,10 @@ import tempfile
 import torch
 from nvfp4_gemm import (  # NOTE: the sibling script
     ROTATE,
-    SHAPES,
+    SHAPE_NAMES,
     graph_time,
     layers_of,
+    shapes_of,
     start,
 )
 
@@ -183,9 +184,7 @@ def main(args) -> None:
         sweep_lines(args, by_variant)
         return
     print(f"{'shape':8} {'M':>3} {'clock':7} {'bf16':>7} " + " ".join(f"{label:>15}" for label in by_variant))
-    for label, (n, k) in SHAPES.items():
-        if args.shapes and label.split()[0] not in args.shapes:
-            continue
+    for label, (n, k) in shapes_of(args.shapes):
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
         layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
@@ -214,9 +213,7 @@ def sweep_lines(args, by_variant: dict) -> None:
     fastest marked."""
     from hinge_nvfp4 import format as fp4
 
-    for label, (n, k) in SHAPES.items():
-        if args.shapes and label.split()[0] not in args.shapes:
-            continue
+    for label, (n, k) in shapes_of(args.shapes):
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16)) for _ in range(ROTATE)]
         for m in args.ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -244,7 +241,7 @@ if __name__ == "__main__":
     parser.add_argument("--sweep16", action="store_true",
                         help="every 16-row launch (warps a tile, form, tiles a warp) instead of VARIANTS")
     parser.add_argument("--from-rows", type=int, default=9, help="--sweep16's launches take this many rows on")
-    parser.add_argument("--shapes", nargs="+", choices=[s.split()[0] for s in SHAPES], help="the shapes to run (default all)")
+    parser.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES, help="the shapes to run (default all)")
     parser.add_argument("--columns", nargs="+", choices=("contiguous", "coalesced"),
                         help="column maps to run each variant in (default: the file's)")
     parser.add_argument("--variants", nargs="+", help="of VARIANTS (default: all)")

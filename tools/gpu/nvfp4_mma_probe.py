@@ -46,7 +46,14 @@ import sys
 from pathlib import Path
 
 import torch
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, start  # NOTE: the sibling script
+from nvfp4_gemm import (  # NOTE: the sibling script
+    ROTATE,
+    SHAPE_NAMES,
+    SHAPES,
+    graph_time,
+    shapes_of,
+    start,
+)
 
 from hinge_nvfp4 import mma_gemv as nvfp4_mma
 from hinge_nvfp4 import mma_layout, mma_tiling
@@ -65,9 +72,7 @@ def weights(shapes: list[str] | None, layouts: list[str], columns: str = mma_lay
     ``layouts``."""
     from hinge_nvfp4 import format as fp4
 
-    for label, (n, k) in SHAPES.items():
-        if shapes and label.split()[0] not in shapes:
-            continue
+    for label, (n, k) in shapes_of(shapes):
         quant = [fp4.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.bfloat16))
                  for _ in range(ROTATE)]
         tile_major = [mma_layout.repack(q[0], q[1].view(torch.uint8), columns) for q in quant]
@@ -92,7 +97,7 @@ def main() -> None:
                         help="ring depths (supersteps of eight groups a warp)")
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--forms", nargs="+", choices=tuple(nvfp4_mma.KERNELS), default=list(nvfp4_mma.KERNELS))
-    parser.add_argument("--shapes", nargs="+", default=None, help="of nvfp4_gemm.SHAPES (default all)")
+    parser.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES, help="these shapes alone (default every one)")
     parser.add_argument("--kwarps", type=int, nargs="+", default=[1])
     parser.add_argument("--prefetch", type=int, nargs="+", default=[0], choices=nvfp4_mma.PREFETCHES,
                         help="the copies' L2 prefetch sizes (bytes) to build and time")

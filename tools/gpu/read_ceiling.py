@@ -29,9 +29,10 @@ import triton
 import triton.language as tl
 from nvfp4_gemm import (  # NOTE: the sibling script
     ROTATE,
-    SHAPES,
+    SHAPE_NAMES,
     graph_time,
     layers_of,
+    shapes_of,
     start,
 )
 
@@ -90,9 +91,7 @@ def main(args) -> None:
     kernel = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)
     heads = "".join(f" {kind + ' us (%)':>16}" for kind in args.reads)
     print(f"{'shape':8} {'MB':>5} {'clock':7}{heads} {'cuBLAS bf16 us (%)':>19} {'mma us (%)':>14}  best read(s)")
-    for label, (n, k) in SHAPES.items():
-        if args.shapes and label.split()[0] not in args.shapes:
-            continue
+    for label, (n, k) in shapes_of(args.shapes):
         n_bytes = n * k // 2 + n * k // 16
         roof = n_bytes / (args.hbm_tbs * 1e12) * 1e6
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
@@ -121,7 +120,7 @@ if __name__ == "__main__":
     parser.add_argument("--hbm-tbs", type=float, default=None)
     parser.add_argument("--reads", nargs="+", choices=tuple(WAITS), default=["plain", "pdl"])
     parser.add_argument("--every", action="store_true", help="print every read of the sweeps")
-    parser.add_argument("--shapes", nargs="+", choices=[label.split()[0] for label in SHAPES],
+    parser.add_argument("--shapes", nargs="+", choices=SHAPE_NAMES,
                         help="these shapes alone (default every one)")
     args = parser.parse_args()
     args.hbm_tbs = start(args.hbm_tbs, f"; us a call (% of {{hbm}} TB/s), {ROTATE} copies in turn from one graph")
