@@ -26,6 +26,7 @@ ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 
@@ -34,27 +35,32 @@ import torch
 from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the sibling script
 
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
+TRACE_BUILDS: dict = {}  #: traced_cubins' builds by cached_cubin's arguments and the two options
 
 
-def traced_cubins(wait_first: bool = False, early_scales: bool = False) -> dict:
-    """``mma_gemv.cached_cubin`` replaced by trace builds (kept in memory, never on disk);
+@contextlib.contextmanager
+def traced_cubins(wait_first: bool = False, early_scales: bool = False):
+    """Within it, ``mma_gemv.cached_cubin`` gives trace builds (kept in memory, never on disk);
     ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``);
-    ``early_scales``: their epilogues' row_scale read at the start (``--early-scales``)."""
+    ``early_scales``: their epilogues' row_scale read at the start (``--early-scales``). A
+    launcher made inside keeps its trace build; one made outside gets the shipped cubin. Each
+    build is made once a process (``TRACE_BUILDS``)."""
     from hinge_nvfp4 import mma_gemv
-
-    built: dict = {}
 
     def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
               columns=mma_gemv.COLUMNS, trigger="read"):
-        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger)
-        if key not in built:
-            built[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns, trace=True,
-                                              trigger=trigger, wait_first=wait_first and pdl,
-                                              early_scales=early_scales)
-        return built[key]
+        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, early_scales)
+        if key not in TRACE_BUILDS:
+            TRACE_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
+                                                     trace=True, trigger=trigger,
+                                                     wait_first=wait_first and pdl, early_scales=early_scales)
+        return TRACE_BUILDS[key]
 
-    mma_gemv.cached_cubin = cubin
-    return built
+    shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
+    try:
+        yield
+    finally:
+        mma_gemv.cached_cubin = shipped
 
 
 class TraceBuffer:
@@ -171,10 +177,13 @@ def main(args) -> None:
 
     dq = NVFP4Options().prefill_dequant_rows
     shipped = MmaKernel(dequant_rows=dq)
-    traced_cubins(args.wait_first, args.early_scales)
-    traced = MmaKernel(dequant_rows=dq)
+    with traced_cubins(args.wait_first, args.early_scales):
+        traced = MmaKernel(dequant_rows=dq)
     for m in args.ms:
-        for (label, fn, steps), (_, plain, _) in zip(chain(traced, args, m), chain(shipped, args, m), strict=True):
+        plains = chain(shipped, args, m)  # (its launchers made here: the shipped cubins)
+        with traced_cubins(args.wait_first, args.early_scales):
+            traced_graphs = chain(traced, args, m)
+        for (label, fn, steps), (_, plain, _) in zip(traced_graphs, plains, strict=True):
             t_trace = graph_time(fn, args.iters, args.replays)
             t_plain = graph_time(plain, args.iters, args.replays)  # its own weights: the same launches
             graph = torch.cuda.CUDAGraph()
