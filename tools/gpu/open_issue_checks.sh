@@ -83,6 +83,7 @@
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
+#   bash tools/gpu/open_issue_checks.sh early24  # "early_scales" from a tilings file: back to back, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
@@ -535,6 +536,29 @@ shallow23)
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k rings_of_two
     b shallow_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "shallow 3" "shallow 2"
     cat "$OUT/rc.txt"; tail -3 "$OUT/shallow_tests.log"; grep -v "^ " "$OUT/shallow_chain.log"
+    ;;
+early24)
+    # the epilogue's row_scale read at the start as a tilings key ("early_scales"; 2026-12-07,
+    # 24th: the trace builds with it were 0.3-0.4 us faster a call on qkv, down and o, 0.3 slower
+    # on gate_up; rings of 3 0.2-0.5 faster on qkv and down, the same end to end): back to back,
+    # then end to end with it on qkv, down and o, and with that and rings of 3 on qkv and down (~4 min)
+    pdl_cubins 3 4 & EARLY=True pdl_cubins 3 4 & wait
+    b early_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped early "shallow 3" "early shallow 3"
+    python3 - "$OUT" <<'PY'
+import json, subprocess, sys
+from hinge_nvfp4 import mma_tiling
+card = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.splitlines()[0]
+plan = mma_tiling.tuned_tilings(device_name=card)
+for shape in ("6144x4096", "4096x12288", "4096x4096"):
+    plan[shape]["early_scales"] = True
+json.dump(plan, open(f"{sys.argv[1]}/plan-early.json", "w"), indent=1)
+for shape in ("6144x4096", "4096x12288"):
+    plan[shape]["stages"] = 3
+json.dump(plan, open(f"{sys.argv[1]}/plan-early3.json", "w"), indent=1)
+PY
+    b early_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-early.json"
+    b early3_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-early3.json"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/early_chain.log"; grep -hE "decoding" "$OUT/early_e2e.log" "$OUT/early3_e2e.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

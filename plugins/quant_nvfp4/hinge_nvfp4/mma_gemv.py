@@ -138,8 +138,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     (``TRIGGERS``); ``wait_first``: a diagnostic ``pdl`` build whose cp.async forms wait before
     their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
     cached or launched by the engine); ``early_scales``: the epilogue's row_scale read at the
-    kernel's start, before the wait, rather than at its end (``MMA_EARLY_SCALES``; an experiment:
-    ``nvfp4_trace.py --early-scales``; the engine builds without it); needs nvcc on PATH."""
+    kernel's start, before the wait, rather than at its end (``MMA_EARLY_SCALES``; where a tuned
+    tiling names ``"early_scales": true``, ``mma_tiling.Tiling``; ``nvfp4_trace.py
+    --early-scales``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
