@@ -62,10 +62,11 @@ VARIANTS = {
     # returned later the more a warp had in flight: docs/nvfp4.md, twenty-third session)
     "shallow 3": {"stages": 3},
     "shallow 2": {"stages": 2},
-    # the epilogue's row_scale read at the start, before the wait (early_scales: the call's last
-    # round trip taken off its end; twenty-fourth session), in rings of 4 and of 3
-    "early": {"early_scales": True},
-    "early shallow 3": {"early_scales": True, "stages": 3},
+    # the epilogue's row_scale read at the start, before the wait, or just after it (row_scale:
+    # the call's last round trip taken off its end; twenty-fourth session), in rings of 4 and of 3
+    "scale start": {"row_scale": "start"},
+    "scale wait": {"row_scale": "wait"},
+    "scale wait shallow 3": {"row_scale": "wait", "stages": 3},
     # the memory side alone (MEMORY_ALONE) launched as the shipped file launches, with the trigger
     # after the weights are read, in rings of 8 spread or not (4-warp shapes, as "deep ...")
     "ring": {MEMORY_ALONE: True},

@@ -1,7 +1,7 @@
 """Where a decode GEMV's time goes between kernels: kernel: mma's warps' timelines; one run.
 
     python tools/gpu/nvfp4_trace.py [--chain same|layer] [--shapes qkv ...] [--ms 1] [--out DIR]
-                                    [--wait-first] [--early-scales]
+                                    [--wait-first] [--row-scale start|wait]
 
 The GEMVs are built with ``MMA_TRACE`` (``mma_gemv.build_cubin(trace=True)``: each warp's lane 0
 takes ``%globaltimer`` and its multiprocessor's clock at seven marks, mma_gemv.cu's ``Marks``)
@@ -19,8 +19,8 @@ the most warps one multiprocessor held. ``--out`` keeps the raw records
 ``nvfp4_gemm.graph_time``'s steady clock, the trace build and the shipped one (over weights of
 its own), so the marks' own cost shows. ``--wait-first``: every PDL build waits before its
 ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before alone;
-``--early-scales``: every build reads its epilogue's row_scale at the start
-(``early_scales=True``).
+``--row-scale``: every build reads its epilogue's row_scale at that time
+(``mma_gemv.ROW_SCALE_READS``; ``end``, in the epilogue, as shipped).
 """
 
 from __future__ import annotations
@@ -39,21 +39,21 @@ TRACE_BUILDS: dict = {}  #: traced_cubins' builds by cached_cubin's arguments an
 
 
 @contextlib.contextmanager
-def traced_cubins(wait_first: bool = False, early_scales: bool = False):
+def traced_cubins(wait_first: bool = False, row_scale: str = "end"):
     """Within it, ``mma_gemv.cached_cubin`` gives trace builds (kept in memory, never on disk);
     ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``);
-    ``early_scales``: their epilogues' row_scale read at the start (``--early-scales``). A
+    ``row_scale``: when their epilogues' row_scale is read (``--row-scale``). A
     launcher made inside keeps its trace build; one made outside gets the shipped cubin. Each
     build is made once a process (``TRACE_BUILDS``)."""
     from hinge_nvfp4 import mma_gemv
 
     def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
               columns=mma_gemv.COLUMNS, trigger="read"):
-        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, early_scales)
+        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, row_scale)
         if key not in TRACE_BUILDS:
             TRACE_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
                                                      trace=True, trigger=trigger,
-                                                     wait_first=wait_first and pdl, early_scales=early_scales)
+                                                     wait_first=wait_first and pdl, row_scale=row_scale)
         return TRACE_BUILDS[key]
 
     shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
@@ -177,11 +177,11 @@ def main(args) -> None:
 
     dq = NVFP4Options().prefill_dequant_rows
     shipped = MmaKernel(dequant_rows=dq)
-    with traced_cubins(args.wait_first, args.early_scales):
+    with traced_cubins(args.wait_first, args.row_scale):
         traced = MmaKernel(dequant_rows=dq)
     for m in args.ms:
         plains = chain(shipped, args, m)  # (its launchers made here: the shipped cubins)
-        with traced_cubins(args.wait_first, args.early_scales):
+        with traced_cubins(args.wait_first, args.row_scale):
             traced_graphs = chain(traced, args, m)
         for (label, fn, steps), (_, plain, _) in zip(traced_graphs, plains, strict=True):
             t_trace = graph_time(fn, args.iters, args.replays)
@@ -224,9 +224,9 @@ if __name__ == "__main__":
     parser.add_argument("--wait-first", action="store_true",
                         help="trace builds that wait before the ring's first copies (mma_gemv.build_cubin "
                              "wait_first): whether the wait's return is the call before or this warp's copies")
-    parser.add_argument("--early-scales", action="store_true",
-                        help="trace builds whose epilogue's row_scale is read at the start (mma_gemv.build_cubin "
-                             "early_scales): the last round trip of a call taken off its end")
+    parser.add_argument("--row-scale", choices=("end", "start", "wait"), default="end",
+                        help="trace builds whose epilogue's row_scale is read then (mma_gemv.build_cubin "
+                             "row_scale): the last round trip of a call taken off its end")
     args = parser.parse_args()
     args.hbm_tbs = start(args.hbm_tbs, "; kernel: mma's warps' timelines (us)")
     main(args)

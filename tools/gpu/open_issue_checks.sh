@@ -83,7 +83,7 @@
 #   bash tools/gpu/open_issue_checks.sh wait23   # shipped's timelines: as shipped, waiting before its copies, "run"
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
-#   bash tools/gpu/open_issue_checks.sh early24  # "early_scales" from a tilings file: back to back, end to end
+#   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
@@ -111,13 +111,13 @@ b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
 # the PDL cubins of rings of each depth given (4 warps a block; 8 warps too in rings of at most
 # 5, mma_gemv.WIDE_MAX_STAGES), in each column map and trigger, built at once into the disk cache
 # (NO_PDL=1: the non-PDL ones of rings of 4 too; PREFETCH: the PDL ones' prefetch as Python, e.g.
-# '"run"', default 0; EARLY=True: built with early_scales), so no timed run waits on nvcc
-pdl_cubins() { local stages cols trig pf=${PREFETCH:-0} early=${EARLY:-False}
+# '"run"', default 0; ROW_SCALE: their row_scale read, default end), so no timed run waits on nvcc
+pdl_cubins() { local stages cols trig pf=${PREFETCH:-0} rs=${ROW_SCALE:-end}
     for cols in contiguous coalesced; do
         for trig in read start; do
             for stages in "$@"; do
-                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig', early_scales=$early)" &
-                [ "$stages" -le 5 ] && python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig', early_scales=$early)" &
+                python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, columns='$cols', trigger='$trig', row_scale='$rs')" &
+                [ "$stages" -le 5 ] && python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, prefetch=$pf, pdl=True, warps=8, columns='$cols', trigger='$trig', row_scale='$rs')" &
             done
         done
         if [ "${NO_PDL:-0}" = 1 ]; then
@@ -516,14 +516,14 @@ wait23)
     ;;
 early23)
     # the epilogue's row_scale read at the start, before the wait (mma_gemv.build_cubin
-    # early_scales; 2026-12-06, 23rd: the last warp's done came 0.5-1.0 us after its last
+    # row_scale "start"; 2026-12-06, 23rd: the last warp's done came 0.5-1.0 us after its last
     # superstep, the epilogue's load the call's last round trip): its cubins, its GPU bits test
     # against the build without it, then the timelines and traced graphs of both (~5 min)
-    pdl_cubins 4 & EARLY=True pdl_cubins 4 & wait
+    pdl_cubins 4 & ROW_SCALE=start pdl_cubins 4 & wait
     b early_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
-        plugins/quant_nvfp4/tests/test_mma_kernel.py -k row_scale_at_the_start
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "row_scale_before_the_loop and start"
     b trace_late 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
-    b trace_early 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --early-scales
+    b trace_early 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --row-scale start
     cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"
     for t in late early; do echo "== $t"; grep -E "M = 1:|call |\[[14]\]" "$OUT/trace_$t.log"; done
     ;;
@@ -538,27 +538,31 @@ shallow23)
     cat "$OUT/rc.txt"; tail -3 "$OUT/shallow_tests.log"; grep -v "^ " "$OUT/shallow_chain.log"
     ;;
 early24)
-    # the epilogue's row_scale read at the start as a tilings key ("early_scales"; 2026-12-07,
-    # 24th: the trace builds with it were 0.3-0.4 us faster a call on qkv, down and o, 0.3 slower
-    # on gate_up; rings of 3 0.2-0.5 faster on qkv and down, the same end to end): back to back,
-    # then end to end with it on qkv, down and o, and with that and rings of 3 on qkv and down (~4 min)
-    pdl_cubins 3 4 & EARLY=True pdl_cubins 3 4 & wait
-    b early_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped early "shallow 3" "early shallow 3"
+    # when the epilogue's row_scale is read, as a tilings key ("row_scale"; 2026-12-07, 24th: read
+    # at the start, the trace builds were 0.3-0.4 us faster a call on qkv, down and o, 0.3 slower
+    # on gate_up, whose wait came later): the GPU bits test of "wait" (right after the wait, nothing
+    # more in flight before it), back to back, then end to end with "start" on qkv, down and o
+    # and with "wait" on every shape (~4 min)
+    pdl_cubins 3 4 & ROW_SCALE=start pdl_cubins 4 & ROW_SCALE=wait pdl_cubins 3 4 & wait
+    b wait_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs -x \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "row_scale_before_the_loop and wait"
+    b scale_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "scale start" \
+        "scale wait" "scale wait shallow 3"
     python3 - "$OUT" <<'PY'
 import json, subprocess, sys
 from hinge_nvfp4 import mma_tiling
 card = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.splitlines()[0]
-plan = mma_tiling.tuned_tilings(device_name=card)
-for shape in ("6144x4096", "4096x12288", "4096x4096"):
-    plan[shape]["early_scales"] = True
-json.dump(plan, open(f"{sys.argv[1]}/plan-early.json", "w"), indent=1)
-for shape in ("6144x4096", "4096x12288"):
-    plan[shape]["stages"] = 3
-json.dump(plan, open(f"{sys.argv[1]}/plan-early3.json", "w"), indent=1)
+for name, when in (("start", {"6144x4096": "start", "4096x12288": "start", "4096x4096": "start"}),
+                   ("wait", {"6144x4096": "wait", "24576x4096": "wait", "4096x12288": "wait", "4096x4096": "wait"})):
+    plan = mma_tiling.tuned_tilings(device_name=card)
+    for shape, read in when.items():
+        plan[shape]["row_scale"] = read
+    json.dump(plan, open(f"{sys.argv[1]}/plan-scale-{name}.json", "w"), indent=1)
 PY
-    b early_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-early.json"
-    b early3_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-early3.json"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/early_chain.log"; grep -hE "decoding" "$OUT/early_e2e.log" "$OUT/early3_e2e.log"
+    b scale_start_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-scale-start.json"
+    b scale_wait_e2e 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-scale-wait.json"
+    cat "$OUT/rc.txt"; tail -2 "$OUT/wait_tests.log"; grep -v "^ " "$OUT/scale_chain.log"
+    grep -hE "decoding" "$OUT/scale_start_e2e.log" "$OUT/scale_wait_e2e.log"
     ;;
 w22)
     # what the early launch is worth to a read, by program size: plain, PDL with the loads

@@ -265,7 +265,7 @@ class MmaKernel(TritonKernel):
         if self.trigger not in mma_gemv.TRIGGERS:
             raise ValueError(f"nvfp4 kernel 'mma' trigger {self.trigger!r}: one of {', '.join(mma_gemv.TRIGGERS)} "
                              "(HINGE_NVFP4_MMA_TRIGGER)")
-        #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from, spread, trigger, early_scales)
+        #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from, spread, trigger, row_scale)
         #: -> launcher
         self._gemvs: dict[tuple, Any] = {}
         #: 16-row tiles a warp at 9 .. 16 rows where the launcher's form and ring allow two
@@ -293,15 +293,15 @@ class MmaKernel(TritonKernel):
         columns = plan.columns or self.columns
         spread = self.spread if plan.spread is None else plan.spread
         trigger = plan.trigger or self.trigger
-        early = bool(plan.early_scales) and self.pdl  # (before the wait: a PDL build's)
+        row_scale = (plan.row_scale or "end") if self.pdl else "end"  # (about the wait: a PDL build's)
         if rows16 is not None:
             key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns, rows16.from_rows,
-                   spread, trigger, early)
+                   spread, trigger, row_scale)
         else:  # two tiles a warp at 9 .. 16 rows where this form and ring are built with them
             form = plan.form or self.form
             t2 = mma_gemv.two_tiles_built(form, plan.stages, plan.kwarps)
             key = (plan.stages, plan.kwarps, form, prefetch, self.tiles16 if t2 else 1, columns,
-                   mma_gemv.SET_ROWS + 1, spread, trigger, early)
+                   mma_gemv.SET_ROWS + 1, spread, trigger, row_scale)
         stand_in = getattr(self._stand_in, "columns", columns)
         if stand_in != columns:
             raise ValueError(f"the launcher stood in computes column map {stand_in!r}, the layer is "
@@ -310,7 +310,7 @@ class MmaKernel(TritonKernel):
             self._gemvs[key] = self._stand_in or _mma_launcher(*key[:4], pdl=self.pdl, tiles16=key[4],
                                                                columns=columns, rows16_from=key[6],
                                                                spread=spread, trigger=trigger,
-                                                               early_scales=early)
+                                                               row_scale=row_scale)
         return self._gemvs[key]
 
     def prepare_linear(self, layer: nn.Module, packed: torch.Tensor, scales: torch.Tensor) -> bool:
@@ -431,14 +431,15 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
                   tiles16: int = 1, columns: str | None = None, rows16_from: int | None = None,
-                  spread: bool = False, trigger: str = "read", early_scales: bool = False) -> Any:
+                  spread: bool = False, trigger: str = "read", row_scale: str = "end") -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
     block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``;
     its 16-row kernel from ``rows16_from`` rows on; ``spread``: its blocks spread evenly over the
-    multiprocessors; ``trigger``: when it lets the kernel after it launch; ``early_scales``: its
-    epilogue's row_scale read at the start, a PDL build's), built or read from the disk cache."""
+    multiprocessors; ``trigger``: when it lets the kernel after it launch; ``row_scale``: when
+    it reads its epilogue's row_scale, ``mma_gemv.ROW_SCALE_READS``, "end" without PDL), built or
+    read from the disk cache."""
     from hinge_nvfp4 import mma_gemv, mma_layout
 
     columns = columns or mma_layout.COLUMNS
@@ -451,6 +452,6 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
                                   warps=mma_gemv.block_warps(kwarps), columns=columns,
                                   trigger=trigger if pdl else "read",  # (no trigger without PDL)
-                                  early_scales=early_scales and pdl)
+                                  row_scale=row_scale if pdl else "end")
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,
                             rows16_from=rows16_from, spread=spread)

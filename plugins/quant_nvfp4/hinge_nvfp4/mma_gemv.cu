@@ -284,19 +284,21 @@ __device__ __forceinline__ void store_gated(const Epilogue& e, const int half, c
     e.out[(size_t)col * half + pair * 16 + (row & 15)] = __bfloat16_as_ushort(__float2bfloat16_rn(silu_mul(gate, up)));
 }
 
-#ifndef MMA_EARLY_SCALES
-#define MMA_EARLY_SCALES 0  // 1: the epilogue's row_scale read before griddepcontrol.wait (early_scales)
-#endif
-constexpr bool EARLY_SCALES = MMA_EARLY_SCALES;
+#ifndef MMA_ROW_SCALE
+#define MMA_ROW_SCALE 0  // when the epilogue's row_scale is read (mma_gemv.ROW_SCALE_READS): 0 in the
+#endif                   // epilogue, 1 at the start (before griddepcontrol.wait), 2 just after the wait
+constexpr int ROW_SCALE = MMA_ROW_SCALE;
+constexpr bool EARLY_SCALES = ROW_SCALE != 0;  // read before the epilogue, held in registers
 
 template <int T>
 __device__ __forceinline__ void early_scales(const float* row_scale, const int n, const int tile, const int lane,
                                              float (&scale)[T][2]) {
-    // EARLY_SCALES (mma_gemv.build_cubin early_scales=True): the row_scale of a lane's two W rows
-    // of each tile (g and g + 8: value_row's i / 2 % 2), read at the kernel's start rather than
-    // in its epilogue, where the load is the last round trip of the call (the layer's weight, no
-    // kernel before writes it: before griddepcontrol.wait; through L2, as lane_scales_l2, so that
-    // ptxas keeps it there)
+    // EARLY_SCALES (mma_gemv.build_cubin row_scale "start" or "wait"): the row_scale of a lane's
+    // two W rows of each tile (g and g + 8: value_row's i / 2 % 2), read before the main loop
+    // rather than in the epilogue, where the load is the last round trip of the call (the
+    // layer's weight, which no kernel before writes, so "start" reads it before
+    // griddepcontrol.wait; through L2, as lane_scales_l2, so that ptxas keeps it there; "wait"
+    // right after the wait and x's first loads, so that nothing more is in flight before it)
 #pragma unroll
     for (int j = 0; j < T; ++j)
 #pragma unroll
@@ -655,10 +657,12 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const int s_tile, const int s_super,
                                            const int tile, const int last_tile, const int first,
                                            const int steps, const int warp, const int lane,
-                                           float (&acc)[T][4 * SETS], Marks& marks) {
+                                           float (&acc)[T][4 * SETS], Marks& marks,
+                                           const float* row_scale, float (&scale)[T][2]) {
     // a warp's sums over supersteps first .. first + steps - 1 (steps >= 1) of its T tiles
     // tile .. tile + T - 1 (one past last_tile reads last_tile's weights again; the caller
-    // drops its sums): acc[j] (set s's four values at 4s .. 4s + 3: finish's order)
+    // drops its sums): acc[j] (set s's four values at 4s .. 4s + 3: finish's order); row_scale
+    // given (ROW_SCALE 2, the tile's finishing warp): its rows' into scale once x is asked for
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
@@ -738,6 +742,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
         for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
     }
+    if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<T>(row_scale, (last_tile + 1) << 4, tile, lane, scale);
     if (ahead || !streams) {
         wait_copies<STAGES - 2>();  // superstep 0 has landed
         __syncwarp();
@@ -920,7 +925,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     marks.mark(0);
     float acc[T][4 * SETS] = {};
     float scale[T][2] = {};  // EARLY_SCALES: the tiles' row_scale of this lane's rows (slice 0 finishes)
-    if constexpr (EARLY_SCALES) {
+    constexpr bool regs = FORM == REGS || FORM == REGS_FOLD;  // (no ROW_SCALE 2 place: read at the start)
+    if constexpr (ROW_SCALE == 1 || (ROW_SCALE == 2 && regs)) {
         if (slice == 0) early_scales<T>(row_scale, n, tile, lane, scale);
     }
     if constexpr (FORM == REGS || FORM == REGS_FOLD) {
@@ -929,7 +935,8 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
                                              first, steps, lane, acc, marks);
     } else if (steps > 0) {
         accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
-                                  tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks);
+                                  tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks,
+                                  ROW_SCALE == 2 && slice == 0 ? row_scale : nullptr, scale);
     }
     if constexpr (PDL && !TRIGGER_START) {
         // the weights are read: the kernel after this one may launch (its blocks copy their

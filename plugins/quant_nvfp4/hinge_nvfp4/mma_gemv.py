@@ -39,6 +39,10 @@ PREFETCH = 0  #: the one ``MmaKernel`` builds
 #: when a PDL build lets the kernel after it launch: once a warp's weights are read (``read``),
 #: or at its start (``start``: ``MMA_TRIGGER_START``)
 TRIGGERS = ("read", "start")
+#: when a build reads its epilogue's row_scale: in the epilogue (``end``), at the kernel's start,
+#: before ``griddepcontrol.wait`` (``start``), or just after the wait and x's first loads
+#: (``wait``) (``MMA_ROW_SCALE`` 0, 1, 2; the last two held in registers through the loop)
+ROW_SCALE_READS = ("end", "start", "wait")
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
@@ -125,7 +129,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
-                wait_first: bool = False, early_scales: bool = False) -> bytes:
+                wait_first: bool = False, row_scale: str = "end") -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -137,10 +141,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     launched by the engine); ``trigger``: when a ``pdl`` build lets the kernel after it launch
     (``TRIGGERS``); ``wait_first``: a diagnostic ``pdl`` build whose cp.async forms wait before
     their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
-    cached or launched by the engine); ``early_scales``: the epilogue's row_scale read at the
-    kernel's start, before the wait, rather than at its end (``MMA_EARLY_SCALES``; where a tuned
-    tiling names ``"early_scales": true``, ``mma_tiling.Tiling``; ``nvfp4_trace.py
-    --early-scales``); needs nvcc on PATH."""
+    cached or launched by the engine); ``row_scale``: when the epilogue's row_scale is read
+    (``ROW_SCALE_READS``: ``MMA_ROW_SCALE``; where a tuned tiling names ``"row_scale"``,
+    ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -153,6 +156,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
     if wait_first and not pdl:
         raise ValueError("wait_first moves griddepcontrol.wait, which only a pdl=True build has")
+    if row_scale not in ROW_SCALE_READS:
+        raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
     if trigger not in TRIGGERS:
         raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     nvcc = shutil.which("nvcc")
@@ -166,7 +171,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
-                               f"-DMMA_EARLY_SCALES={int(early_scales)}",
+                               f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
@@ -183,17 +188,17 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
-                 columns: str = COLUMNS, trigger: str = "read", early_scales: bool = False) -> bytes:
+                 columns: str = COLUMNS, trigger: str = "read", row_scale: str = "end") -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
     options = (f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
-               + ("" if trigger == "read" else f":{trigger}") + (":early" if early_scales else ""))
+               + ("" if trigger == "read" else f":{trigger}") + ("" if row_scale == "end" else f":rs-{row_scale}"))
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, early_scales=early_scales)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, row_scale=row_scale)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

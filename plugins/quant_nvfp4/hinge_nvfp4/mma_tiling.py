@@ -18,6 +18,7 @@ from hinge_nvfp4.mma_gemv import (
     MAX_STAGES,
     ONE_SET,
     PREFETCHES,
+    ROW_SCALE_READS,
     SET_ROWS,
     T2_FORMS,
     T2_MAX_STAGES,
@@ -59,9 +60,8 @@ class Tiling(NamedTuple):
     repack's column map (``columns``: ``mma_layout.COLUMN_MAPS``, else the kernel's) and whether
     its launches spread their blocks evenly over the multiprocessors (``spread``:
     ``mma_gemv.MmaGemv`` spread, else the kernel's), when they let the kernel after them launch
-    (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's) and whether their epilogue's row_scale
-    is read at the start, before the wait (``early_scales``: ``mma_gemv.build_cubin``'s, PDL
-    builds only; else not)."""
+    (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's) and when they read their epilogue's
+    row_scale (``row_scale``: ``mma_gemv.ROW_SCALE_READS``, PDL builds only; else at the end)."""
 
     splits: int
     groups_per_split: int
@@ -74,7 +74,7 @@ class Tiling(NamedTuple):
     columns: str | None = None
     spread: bool | None = None
     trigger: str | None = None
-    early_scales: bool | None = None
+    row_scale: str | None = None
 
 
 STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
@@ -97,7 +97,7 @@ def resident_warps(stages: int, rows: int = 8) -> int:
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
     "stages": ..}``, optionally ``"layout"``, ``"form"``, ``"prefetch"``, ``"columns"``, ``"spread"``, ``"trigger"``,
-    ``"early_scales"`` and ``"r16"``:
+    ``"row_scale"`` and ``"r16"``:
     ``rows16_of``; as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
     where given; else warps a tile doubled, then K split in two, until the launch has
     ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
@@ -112,19 +112,19 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         splits, kwarps, stages = int(entry["splits"]), int(entry["kwarps"]), int(entry["stages"])
         layout, form, prefetch = entry.get("layout"), entry.get("form"), entry.get("prefetch")
         columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
-        early = entry.get("early_scales")
+        row_scale = entry.get("row_scale")
         if (not kwarps_built(kwarps, stages) or not ring_built(stages) or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
                 or (form in ONE_SET and kwarps not in KWARPS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
                 or spread not in (None, True, False) or trigger not in (None, *TRIGGERS)
-                or early not in (None, True, False)):
+                or row_scale not in (None, *ROW_SCALE_READS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages 2 to {MAX_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))}, "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
-                             f"true or false, trigger {' or '.join(TRIGGERS)}, early_scales true or false "
+                             f"true or false, trigger {' or '.join(TRIGGERS)}, row_scale {' or '.join(ROW_SCALE_READS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
         if form in ONE_SET and "r16" not in entry:
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} takes the {form} form, built "
@@ -132,7 +132,7 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
                              f"the launch of 9 .. 16 rows (a form of {', '.join(KERNELS)})")
         per_split = groups_per_split(groups, splits)
         return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch,
-                      rows16_of(entry.get("r16"), n, k, stages), columns, spread, trigger, early)
+                      rows16_of(entry.get("r16"), n, k, stages), columns, spread, trigger, row_scale)
     tiles, supers = n // 16, k // SUPERSTEP
     kwarps, splits = 1, 1
     fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms

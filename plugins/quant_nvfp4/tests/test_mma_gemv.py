@@ -338,27 +338,36 @@ def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_withou
 
 
 @needs_nvcc
-def test_an_early_scales_build_reads_row_scale_before_its_wait_and_a_default_build_after_the_loop(tmp_path):
-    """``early_scales``: every GEMV form's kernel (1, 2, 4 warps a tile; 8 and 16 rows; two tiles
-    a warp) loads its lane's two row_scale words a tile (32-bit loads through L2:
-    LDG.E.STRONG.GPU) before griddepcontrol.wait (ACQBULK), and the forms a tilings file ships
-    (plain, bulk, xring) still fit their registers with no stack; the default build loads
-    nothing before the wait."""
-    def sass(**options):
+def test_row_scale_is_read_before_the_wait_at_start_after_it_at_wait_and_in_the_epilogue_at_end(tmp_path):
+    """``row_scale``: every GEMV form's kernel (1, 2, 4 warps a tile; 8 and 16 rows; two tiles a
+    warp) loads its lane's two row_scale words a tile (32-bit loads through L2:
+    LDG.E.STRONG.GPU) before griddepcontrol.wait (ACQBULK) at "start", after it but before the
+    first MMA at "wait", and neither at "end" (the default: in the epilogue); "start" and "wait"
+    fit the registers of "end" with no stack, but for the ``ahead`` forms at "start" (8 bytes)."""
+    def sass(row_scale):
         cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", **options))
+        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", row_scale=row_scale))
         usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
         return sass_by_function(cubin), usage
 
-    (early, usage), (default, _) = sass(early_scales=True), sass()
+    def scale_loads(code: str, upto: str) -> int:
+        return len(re.findall(r"LDG\.E\.STRONG\.GPU ", code[:code.index(upto)]))
+
+    builds = {when: sass(when) for when in nvfp4_mma.ROW_SCALE_READS}
+    end = builds["end"][0]
     names = [(nvfp4_mma.kernel_name(form, kw, rows, tiles), form, tiles) for form in nvfp4_mma.KERNELS
              for kw in nvfp4_mma.KWARPS for rows, tiles in ((8, 1), (16, 1), (16, 2))
              if tiles == 1 or nvfp4_mma.two_tiles_built(form, 4, kw)]
     for name, form, tiles in names:
-        before = early[name][:early[name].index("ACQBULK")]
-        assert len(re.findall(r"LDG\.E\.STRONG\.GPU ", before)) == 2 * tiles, name
-        assert not re.search(r"\bLDG\.E", default[name][:default[name].index("ACQBULK")]), name  # (not LDGSTS)
-        assert form == "ahead" or "STACK:0" in usage[name], (name, usage[name])
+        assert scale_loads(end[name], "ACQBULK") == 0 and scale_loads(end[name], "HMMA") == 0, name
+        for when, (code, usage) in builds.items():
+            if when == "end":
+                continue
+            assert scale_loads(code[name], "ACQBULK") == (2 * tiles if when == "start" else 0), (name, when)
+            assert scale_loads(code[name], "HMMA") == 2 * tiles, (name, when)
+            assert (form == "ahead" and when == "start") or "STACK:0" in usage[name], (name, when, usage[name])
+    with pytest.raises(ValueError, match="reads its row_scale at one of end, start, wait, not 'soon'"):
+        nvfp4_mma.build_cubin("sm_90", row_scale="soon")
 
 
 @needs_nvcc

@@ -344,19 +344,19 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     with pytest.raises(ValueError, match="trigger 'soon': one of read, start"):
         MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     monkeypatch.delenv("HINGE_NVFP4_MMA_TRIGGER")
-    # the epilogue's row_scale read at the start: a PDL build's (its own launcher), never without
-    # PDL (nothing to be early for); anything but true or false refused
-    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "early_scales": true}}')
+    # when the epilogue's row_scale is read: a PDL build's choice (its own launcher), at the end
+    # without PDL (no wait to be early for); a time not built refused
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "row_scale": "wait"}}')
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling.early_scales is True and list(kernel._gemvs)[-1][9] is False
+    assert layer.nvfp4_mma_tiling.row_scale == "wait" and list(kernel._gemvs)[-1][9] == "end"
     kernel.pdl = True
     kernel.prepare_linear(layer, packed, scales)
-    without, early = list(kernel._gemvs)[-2:]
-    assert early[9] is True and early[:9] == without[:9]  # a launcher of its own
-    with pytest.raises(ValueError, match="early_scales true or false"):
+    at_end, after_wait = list(kernel._gemvs)[-2:]
+    assert after_wait[9] == "wait" and after_wait[:9] == at_end[:9]  # a launcher of its own
+    with pytest.raises(ValueError, match="row_scale end or start or wait"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4,
-                                                        "early_scales": "yes"}})
+                                                        "row_scale": "early"}})
     with pytest.raises(ValueError, match="trigger read or start"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "trigger": "end"}})
     with pytest.raises(ValueError, match="spread true or false"):
@@ -621,9 +621,9 @@ def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read", early_scales=False:
+                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read", row_scale="end":
                         builds.append((arch, stages, warps, columns) + (() if trigger == "read" else (trigger,))
-                                      + (("early",) if early_scales else ())) or b"cubin")
+                                      + (() if row_scale == "end" else (row_scale,))) or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
@@ -631,11 +631,13 @@ def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, columns="coalesced") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, pdl=True, trigger="start") == b"cubin"
-    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, early_scales=True) == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="start") == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="wait") == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="end") == b"cubin"  # the default's file
     assert builds == [("sm_90", 8, 4, "contiguous"), ("sm_90", 4, 4, "contiguous"), ("sm_90", 4, 8, "contiguous"),
                       ("sm_90", 4, 4, "coalesced"), ("sm_90", 4, 4, "contiguous", "start"),
-                      ("sm_90", 4, 4, "contiguous", "early")]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 6 and not list(tmp_path.glob("*.tmp"))
+                      ("sm_90", 4, 4, "contiguous", "start"), ("sm_90", 4, 4, "contiguous", "wait")]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 7 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
@@ -751,22 +753,23 @@ def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
-def test_cuda_reading_row_scale_at_the_start_changes_no_bit_plain_or_gated(columns):
-    """``early_scales`` (the epilogue's row_scale read before the wait) against the same PDL
-    build without it, over every tiling (``_same_bits_in_every_tiling``); and a paired [gate |
-    up], plain and gated (finish_pair's path at two tiles a warp)."""
+@pytest.mark.parametrize("when", ["start", "wait"])
+def test_cuda_reading_row_scale_before_the_loop_changes_no_bit_plain_or_gated(when, columns):
+    """``row_scale`` "start" (read before the wait) and "wait" (right after it) against the same
+    PDL build reading it in the epilogue, over every tiling (``_same_bits_in_every_tiling``);
+    and a paired [gate | up], plain and gated (finish_pair's path at two tiles a warp)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     major, minor = torch.cuda.get_device_capability()
-    cubins = {(early, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=True, warps=warps, columns=columns,
-                                                    trigger="start", early_scales=early)
-              for early in (False, True) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
-    _same_bits_in_every_tiling(columns, {early: (cubins[early, mma_gemv.WARPS], cubins[early, mma_gemv.WIDE_WARPS], 4)
-                                         for early in (False, True)})
+    cubins = {(read, warps): mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=True, warps=warps, columns=columns,
+                                                   trigger="start", row_scale=read)
+              for read in ("end", when) for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)}
+    _same_bits_in_every_tiling(columns, {read: (cubins[read, mma_gemv.WARPS], cubins[read, mma_gemv.WIDE_WARPS], 4)
+                                         for read in ("end", when)})
 
     def pair(form, kw, tiles16):
-        return [mma_gemv.MmaGemv(cubins[early, mma_gemv.block_warps(kw)], form, 4, kw, pdl=True, tiles16=tiles16,
-                                 columns=columns) for early in (False, True)]
+        return [mma_gemv.MmaGemv(cubins[read, mma_gemv.block_warps(kw)], form, 4, kw, pdl=True, tiles16=tiles16,
+                                 columns=columns) for read in ("end", when)]
 
     n, k = 192, 2560  # a paired [gate | up], one split: the pair's tiles in one warp (two a warp) or a block
     x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n + k, device="cuda")
@@ -781,7 +784,7 @@ def test_cuda_reading_row_scale_at_the_start_changes_no_bit_plain_or_gated(colum
                 xr = x[:rows].contiguous()
                 got = [_launch(gemv, xr, (words, codes, row_scale[order], None), k // 16, paired=True, gated=gated)
                        for gemv in (early, late)]
-                assert torch.equal(*got), (form, columns, kw, rows, tiles16, gated)
+                assert torch.equal(*got), (form, columns, kw, rows, tiles16, gated, when)
 
 
 @pytest.mark.gpu
