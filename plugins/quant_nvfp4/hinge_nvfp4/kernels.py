@@ -219,7 +219,8 @@ class MmaKernel(TritonKernel):
 
     def __init__(self, gemv: Any = None, num_sms: int | None = None, layout: str | None = None,
                  form: str | None = None, device_name: str | None = None, dequant_rows: int = 0,
-                 columns: str | None = None, spread: bool | None = None, trigger: str | None = None) -> None:
+                 columns: str | None = None, spread: bool | None = None, trigger: str | None = None,
+                 row_scale: str | None = None) -> None:
         from hinge.devices import early_dependents
         from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling
 
@@ -265,6 +266,12 @@ class MmaKernel(TritonKernel):
         if self.trigger not in mma_gemv.TRIGGERS:
             raise ValueError(f"nvfp4 kernel 'mma' trigger {self.trigger!r}: one of {', '.join(mma_gemv.TRIGGERS)} "
                              "(HINGE_NVFP4_MMA_TRIGGER)")
+        #: when a GEMV reads its epilogue's row_scale where a tiling names no time
+        #: ($HINGE_NVFP4_MMA_ROW_SCALE: end, the default, start or wait; mma_gemv.ROW_SCALE_READS)
+        self.row_scale = row_scale or os.environ.get("HINGE_NVFP4_MMA_ROW_SCALE") or "end"
+        if self.row_scale not in mma_gemv.ROW_SCALE_READS:
+            raise ValueError(f"nvfp4 kernel 'mma' row_scale {self.row_scale!r}: one of "
+                             f"{', '.join(mma_gemv.ROW_SCALE_READS)} (HINGE_NVFP4_MMA_ROW_SCALE)")
         #: (stages, kwarps, form, prefetch, tiles16, columns, rows16_from, spread, trigger, row_scale)
         #: -> launcher
         self._gemvs: dict[tuple, Any] = {}
@@ -293,7 +300,7 @@ class MmaKernel(TritonKernel):
         columns = plan.columns or self.columns
         spread = self.spread if plan.spread is None else plan.spread
         trigger = plan.trigger or self.trigger
-        row_scale = (plan.row_scale or "end") if self.pdl else "end"  # (about the wait: a PDL build's)
+        row_scale = (plan.row_scale or self.row_scale) if self.pdl else "end"  # (about the wait: a PDL build's)
         if rows16 is not None:
             key = (plan.stages, rows16.kwarps, rows16.form, prefetch, rows16.tiles, columns, rows16.from_rows,
                    spread, trigger, row_scale)

@@ -303,7 +303,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 4, 4, "interleaved", "xring", 256)
     # (stages, warps a tile, form, prefetch, tiles a warp at 9 .. 16 rows: two where built, column
     # map, the fewest rows of the 16-row kernel)
-    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous", 9, False, "read", False)]
+    assert list(kernel._gemvs) == [(4, 4, "xring", 256, 1, "contiguous", 9, False, "read", "end")]
     assert mma_layout.block_strides(layer.nvfp4_mma_words, layer.nvfp4_mma_scales)[1] == 72
     got = kernel.linear(layer, x[:1].contiguous(), bias, None)
     want = reference.linear(x[:1], packed, scales, layer.row_scale, bias)
@@ -313,7 +313,7 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling == mma_tiling.Tiling(1, 256, 8, 4, None, "bulk")
-    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous", 9, False, "read", False)
+    assert list(kernel._gemvs)[-1] == (4, 8, "bulk", 0, 1, "contiguous", 9, False, "read", "end")
     with pytest.raises(ValueError, match=r"kwarps of \(1, 2, 4\) \(or 8 with rings of <= 5\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 8, "stages": 8}})
     # launches spread over the multiprocessors: named by the tiling (its own launcher), else the
@@ -354,6 +354,16 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
     kernel.prepare_linear(layer, packed, scales)
     at_end, after_wait = list(kernel._gemvs)[-2:]
     assert after_wait[9] == "wait" and after_wait[:9] == at_end[:9]  # a launcher of its own
+    path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4}}')  # names none: the kernel's
+    monkeypatch.setenv("HINGE_NVFP4_MMA_ROW_SCALE", "start")
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    kernel.pdl = True
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.row_scale is None and list(kernel._gemvs)[-1][9] == "start"
+    monkeypatch.setenv("HINGE_NVFP4_MMA_ROW_SCALE", "soon")
+    with pytest.raises(ValueError, match="row_scale 'soon': one of end, start, wait"):
+        MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    monkeypatch.delenv("HINGE_NVFP4_MMA_ROW_SCALE")
     with pytest.raises(ValueError, match="row_scale end or start or wait"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4,
                                                         "row_scale": "early"}})
@@ -408,7 +418,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2)
-    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous", 9, False, "read", False), (4, 2, "plain", 0, 2, "contiguous", 9, False, "read", False)]
+    assert list(kernel._gemvs)[-2:] == [(4, 4, "bulk", 0, 2, "contiguous", 9, False, "read", "end"), (4, 2, "plain", 0, 2, "contiguous", 9, False, "read", "end")]
     # the stand-in launchers are one object: give the 16-row launch its own to see who runs what
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
@@ -423,7 +433,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     kernel.prepare_linear(layer, packed, scales)
     assert layer.nvfp4_mma_tiling.rows16 == mma_tiling.Rows16(2, "plain", 2, 5) and layer.nvfp4_mma_rows16_from == 5
-    assert list(kernel._gemvs)[-1] == (4, 2, "plain", 0, 2, "contiguous", 5, False, "read", False)
+    assert list(kernel._gemvs)[-1] == (4, 2, "plain", 0, 2, "contiguous", 5, False, "read", "end")
     layer.nvfp4_mma_gemv16 = sixteen = EmulatedLauncher()
     few = layer.nvfp4_mma_gemv
     for rows in (1, 4, 5, 8, 9):
