@@ -84,6 +84,7 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
+#   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
@@ -151,9 +152,9 @@ PY
 # back under each (the cubins of both files built first): lanes h200y, h200n
 nvfp4_both_files() {
     local h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
-    pdl_cubins 4 8
+    pdl_cubins 4 8 & ROW_SCALE=wait pdl_cubins 4 & wait
     b e2e_defaults 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$h100"
-    b chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    b chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "scale wait"
     b chain_h100 100 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     grep -E "/ bf16|decoding" "$OUT/e2e_defaults.log"; grep -v "^ " "$OUT/chain.log" "$OUT/chain_h100.log"
 }
@@ -915,6 +916,13 @@ h200n)
     # h200y's NVFP4 half alone (the mini site is enough): end to end and back to back under
     # the H200's tilings file and the H100's (~4 min)
     nvfp4_both_files; cat "$OUT/rc.txt"
+    ;;
+wait25)
+    # the H100 file with "row_scale": "wait" (shipped 2026-12-07, 24th, from its kernels' bits
+    # test and two end-to-end runs): kernel: mma's Qwen3-8B-shape, early-launch and engine GPU
+    # tests under it, the GEMM table at 1 .. 16 rows, end to end against the file without it (~5 min)
+    pdl_cubins 4 & ROW_SCALE=wait pdl_cubins 4 & wait
+    shipped_file wait "qwen3_8b or past_sixteen or kernel_mma or auto_runs or early" 240 150 200 row_scale
     ;;
 last18)
     # 2026-12-06 (17th, ~3 min): the H100 file with gate_up's 16-row launch from 6 rows and
