@@ -76,6 +76,14 @@ def test_trace_builds_are_made_inside_traced_cubins_only_and_once_each(monkeypat
     with nvfp4_trace.traced_cubins(wait_first=True):  # another build: not the row_scale one's
         mma_gemv.cached_cubin("sm_90", 4, pdl=True)
     assert len(builds) == 2 and builds[1][1]["wait_first"] and builds[1][1]["row_scale"] == "end"
+    # a launcher's own time (its tiling's "row_scale", passed as kernels._mma_launcher passes it)
+    # unless --row-scale names one
+    with nvfp4_trace.traced_cubins():
+        mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, columns="coalesced", trigger="start", row_scale="wait")
+    assert builds[2][1]["row_scale"] == "wait" and builds[2][1]["trigger"] == "start"
+    with nvfp4_trace.traced_cubins(row_scale="end"):
+        mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, columns="coalesced", trigger="start", row_scale="wait")
+    assert len(builds) == 4 and builds[3][1]["row_scale"] == "end"
     try:
         with nvfp4_trace.traced_cubins():
             raise RuntimeError("a failed trace")

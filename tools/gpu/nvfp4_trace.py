@@ -20,7 +20,7 @@ the most warps one multiprocessor held. ``--out`` keeps the raw records
 its own), so the marks' own cost shows. ``--wait-first``: every PDL build waits before its
 ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before alone;
 ``--row-scale``: every build reads its epilogue's row_scale at that time
-(``mma_gemv.ROW_SCALE_READS``; ``end``, in the epilogue, as shipped).
+(``mma_gemv.ROW_SCALE_READS``; default: when each shape's tiling says, as shipped).
 """
 
 from __future__ import annotations
@@ -39,21 +39,25 @@ TRACE_BUILDS: dict = {}  #: traced_cubins' builds by cached_cubin's arguments an
 
 
 @contextlib.contextmanager
-def traced_cubins(wait_first: bool = False, row_scale: str = "end"):
+def traced_cubins(wait_first: bool = False, row_scale: str | None = None):
     """Within it, ``mma_gemv.cached_cubin`` gives trace builds (kept in memory, never on disk);
     ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``);
-    ``row_scale``: when their epilogues' row_scale is read (``--row-scale``). A
+    ``row_scale``: when their epilogues' row_scale is read (``--row-scale``; None: when each
+    launcher's tiling reads it, as shipped). A
     launcher made inside keeps its trace build; one made outside gets the shipped cubin. Each
     build is made once a process (``TRACE_BUILDS``)."""
     from hinge_nvfp4 import mma_gemv
 
+    override = row_scale
+
     def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
-              columns=mma_gemv.COLUMNS, trigger="read"):
-        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, row_scale)
+              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
+        read = override or row_scale
+        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, read)
         if key not in TRACE_BUILDS:
             TRACE_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
                                                      trace=True, trigger=trigger,
-                                                     wait_first=wait_first and pdl, row_scale=row_scale)
+                                                     wait_first=wait_first and pdl, row_scale=read)
         return TRACE_BUILDS[key]
 
     shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
@@ -213,6 +217,8 @@ def main(args) -> None:
 
 
 if __name__ == "__main__":
+    from hinge_nvfp4.mma_gemv import ROW_SCALE_READS
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chain", choices=("same", "layer"), default="same")
     parser.add_argument("--shapes", nargs="+", default=["qkv", "gate_up", "down", "o"])
@@ -224,7 +230,7 @@ if __name__ == "__main__":
     parser.add_argument("--wait-first", action="store_true",
                         help="trace builds that wait before the ring's first copies (mma_gemv.build_cubin "
                              "wait_first): whether the wait's return is the call before or this warp's copies")
-    parser.add_argument("--row-scale", choices=("end", "start", "wait"), default="end",
+    parser.add_argument("--row-scale", choices=ROW_SCALE_READS,
                         help="trace builds whose epilogue's row_scale is read then (mma_gemv.build_cubin "
                              "row_scale): the last round trip of a call taken off its end")
     args = parser.parse_args()

@@ -523,7 +523,7 @@ early23)
     pdl_cubins 4 & ROW_SCALE=start pdl_cubins 4 & wait
     b early_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "row_scale_before_the_loop and start"
-    b trace_late 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o
+    b trace_late 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --row-scale end
     b trace_early 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv gate_up down o --row-scale start
     cat "$OUT/rc.txt"; tail -3 "$OUT/early_tests.log"
     for t in late early; do echo "== $t"; grep -E "M = 1:|call |\[[14]\]" "$OUT/trace_$t.log"; done
