@@ -64,6 +64,7 @@ VARIANTS = {
     "shallow 2": {"stages": 2},
     # the epilogue's row_scale read at the start, before the wait, or just after it (row_scale:
     # the call's last round trip taken off its end; twenty-fourth session), in rings of 4 and of 3
+    "scale end": {"row_scale": "end"},  # (the H100 file names "wait" since then: the file before it)
     "scale start": {"row_scale": "start"},
     "scale wait": {"row_scale": "wait"},
     "scale wait shallow 3": {"row_scale": "wait", "stages": 3},
