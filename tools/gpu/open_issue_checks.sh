@@ -86,6 +86,7 @@
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
+#   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's
 #                                                 # benchmark and fa4's batch-1 layer with the KV
 #                                                 # stored; nvfp4 end to end and back to back; the
@@ -916,6 +917,13 @@ h200n)
     # h200y's NVFP4 half alone (the mini site is enough): end to end and back to back under
     # the H200's tilings file and the H100's (~4 min)
     nvfp4_both_files; cat "$OUT/rc.txt"
+    ;;
+h200m)
+    # h200n, then the read of each shape's bytes launched as the GEMVs are (read_ceiling's PDL
+    # read: does a kernel with no arithmetic reach 70% of 4.8 TB/s on qkv?); the mini site (~7 min)
+    nvfp4_both_files
+    b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
+    cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
     ;;
 wait25)
     # the H100 file with "row_scale": "wait" (shipped 2026-12-07, 24th, from its kernels' bits
