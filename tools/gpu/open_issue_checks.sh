@@ -84,6 +84,7 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
+#   bash tools/gpu/open_issue_checks.sh xpar26  # x's buffers by parity: bits, back to back against the source before
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
@@ -924,6 +925,25 @@ h200m)
     nvfp4_both_files
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
+    ;;
+xpar26)
+    # x's two register buffers taken by parity (no 16 moves a superstep; mma_gemv.cu's
+    # accumulate, 2026-12-07, 25th): the bits tests (rings of 2 and 3 against 4: odd rings keep
+    # the moves), then the GEMVs back to back as shipped with this source, with the source before
+    # (tools/gpu/mma_gemv_before.cu, untracked: git show 9ebb541:<the .cu>), and this again (~7 min)
+    src=plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.cu
+    [ -f tools/gpu/mma_gemv_before.cu ] || { echo "no tools/gpu/mma_gemv_before.cu"; exit 3; }
+    cp $src "$OUT/mma_gemv_after.cu"
+    pdl_cubins 4 & ROW_SCALE=wait pdl_cubins 4 & wait
+    b xpar_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
+        -k "every_form or qwen3_8b or rings_of_two or row_scale_before_the_loop or gated_gemv_gives"
+    b chain_after 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    cp tools/gpu/mma_gemv_before.cu $src; ROW_SCALE=wait pdl_cubins 4
+    b chain_before 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    cp "$OUT/mma_gemv_after.cu" $src
+    b chain_after2 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    cat "$OUT/rc.txt"; tail -2 "$OUT/xpar_tests.log"
+    for f in after before after2; do echo "== $f"; grep -v "^ " "$OUT/chain_$f.log"; done
     ;;
 wait25)
     # the H100 file with "row_scale": "wait" (shipped 2026-12-07, 24th, from its kernels' bits
