@@ -936,7 +936,7 @@ xpar26)
     cp $src "$OUT/mma_gemv_after.cu"
     pdl_cubins 4 & ROW_SCALE=wait pdl_cubins 4 & wait
     b xpar_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "every_form or qwen3_8b or rings_of_two or row_scale_before_the_loop or gated_gemv_gives"
+        -k "qwen3_8b or rings_of_two or row_scale_before_the_loop or gated_gemv_gives"
     b chain_after 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     b e2e_after 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
     cp tools/gpu/mma_gemv_before.cu $src; ROW_SCALE=wait pdl_cubins 4
