@@ -938,12 +938,12 @@ xpar26)
     b xpar_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
         -k "qwen3_8b or rings_of_two or row_scale_before_the_loop or gated_gemv_gives"
     b chain_after 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    b e2e_after 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
     cp tools/gpu/mma_gemv_before.cu $src; ROW_SCALE=wait pdl_cubins 4
     b chain_before 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     b e2e_before 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
     cp "$OUT/mma_gemv_after.cu" $src
     b chain_after2 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    b e2e_after 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
     cat "$OUT/rc.txt"; tail -2 "$OUT/xpar_tests.log"
     for f in after before after2; do echo "== $f"; grep -v "^ " "$OUT/chain_$f.log"; done
     grep -E "/ bf16|decoding" "$OUT/e2e_after.log" "$OUT/e2e_before.log"
