@@ -85,6 +85,7 @@
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
 #   bash tools/gpu/open_issue_checks.sh xpar26  # x's buffers by parity: bits, back to back against the source before
+#   bash tools/gpu/open_issue_checks.sh xpar26s # the same cut to ~4 min
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
@@ -925,6 +926,25 @@ h200m)
     nvfp4_both_files
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
+    ;;
+xpar26s)
+    # xpar26 cut to ~4 min: the start-trigger wait cubins alone, the bits of rings of 2 and 3
+    # against 4, and the GEMVs back to back at 1 and 8 rows after / before / after
+    src=plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.cu
+    [ -f tools/gpu/mma_gemv_before.cu ] || { echo "no tools/gpu/mma_gemv_before.cu"; exit 3; }
+    cp $src "$OUT/mma_gemv_after.cu"
+    wait_cubins() { for cols in contiguous coalesced; do for warps in 4 8; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, prefetch=0, pdl=True, warps=$warps, columns='$cols', trigger='start', row_scale='wait')" &
+        done; done; wait; }
+    wait_cubins
+    b chain_after 90 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped
+    b xpar_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py -k rings_of_two
+    cp tools/gpu/mma_gemv_before.cu $src; wait_cubins
+    b chain_before 90 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped
+    cp "$OUT/mma_gemv_after.cu" $src
+    b chain_after2 90 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped
+    cat "$OUT/rc.txt"; tail -2 "$OUT/xpar_tests.log"
+    for f in after before after2; do echo "== $f"; grep -v "^ " "$OUT/chain_$f.log"; done
     ;;
 xpar26)
     # x's two register buffers taken by parity (no 16 moves a superstep; mma_gemv.cu's
