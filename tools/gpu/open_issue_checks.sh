@@ -84,8 +84,6 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
-#   bash tools/gpu/open_issue_checks.sh xpar26  # x's buffers by parity: bits, back to back against the source before
-#   bash tools/gpu/open_issue_checks.sh xpar26s # the same cut to ~4 min
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
@@ -151,27 +149,6 @@ for entry in plan.values():
 json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
 }
-# mma_gemv.cu with x's register moves back (x_parity false: the source before 1a03c3a's, its
-# main loops' SASS equal to that build's), on stdout, for an A/B of the two in one call
-x_moves() { local src=plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.cu line='constexpr bool x_parity = STAGES % 2 == 0 && !ahead;'
-    grep -qF "$line" $src || { echo "x_parity's line moved: mend x_moves" >&2; return 1; }
-    sed "s/${line//&/\\&}/constexpr bool x_parity = false;/" $src; }
-# lanes xpar26 / xpar26s, once this source's wait cubins are built: the GEMVs back to back at
-# rows $1 ("1 8") as shipped with this source, with x_moves' (its cubins built), this again;
-# $2 = e2e: end to end with x_moves' and with this source too
-x_ab() { local src=plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.cu ms=$1 e2e=${2:-}
-    cp $src "$OUT/mma_gemv_after.cu"; x_moves > "$OUT/mma_gemv_before.cu" || return 1
-    b chain_after 120 python3 tools/gpu/nvfp4_launch_chain.py --ms $ms --variants shipped
-    cp "$OUT/mma_gemv_before.cu" $src; ROW_SCALE=wait pdl_cubins 4
-    b chain_before 120 python3 tools/gpu/nvfp4_launch_chain.py --ms $ms --variants shipped
-    if [ "$e2e" = e2e ]; then b e2e_before 150 python3 tools/gpu/nvfp4_gemm.py --skip-table; fi
-    cp "$OUT/mma_gemv_after.cu" $src
-    b chain_after2 120 python3 tools/gpu/nvfp4_launch_chain.py --ms $ms --variants shipped
-    if [ "$e2e" = e2e ]; then b e2e_after 150 python3 tools/gpu/nvfp4_gemm.py --skip-table; fi
-    cat "$OUT/rc.txt"
-    for f in after before after2; do echo "== $f"; grep -v "^ " "$OUT/chain_$f.log"; done
-    if [ "$e2e" = e2e ]; then grep -E "/ bf16|decoding" "$OUT/e2e_after.log" "$OUT/e2e_before.log"; fi
-    return 0; }  # (1 above: no source before to build)
 # NVFP4 end to end with the defaults and with the H100's tilings file, then the GEMVs back to
 # back under each (the cubins of both files built first): lanes h200y, h200n
 nvfp4_both_files() {
@@ -947,26 +924,6 @@ h200m)
     nvfp4_both_files
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
-    ;;
-xpar26s)
-    # xpar26 cut to ~4 min: the bits of rings of 2 and 3 against 4, the GEMVs back to back at
-    # 1 and 8 rows after / before / after
-    ROW_SCALE=wait pdl_cubins 4
-    b xpar_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py -k rings_of_two
-    x_ab "1 8" || exit 3
-    tail -2 "$OUT/xpar_tests.log"
-    ;;
-xpar26)
-    # x's two register buffers taken by parity (no 16 moves a superstep; mma_gemv.cu's
-    # accumulate, 2026-12-07, 25th): the bits tests (rings of 2 and 3 against 4: odd rings keep
-    # the moves), then the GEMVs back to back as shipped with this source, with the moves back
-    # (x_moves: the build before, SASS-equal loops), and this again; end to end before and
-    # after (~7 min)
-    pdl_cubins 4 & ROW_SCALE=wait pdl_cubins 4 & wait
-    b xpar_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "qwen3_8b or rings_of_two or row_scale_before_the_loop or gated_gemv_gives"
-    x_ab "1 8 16" e2e || exit 3
-    tail -2 "$OUT/xpar_tests.log"
     ;;
 wait25)
     # the H100 file with "row_scale": "wait" (shipped 2026-12-07, 24th, from its kernels' bits

@@ -736,16 +736,11 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         marks.mark(1);
         marks.mark(2);
     }
-    // x of superstep i in xb[i & 1] while superstep i + 1's lands in the other: with STAGES even,
-    // i & 1 is s & 1 in the unrolled loop below, a constant, so no register moves a superstep
-    // (STAGES odd, or AHEAD, whose next superstep's codes leave no room at 80 registers: 8 bytes
-    // of stack; this superstep's x is always xb[0], the next one's copied into it)
-    constexpr bool x_parity = STAGES % 2 == 0 && !ahead;
-    uint4 xb[2][SETS][4], c0[T], c1[T];
+    uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
     uint2 sc[T];
     if (!x_ring) {
 #pragma unroll
-        for (int set = 0; set < SETS; ++set) load_x(xb[0][set], x_src[set]);  // steps >= 1: gemv skips an empty slice
+        for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
     }
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<T>(row_scale, (last_tile + 1) << 4, tile, lane, scale);
     if (ahead || !streams) {
@@ -761,8 +756,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         for (int s = 0; s < STAGES; ++s) {
             const int i = base + s;
             if (i >= steps) break;
-            uint4(&xv)[SETS][4] = xb[x_parity ? s & 1 : 0];
-            uint4(&xn)[SETS][4] = xb[x_parity ? (s + 1) & 1 : 1];
             if (!streams) {
                 read_slot<T>(my_codes[0], my_scales[0], lane, c0, c1, sc);
             } else if (bulk) {
@@ -819,7 +812,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                 for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
             }
-            if (!x_ring && !x_parity) take_next_x<SETS>(xv, xn);
+            if (!x_ring) take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);

@@ -370,40 +370,6 @@ def test_row_scale_is_read_before_the_wait_at_start_after_it_at_wait_and_in_the_
         nvfp4_mma.build_cubin("sm_90", row_scale="soon")
 
 
-def main_loop(code: str, mmas: int) -> list[str]:
-    """The instructions of a kernel's shortest loop (a branch back) that holds ``mmas`` MMAs."""
-    lines = re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", code)
-    at = {int(address, 16): i for i, (address, _) in enumerate(lines)}
-    loops = []
-    for i, (address, text) in enumerate(lines):
-        back = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
-        if back and int(back.group(1), 16) < int(address, 16) and int(back.group(1), 16) in at:
-            body = [t.strip() for _, t in lines[at[int(back.group(1), 16)]:i + 1]]
-            if sum("HMMA" in t for t in body) == mmas:
-                loops.append(body)
-    return min(loops, key=len)
-
-
-@needs_nvcc
-def test_x_stays_in_its_registers_between_supersteps_in_rings_of_even_depth(tmp_path):
-    """The GEMV forms' main loops (the ring's depth of supersteps unrolled) hold superstep i's x
-    in one of two register buffers by i's parity while superstep i + 1's lands in the other, so
-    no x register is moved a superstep (16 moves a set before: about 8% of the loop) in a ring
-    of 4; a ring of 3 (odd: the buffers' parity would change between iterations) moves them."""
-    moves = re.compile(r"^(?:@!?P\d )?(?:IMAD\.MOV\.U32 R\d+, RZ, RZ, R\d+|MOV R\d+, R\d+)$")
-    for stages in (4, 3):
-        cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, pdl=True, columns="coalesced"))
-        code = sass_by_function(cubin)
-        for form in ("plain", "bulk"):
-            for kw in nvfp4_mma.KWARPS:
-                for rows, tiles in ((8, 1), (16, 1), (16, 2)):
-                    name = nvfp4_mma.kernel_name(form, kw, rows, tiles)
-                    loop = main_loop(code[name], 8 * stages * rows // 8 * tiles)
-                    moved = sum(bool(moves.match(t)) for t in loop)
-                    assert (moved == 0) if stages == 4 else (moved >= 16 * rows // 8), (name, stages, moved)
-
-
 @needs_nvcc
 def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wait_and_x_after(tmp_path):
     """``regs`` (``ONE_SET``): no ring, no copies to shared memory; each lane's 16 pieces of codes
