@@ -84,6 +84,7 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
+#   bash tools/gpu/open_issue_checks.sh l1w26   # ncu: L1 wavefronts of x's loads and the ring's at 1 / 8 / 16 rows (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
@@ -924,6 +925,24 @@ h200m)
     nvfp4_both_files
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
+    ;;
+l1w26)
+    # what each load costs L1 at 1, 8 and 16 rows (Nsight Compute, eager launches, ~4 min): the
+    # L1 data pipe's wavefronts, global and shared, against the requests and sectors of x's
+    # loads and the ring's copies; the L1 sub-units' busy %; uncoalesced-access rules. Decides
+    # whether x staged once a block and read with ldmatrix (1 wavefront a 128 bytes) would
+    # take fewer wavefronts than x's own loads (8 rows' 64 bytes a load)
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for run in "gate_up 1" "gate_up 8" "gate_up 16" "qkv 8"; do
+        set -- $run
+        b "ncu_l1_$1_m$2" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
+            --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
+            --section WarpStateStats --section LaunchStats \
+            --metrics "regex:^l1tex__data_pipe_lsu_wavefronts.*\.sum$,regex:^l1tex__t_(sectors|requests)_pipe_lsu_mem_global_op_(ld|ldgsts).*\.sum$,regex:^smsp__inst_executed_op_(global_ld|shared_ld|ldgsts|ldsm).*\.sum$,regex:^l1tex__.*\.avg\.pct_of_peak_sustained_elapsed$" \
+            python3 tools/gpu/ncu_gemv.py mma "$1" --m "$2"
+    done
+    cat "$OUT/rc.txt"
+    for f in "$OUT"/ncu_l1_*.log; do echo "== $f"; grep -E "Duration|wavefronts|sectors|requests|inst_executed|L1/TEX Cache Throughput|pct_of_peak" "$f" | sort -u | head -40; done
     ;;
 wait25)
     # the H100 file with "row_scale": "wait" (shipped 2026-12-07, 24th, from its kernels' bits
