@@ -84,7 +84,6 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
-#   bash tools/gpu/open_issue_checks.sh xsw26   # x's halves swapped on odd rows: bits, back to back, end to end, ncu's L1 counters (~8 min)
 #   bash tools/gpu/open_issue_checks.sh l1w26   # ncu: L1 wavefronts of x's loads and the ring's at 1 / 8 / 16 rows (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
@@ -152,7 +151,7 @@ json.dump(plan, open(sys.argv[1], "w"), indent=1)
 PY
 }
 # Nsight Compute's L1 counters of one eager MMA GEMV call (ncu_gemv.py): $1 a label, $2 the
-# shape, $3 the rows; into $OUT/ncu_l1_$1$2_m$3.log (lanes l1w26, xsw26)
+# shape, $3 the rows; into $OUT/ncu_l1_$1$2_m$3.log (lane l1w26)
 ncu_l1() { local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     b "ncu_l1_$1$2_m$3" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
@@ -161,9 +160,6 @@ ncu_l1() { local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/nc
         python3 tools/gpu/ncu_gemv.py mma "$2" --m "$3"; }
 ncu_l1_table() { local f
     for f in "$OUT"/ncu_l1_*.log; do echo "== $f"; grep -E "Duration|wavefronts|sectors|requests|inst_executed|L1/TEX Cache Throughput|pct_of_peak" "$f" | sort -u | head -40; done; }
-# mma_gemv.py's x_swap default set to $1 (True / False) in build_cubin and cached_cubin (lane xsw26)
-x_swap_default() { sed -i "s/x_swap: bool = \(True\|False\)/x_swap: bool = $1/" plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.py
-    grep -c "x_swap: bool = $1" plugins/quant_nvfp4/hinge_nvfp4/mma_gemv.py; }
 # NVFP4 end to end with the defaults and with the H100's tilings file, then the GEMVs back to
 # back under each (the cubins of both files built first): lanes h200y, h200n
 nvfp4_both_files() {
@@ -939,28 +935,6 @@ h200m)
     nvfp4_both_files
     b ceil_pdl 200 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
-    ;;
-xsw26)
-    # x's 64-byte halves swapped on odd rows' lanes (mma_gemv x_swap, MMA_X_SWAP: a load's 8
-    # rows over all 32 L1 banks, not 16): its bits test against the build without; the GEMVs
-    # back to back and end to end without / with / without; ncu's L1 counters of gate_up at 8
-    # and 16 rows without and with (~8 min)
-    ROW_SCALE=wait pdl_cubins 4
-    for w in 4 8; do python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, warps=$w, columns='coalesced', trigger='start', row_scale='wait', x_swap=True)" & done; wait
-    b xsw_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py -k x_loaded_in_swapped
-    b chain_base 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    b e2e_base 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
-    x_swap_default True; ROW_SCALE=wait pdl_cubins 4
-    b chain_swap 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    b e2e_swap 150 python3 tools/gpu/nvfp4_gemm.py --skip-table
-    x_swap_default False
-    b chain_base2 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    cat "$OUT/rc.txt"; tail -2 "$OUT/xsw_tests.log"
-    for f in base swap base2; do echo "== $f"; grep -v "^ " "$OUT/chain_$f.log"; done
-    grep -E "/ bf16|decoding" "$OUT/e2e_base.log" "$OUT/e2e_swap.log"
-    ncu_l1 base gate_up 8; ncu_l1 base gate_up 16
-    x_swap_default True; ncu_l1 swap gate_up 8; ncu_l1 swap gate_up 16; x_swap_default False
-    ncu_l1_table
     ;;
 l1w26)
     # what each load costs L1 at 1, 8 and 16 rows (Nsight Compute, eager launches, ~4 min): the

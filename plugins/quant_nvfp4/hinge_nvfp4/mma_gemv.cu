@@ -70,10 +70,6 @@ constexpr bool TRIGGER_START = MMA_TRIGGER_START;
 constexpr bool COALESCED = MMA_COALESCED;
 constexpr int LANE_GROUPS = COALESCED ? 4 : 2;  // scale groups a lane's columns lie in (each of its rows)
 constexpr int X_STEP = COALESCED ? 4 : 1;       // 16-byte pieces between a lane's x loads of a superstep
-#ifndef MMA_X_SWAP
-#define MMA_X_SWAP 0  // 1 (coalesced): lanes of odd x rows load each line's two 64-byte halves in the
-#endif                // other order (load_x), so that rows g and g + 1 share no L1 bank a load
-constexpr bool X_SWAP = MMA_X_SWAP && COALESCED;
 
 __device__ __forceinline__ int lane_piece(const int t, const int q) {
     // the 16-byte piece (8 columns, 0..15) of a superstep's row that holds lane t's columns of
@@ -580,17 +576,12 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #endif
 }
 
-__device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row, const int swap = 0) {
-    // swap (X_SWAP: X_STEP on odd rows' lanes, else 0): load i reads piece i ^ 1's place, the
-    // line's other 64-byte half; take_next_x puts them back in order. A row's 16-byte pieces sit
-    // 8 KiB or more apart from the next row's, all at one offset in their lines: without it the
-    // 8 rows of a load all read the same 16 of L1's 32 banks
+__device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint4* at = row + i * X_STEP + ((i & 1) ? -swap : swap);
-        xv[i] = PDL ? __ldca(at) : __ldg(at);  // PDL: x is no read-only data: the kernel before
-    }  // may still be writing it when this one starts, and read-only (non-coherent) loads may be
-}      // scheduled above the wait
+    for (int i = 0; i < 4; ++i) xv[i] = PDL ? __ldca(row + i * X_STEP) : __ldg(row + i * X_STEP);  // PDL: x is no
+    // read-only data: the kernel before may still be writing it when this one starts, and
+    // read-only (non-coherent) loads may be scheduled above the wait
+}
 
 #define GEMV_PARAMS                                                                              \
     const uint4 *__restrict__ codes, const uint32_t *__restrict__ scales,                        \
@@ -615,11 +606,11 @@ __device__ __forceinline__ void x_sources(const uint16_t* __restrict__ x, const 
 
 template <int SETS>
 __device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* const (&x_src)[SETS], const int i,
-                                            const int steps, const int swap) {
+                                            const int steps) {
     // each set's x of superstep i + 1, loaded while superstep i computes (the last one again
     // past the last: in bounds)
 #pragma unroll
-    for (int set = 0; set < SETS; ++set) load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16, swap);
+    for (int set = 0; set < SETS; ++set) load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
 }
 
 __device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
@@ -634,22 +625,12 @@ __device__ __forceinline__ void fold_x(uint32_t& fold, const uint4 (&xv)[4]) {
 }
 
 template <int SETS>
-__device__ __forceinline__ void take_next_x(uint4 (&xv)[SETS][4], const uint4 (&xn)[SETS][4], const int swap) {
-    // the next superstep's x, loaded while this one computed, becomes this one's (swap: loaded
-    // pairwise out of order, load_x; selects where there were moves)
+__device__ __forceinline__ void take_next_x(uint4 (&xv)[SETS][4], const uint4 (&xn)[SETS][4]) {
+    // the next superstep's x, loaded while this one computed, becomes this one's
 #pragma unroll
     for (int set = 0; set < SETS; ++set)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) xv[set][j] = (X_SWAP && swap) ? xn[set][j ^ 1] : xn[set][j];
-}
-
-template <int SETS>
-__device__ __forceinline__ void load_first_x(uint4 (&xv)[SETS][4], uint4 (&xn)[SETS][4],
-                                             const uint4* const (&x_src)[SETS], const int swap) {
-    // superstep 0's x (steps >= 1: gemv skips an empty slice)
-#pragma unroll
-    for (int set = 0; set < SETS; ++set) load_x(X_SWAP ? xn[set] : xv[set], x_src[set], swap);
-    if constexpr (X_SWAP) take_next_x<SETS>(xv, xn, swap);
+        for (int j = 0; j < 4; ++j) xv[set][j] = xn[set][j];
 }
 
 template <int SETS>
@@ -704,7 +685,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     int x_row[SETS];
     const uint4* x_src[SETS];
     x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
-    const int x_swap = X_SWAP ? (g & 1) * X_STEP : 0;  // load_x
     uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
@@ -759,7 +739,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
     uint2 sc[T];
     if (!x_ring) {
-        load_first_x<SETS>(xv, xn, x_src, x_swap);
+#pragma unroll
+        for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
     }
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<T>(row_scale, (last_tile + 1) << 4, tile, lane, scale);
     if (ahead || !streams) {
@@ -817,7 +798,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int from = (s + 1) % STAGES;
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
-            if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps, x_swap);
+            if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);
@@ -831,7 +812,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                 for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
             }
-            if (!x_ring) take_next_x<SETS>(xv, xn, x_swap);
+            if (!x_ring) take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);
@@ -867,7 +848,6 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     int x_row[SETS];
     const uint4* x_src[SETS];
     x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
-    const int x_swap = X_SWAP ? (g & 1) * X_STEP : 0;  // load_x
     float sums[2][SETS][4] = {};
     uint32_t fold = 0u;  // FOLD's stand-in for the math
     uint4 xv[SETS][4], xn[SETS][4], c0[REG_STEPS], c1[REG_STEPS];
@@ -883,14 +863,14 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     if constexpr (PDL) wait_for_prerequisites();
     marks.mark(2);
 #pragma unroll
-    load_first_x<SETS>(xv, xn, x_src, x_swap);
+    for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);
     // REG_STEPS supersteps an iteration, unrolled, so that every register slot is a constant
     for (int base = 0; base < steps; base += REG_STEPS) {
 #pragma unroll
         for (int r = 0; r < REG_STEPS; ++r) {
             const int i = base + r;
             if (i >= steps) break;
-            load_next_x<SETS>(xn, x_src, i, steps, x_swap);
+            load_next_x<SETS>(xn, x_src, i, steps);
             if (i == 0) marks.mark(3);
             if constexpr (FOLD) {
                 fold ^= xor_of(c0[r], c1[r], sc[r]);
@@ -905,7 +885,7 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
                 c1[r] = __ldcg(c_src + next * c_super + 32);
                 sc[r] = lane_scales_l2(reinterpret_cast<const uint32_t*>(s_block + next * s_super), lane);
             }
-            take_next_x<SETS>(xv, xn, x_swap);
+            take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);

@@ -129,7 +129,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
-                wait_first: bool = False, row_scale: str = "end", x_swap: bool = False) -> bytes:
+                wait_first: bool = False, row_scale: str = "end") -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -143,9 +143,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
     cached or launched by the engine); ``row_scale``: when the epilogue's row_scale is read
     (``ROW_SCALE_READS``: ``MMA_ROW_SCALE``; where a tuned tiling names ``"row_scale"``,
-    ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); ``x_swap``: lanes of odd x rows load
-    each line's two 64-byte halves in the other order, so that a load's rows split L1's banks
-    (``MMA_X_SWAP``; the coalesced column map only; an experiment); needs nvcc on PATH."""
+    ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -173,7 +171,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
-                               f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_X_SWAP={int(x_swap)}",
+                               f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
@@ -190,20 +188,17 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
-                 columns: str = COLUMNS, trigger: str = "read", row_scale: str = "end",
-                 x_swap: bool = False) -> bytes:
+                 columns: str = COLUMNS, trigger: str = "read", row_scale: str = "end") -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
     options = (f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
-               + ("" if trigger == "read" else f":{trigger}") + ("" if row_scale == "end" else f":rs-{row_scale}")
-               + (":x-swap" if x_swap else ""))
+               + ("" if trigger == "read" else f":{trigger}") + ("" if row_scale == "end" else f":rs-{row_scale}"))
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, row_scale=row_scale,
-                        x_swap=x_swap)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, row_scale=row_scale)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)

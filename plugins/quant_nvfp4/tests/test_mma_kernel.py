@@ -762,22 +762,6 @@ def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
 
 
 @pytest.mark.gpu
-def test_cuda_x_loaded_in_swapped_halves_on_odd_rows_changes_no_bit():
-    """``x_swap`` (lanes of odd x rows load each line's 64-byte halves in the other order, then
-    select them back) against the same PDL build without it (trigger start, row_scale after the
-    wait, as the H100 file launches), coalesced, over every tiling (``_same_bits_in_every_tiling``:
-    1, 8 and 16 rows, two tiles a warp, K split or not)."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    major, minor = torch.cuda.get_device_capability()
-    _same_bits_in_every_tiling("coalesced", {
-        swap: (*(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=True, warps=warps, columns="coalesced",
-                                       trigger="start", row_scale="wait", x_swap=swap)
-                 for warps in (mma_gemv.WARPS, mma_gemv.WIDE_WARPS)), 4)
-        for swap in (False, True)})
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("when", ["start", "wait"])
 def test_cuda_reading_row_scale_before_the_loop_changes_no_bit_plain_or_gated(when, columns):
