@@ -84,7 +84,7 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
-#   bash tools/gpu/open_issue_checks.sh l1w26   # ncu: L1 wavefronts of x's loads and the ring's at 1 / 8 / 16 rows (~4 min)
+#   bash tools/gpu/open_issue_checks.sh l1w26   # ncu: L1 counters of qkv at 1 / 8 / 16 rows, down at 8, gate_up at 1 and 8 (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
 #   bash tools/gpu/open_issue_checks.sh h200m    # h200n and the PDL read of each shape (mini site)
@@ -942,7 +942,7 @@ l1w26)
     # loads and the ring's copies; the L1 sub-units' busy %; uncoalesced-access rules. Decides
     # whether x staged once a block and read with ldmatrix (1 wavefront a 128 bytes) would
     # take fewer wavefronts than x's own loads (8 rows' 64 bytes a load)
-    for run in "gate_up 1" "gate_up 8" "gate_up 16" "qkv 8"; do ncu_l1 "" $run; done
+    for run in "qkv 1" "qkv 8" "qkv 16" "down 8" "gate_up 1" "gate_up 8"; do ncu_l1 "" $run; done
     cat "$OUT/rc.txt"; ncu_l1_table
     ;;
 wait25)
