@@ -159,7 +159,7 @@ ncu_l1() { local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/nc
         --metrics "regex:^l1tex__data_pipe_lsu_wavefronts.*\.sum$,regex:^l1tex__t_(sectors|requests)_pipe_lsu_mem_global_op_(ld|ldgsts).*\.sum$,regex:^smsp__inst_executed_op_(global_ld|shared_ld|ldgsts|ldsm).*\.sum$,regex:^l1tex__.*\.avg\.pct_of_peak_sustained_elapsed$" \
         python3 tools/gpu/ncu_gemv.py mma "$2" --m "$3"; }
 ncu_l1_table() { local f
-    for f in "$OUT"/ncu_l1_*.log; do echo "== $f"; grep -E "Duration|wavefronts|sectors|requests|inst_executed|L1/TEX Cache Throughput|pct_of_peak" "$f" | sort -u | head -40; done; }
+    for f in "$OUT"/ncu_l1_*.log; do echo "== $f"; grep -E "^tiling|Duration|L1/TEX Cache Throughput|Warp Cycles Per Issued|lsu_wavefronts_mem_(lgds|shared)_cmd_read.sum|lsu_wavefronts.avg|bank_conflicts_pipe_lsu_mem_gds_op_ld.avg|global_op_ld.sum|inst_executed_op_(global_ld|shared_ld|ldgsts).sum" "$f" | sed 's/  */ /g'; done; }
 # NVFP4 end to end with the defaults and with the H100's tilings file, then the GEMVs back to
 # back under each (the cubins of both files built first): lanes h200y, h200n
 nvfp4_both_files() {
