@@ -942,7 +942,8 @@ l1w26)
     # loads and the ring's copies; the L1 sub-units' busy %; uncoalesced-access rules. Decides
     # whether x staged once a block and read with ldmatrix (1 wavefront a 128 bytes) would
     # take fewer wavefronts than x's own loads (8 rows' 64 bytes a load)
-    for run in "qkv 1" "qkv 8" "qkv 16" "down 8" "gate_up 1" "gate_up 8"; do ncu_l1 "" $run; done
+    IFS=, read -ra runs <<< "${L1_RUNS:-qkv 1,qkv 8,qkv 16,down 8,gate_up 1,gate_up 8}"
+    for run in "${runs[@]}"; do ncu_l1 "" $run; done  # L1_RUNS: "shape rows,..." instead
     cat "$OUT/rc.txt"; ncu_l1_table
     ;;
 wait25)
