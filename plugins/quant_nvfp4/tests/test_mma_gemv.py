@@ -8,6 +8,8 @@ test_mma_kernel.py's ``gpu`` test."""
 from __future__ import annotations
 
 import ctypes
+import functools
+import inspect
 import re
 import shutil
 import subprocess
@@ -159,6 +161,19 @@ def cuobjdump(option: str, cubin: Path) -> str:
     return subprocess.run([exe, option, str(cubin)], capture_output=True, text=True).stdout
 
 
+def built(**options) -> bytes:
+    """``nvfp4_mma.build_cubin("sm_90", **options)``, built once a test session for each set of
+    options (defaults filled in: the same build asked two ways is one build; nvcc takes seconds)."""
+    call = inspect.signature(nvfp4_mma.build_cubin).bind("sm_90", **options)
+    call.apply_defaults()
+    return _built(tuple(call.arguments.items()))
+
+
+@functools.cache
+def _built(arguments: tuple) -> bytes:
+    return nvfp4_mma.build_cubin(**dict(arguments))
+
+
 def sass_by_function(cubin: Path) -> dict[str, str]:
     """The cubin's SASS, a text a kernel."""
     return {part.split()[0]: part for part in cuobjdump("-sass", cubin).split("Function : ")[1:]}
@@ -176,7 +191,7 @@ def test_the_kernel_compiles_for_hopper_without_spills_and_with_eight_mmas_a_sup
     the split reduction's fence and atomic count. The coalesced column map reads a lane pair's
     two scale words in one 8-byte shared load (LDS.64), the contiguous one none."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, columns=columns))
+    cubin.write_bytes(built(stages=stages, columns=columns))
     usage = cuobjdump("-res-usage", cubin)
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", usage))
     assert all(resources.pop(name) for name in nvfp4_mma.DEQUANTS.values())  # the weight itself (own test)
@@ -228,7 +243,7 @@ def test_a_build_of_eight_warps_a_block_holds_the_eight_warps_a_tile_kernels_in_
     ring diagnostic's ``_kw8`` (copies, no MMAs); the 4-warp kernels are built too (a launcher
     takes any function of its cubin)."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=stages, warps=nvfp4_mma.WIDE_WARPS))
+    cubin.write_bytes(built(stages=stages, warps=nvfp4_mma.WIDE_WARPS))
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
     codes = sass_by_function(cubin)
     assert not any(name.endswith("_t2") for name in resources)
@@ -256,7 +271,7 @@ def test_the_dequantizing_kernels_read_a_block_in_three_loads_and_write_it_in_si
     staged form: ``DQ_BLOCKS`` blocks a warp, each through 16 rows of 17 16-byte pieces a warp of
     shared memory (eight 16-byte writes a lane, eight reads and stores of whole row pieces)."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4))
+    cubin.write_bytes(built(stages=4))
     usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
     sass = sass_by_function(cubin)
     for form, name in nvfp4_mma.DEQUANTS.items():
@@ -277,7 +292,7 @@ def test_a_pdl_build_copies_weights_before_waiting_for_the_kernel_before_and_rea
     ACQBULK) after its first weight copies and before any load of x, store or atomic; x comes
     through coherent loads (a read-only load, LDG.CONSTANT, was scheduled above the wait)."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True))
+    cubin.write_bytes(built(stages=4, pdl=True))
     codes = sass_by_function(cubin)
     for name in nvfp4_mma.DEQUANTS.values():  # launched after the kernel before ends
         assert "ACQBULK" not in codes.pop(name)
@@ -302,7 +317,7 @@ def test_a_pdl_build_with_prefetch_run_asks_l2_for_the_warps_run_before_its_wait
     PDL, issue none."""
     def sass(**options):
         cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, columns="coalesced", **options))
+        cubin.write_bytes(built(stages=4, columns="coalesced", **options))
         return sass_by_function(cubin)
 
     codes = sass(pdl=True, prefetch="run")
@@ -326,7 +341,7 @@ def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_withou
     which its lane 0 issues before the ring's prologue, are not moved. There is no wait to move
     in a build without PDL."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, wait_first=True))
+    cubin.write_bytes(built(stages=4, pdl=True, wait_first=True))
     codes = sass_by_function(cubin)
     rings = [(form, rows) for form in nvfp4_mma.KERNELS if form != "bulk" for rows in (8, 16)]
     for name in (nvfp4_mma.kernel_name(form, kw, rows) for form, rows in [*rings, ("ring", 8)]
@@ -346,7 +361,7 @@ def test_row_scale_is_read_before_the_wait_at_start_after_it_at_wait_and_in_the_
     fit the registers of "end" with no stack, but for the ``ahead`` forms at "start" (8 bytes)."""
     def sass(row_scale):
         cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", row_scale=row_scale))
+        cubin.write_bytes(built(stages=4, pdl=True, columns="coalesced", row_scale=row_scale))
         usage = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
         return sass_by_function(cubin), usage
 
@@ -380,7 +395,7 @@ def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wa
     at 1, 2 and 4 warps a tile, for 8 rows of x only. Its memory side alone (``regs_fold``) the
     same, with no MMA."""
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced"))
+    cubin.write_bytes(built(stages=4, pdl=True, columns="coalesced"))
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
     codes = sass_by_function(cubin)
     for form, kw in ((form, kw) for form in one_set for kw in nvfp4_mma.KWARPS):
@@ -401,7 +416,7 @@ def test_the_register_form_asks_for_a_warps_first_eight_supersteps_before_its_wa
     with pytest.raises(ValueError, match="not 8 \\(regs\\)"):
         nvfp4_mma.kernel_name("regs", 8)
     wide = tmp_path / "w.cubin"
-    wide.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, warps=nvfp4_mma.WIDE_WARPS))
+    wide.write_bytes(built(stages=4, warps=nvfp4_mma.WIDE_WARPS))
     assert not any("regs" in name for name in sass_by_function(wide))
 
 
@@ -412,8 +427,8 @@ def test_a_trace_build_marks_every_gemv_kernels_warps_and_a_shipped_build_reads_
     mark) and appends to the ``mma_trace`` records; the dequantizing kernels are not traced.
     The build the engine launches reads neither timer and has no trace records."""
     traced, shipped = tmp_path / "t.cubin", tmp_path / "s.cubin"
-    traced.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced", trace=True))
-    shipped.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, columns="coalesced"))
+    traced.write_bytes(built(stages=4, pdl=True, columns="coalesced", trace=True))
+    shipped.write_bytes(built(stages=4, pdl=True, columns="coalesced"))
     for name, code in sass_by_function(traced).items():
         if name in nvfp4_mma.DEQUANTS.values():
             assert "SR_GLOBALTIMER" not in code, name
@@ -434,7 +449,7 @@ def test_a_pdl_build_lets_the_next_kernel_launch_after_its_last_mma_or_at_its_st
     never in the dequantizing kernels (launched in order)."""
     for trigger in nvfp4_mma.TRIGGERS:
         cubin = tmp_path / f"{trigger}.cubin"
-        cubin.write_bytes(nvfp4_mma.build_cubin("sm_90", stages=4, pdl=True, trigger=trigger))
+        cubin.write_bytes(built(stages=4, pdl=True, trigger=trigger))
         for name, code in sass_by_function(cubin).items():
             if name in nvfp4_mma.DEQUANTS.values():
                 assert "PREEXIT" not in code, name
