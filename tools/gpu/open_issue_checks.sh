@@ -111,6 +111,8 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
+# Nsight Compute's command line: on PATH, else the first install under /opt/nvidia (by name)
+ncu_exe() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
 # the PDL cubins of rings of each depth given (4 warps a block; 8 warps too in rings of at most
 # 5, mma_gemv.WIDE_MAX_STAGES), in each column map and trigger, built at once into the disk cache
 # (NO_PDL=1: the non-PDL ones of rings of 4 too; PREFETCH: the PDL ones' prefetch as Python, e.g.
@@ -152,7 +154,7 @@ PY
 }
 # Nsight Compute's L1 counters of one eager MMA GEMV call (ncu_gemv.py): $1 a label, $2 the
 # shape, $3 the rows; into $OUT/ncu_l1_$1$2_m$3.log (lane l1w26)
-ncu_l1() { local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ncu_l1() { local ncu; ncu=$(ncu_exe)
     b "ncu_l1_$1$2_m$3" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables \
         --section WarpStateStats --section LaunchStats \
@@ -273,7 +275,7 @@ bench6)
         b nvfp4_e2e_best 120 env HINGE_NVFP4_MMA_LAYOUT=$1 HINGE_NVFP4_MMA_FORM=$2 python3 tools/gpu/nvfp4_gemm.py \
             --skip-table --e2e-kernel mma
     fi
-    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(ncu_exe)
     for shape in ${NCU_SHAPES:-gate_up o}; do
         b "ncu_mma_$shape" 60 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
             --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
@@ -290,7 +292,7 @@ bench7)
     b tests 60 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
     b nvfp4_mma 60 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --layouts tile --forms plain \
         --shapes gate_up down qkv o --ms 1
-    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(ncu_exe)
     b ncu_stalls 60 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
         --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
@@ -310,7 +312,7 @@ bench8)
     b mma_tests_xring 60 env HINGE_NVFP4_MMA_FORM=xring python3 -m pytest -q -m gpu -p no:cacheprovider \
         -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py
     b nvfp4_mma 100 python3 tools/gpu/nvfp4_mma_probe.py --stages 4 8 --layouts tile --ms 1 2 8
-    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(ncu_exe)
     b ncu_source 90 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
         --launch-count 1 --section SourceCounters --section WarpStateStats --print-source sass \
         python3 tools/gpu/ncu_gemv.py mma gate_up
@@ -622,7 +624,7 @@ c16)
     ;;
 n16)
     # where gate_up's 16-row GEMV spends its time, against 8 rows: Nsight Compute (~3 min)
-    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(ncu_exe)
     for m in 8 16; do
         b "ncu_gate_up_m$m" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
             --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
@@ -1096,7 +1098,7 @@ bench|bench2)
         b sync 90 python3 tools/gpu/sync_points.py
         b roofline_split 150 python3 tools/gpu/roofline.py --arch qwen3 --size 8b --modes default \
             --skip-hf --attention-options '{"decode_split_kv": "auto"}'
-        ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        ncu=$(ncu_exe)
         for spec in "nvfp4 gate_up" "nvfp4 qkv" "bf16 o"; do
             # shellcheck disable=SC2086
             b "ncu-${spec// /-}" 60 "$ncu" --clock-control none --kernel-name regex:gemv_kernel \
