@@ -12,7 +12,9 @@ buffer per layer across ``--layers`` layers (sized past L2, so KV comes from HBM
 layers captured in one CUDA graph and replayed: GB/s of KV read and its share of the copy
 bandwidth measured in the same run (goal at batch 1: >= 40%; the raw kernel without splits
 reaches ~7%), for the raw kernel (one call, no split), hinge fa4 at each ``--split-sizes``
-(``split_kv = always``) and at its default (``auto``), and flashinfer.
+(``split_kv = always``) and at its default (``auto``), and flashinfer; the default fa4 and
+flashinfer again as the engine calls them, the step's K and V already stored by the layer's rope
+kernel (``kv_saved``: the call only reads, one kernel fewer).
 
     python tools/gpu/fa4_attention.py                 # prints a markdown table
     OUT=/tmp/out python tools/gpu/fa4_attention.py    # also $OUT/fa4_attention.json
@@ -169,12 +171,17 @@ def decode_rows(batch_size: int, context: int, num_layers: int, copy: float,
             flash_attn_varlen_func(q, kv.k[i].view(-1, PAGE, KV_HEADS, DIM),
                                    kv.v[i].view(-1, PAGE, KV_HEADS, DIM), **raw_args)
 
-    variants: list[tuple[str, object]] = [("raw flash_attn_varlen_func (no split)", None)]
-    variants += [(f"hinge fa4, split {s}", backends("always", s)["fa4"]) for s in split_sizes]
+    variants: list[tuple[str, object, bool]] = [("raw flash_attn_varlen_func (no split)", None, False)]
+    variants += [(f"hinge fa4, split {s}", backends("always", s)["fa4"], False) for s in split_sizes]
     defaults = backends()
-    variants += [("hinge fa4, split auto (512)", defaults["fa4"]), ("hinge flashinfer", defaults["flashinfer"])]
+    variants += [("hinge fa4, split auto (512)", defaults["fa4"], False),
+                 ("hinge flashinfer", defaults["flashinfer"], False),
+                 # NOTE: as the engine calls them: the layer's rope kernel has stored the step's K
+                 # and V (kv_saved, capabilities.kv_written_by_layer), so the call only reads
+                 ("hinge fa4, split auto (512), KV stored by the layer", defaults["fa4"], True),
+                 ("hinge flashinfer, KV stored by the layer", defaults["flashinfer"], True)]
     out = []
-    for name, attn in variants:
+    for name, attn, saved in variants:
         if attn is None:
             fn = raw
         else:  # NOTE: the backend's own graph protocol: static metadata, refilled before replay
@@ -184,9 +191,9 @@ def decode_rows(batch_size: int, context: int, num_layers: int, copy: float,
             attn.prepare_for_capture(holder.batch)
             attn.prepare_for_replay(live, batch_size)
 
-            def fn(a=attn, static=holder.batch) -> None:
+            def fn(a=attn, static=holder.batch, saved=saved) -> None:
                 for lay in layers:
-                    a.forward(q, k, k, lay, kv, static)
+                    a.forward(q, k, k, lay, kv, static, kv_saved=saved)
 
         try:
             ms = cuda_ms(graphed(fn)) / layers_needed
