@@ -919,7 +919,7 @@ h200y)
     # (the register form, once here, was refuted on the H100: docs/nvfp4.md, twenty-second session)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200y measures the H200"; exit 3; }
-    b fa4 120 python3 tools/gpu/fa4_attention.py
+    b fa4 150 python3 tools/gpu/fa4_attention.py
     b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
     grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
     nvfp4_both_files
