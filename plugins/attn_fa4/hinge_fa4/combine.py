@@ -29,7 +29,8 @@ def merge_parts(out_parts: torch.Tensor, lse_parts: torch.Tensor, num_parts: tor
     :param out_parts: (T S, H, D) per-part outputs (any float dtype; any row stride).
     :param lse_parts: (T S, H) natural-log sum-exp of each part's scores (any strides).
     :param num_parts: (T,) int32 parts of each row (>= 1; a row whose parts all have lse -inf
-        gives zeros).
+        gives zeros); on CUDA written before the call that made the parts started (the early
+        launched merge reads it before waiting for that call).
     :returns: (T, H, D) in ``out_dtype``.
     """
     if out_parts.is_cuda:

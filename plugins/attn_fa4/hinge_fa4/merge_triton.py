@@ -8,8 +8,9 @@ max lse over the blocks, then each block's ``exp(lse_s - max) o_s`` and weights 
 tree of 16) and added block after block in slot order; divide; write the row in the output
 dtype. Batch invariant: ``BLOCK_S`` is a constant, so nothing a program does depends on other
 rows or on the slot count. Imported on CUDA only (the CPU path is torch; tests interpret it).
-With ``hinge.devices.early_dependents`` launched early (it waits for the attention call first)
-and letting the o projection launch early.
+With ``hinge.devices.early_dependents`` launched early (it waits for the attention call before
+reading the parts; the row's part count, metadata written before that call started, is read
+before the wait) and letting the o projection launch early.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ def _merge_kernel(out_ptr, lse_ptr, parts_ptr, dst_ptr, num_slots, heads,
                   so_v, so_h, sl_v, sl_h, sd_t, sd_h,
                   D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, ACC: tl.constexpr,
                   EARLY: tl.constexpr):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    # NOTE: the row's part count is the step's metadata, written before the attention call
+    # started (a graph's static buffers are filled before replay), so it is read before the wait:
+    # after it only the parts' own loads stand between the attention call's end and the store
+    n = tl.load(parts_ptr + t)
     if EARLY:  # hinge.devices.early_dependents: the o projection may launch (and start on its
         tl.extra.cuda.gdc_launch_dependents()  # weights) now; this kernel, launched early
         tl.extra.cuda.gdc_wait()  # itself, waits for the attention call here
-    t = tl.program_id(0)
-    h = tl.program_id(1)
-    n = tl.load(parts_ptr + t)
     d = tl.arange(0, BLOCK_D)
     mask_d = d < D
     slots = t * num_slots + tl.arange(0, BLOCK_S)
