@@ -10,9 +10,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -161,12 +163,58 @@ def cuobjdump(option: str, cubin: Path) -> str:
     return subprocess.run([exe, option, str(cubin)], capture_output=True, text=True).stdout
 
 
+#: every build the SASS tests below ask for, in their order: ``built``'s first call starts them
+#: all, as many at once as there are cores (nvcc takes 10-40 s a build on one core; one after the
+#: other they were most of the suite's time); a build not listed here is built when asked
+PREBUILT = (
+    *({"stages": s, "columns": "contiguous"} for s in (2, 4, 8, 10)),
+    {"stages": 4, "columns": "coalesced"},
+    *({"stages": s, "warps": nvfp4_mma.WIDE_WARPS} for s in (4, 5)),
+    {"stages": 4, "pdl": True},
+    *({"stages": 4, "columns": "coalesced", **o}
+      for o in ({"pdl": True, "prefetch": "run"}, {"pdl": True}, {"prefetch": "run"})),
+    {"stages": 4, "pdl": True, "wait_first": True},
+    *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
+    {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
+    *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
+)
+
+
 def built(**options) -> bytes:
     """``nvfp4_mma.build_cubin("sm_90", **options)``, built once a test session for each set of
-    options (defaults filled in: the same build asked two ways is one build; nvcc takes seconds)."""
+    options (defaults filled in: the same build asked two ways is one build)."""
+    key = build_key(options)
+    started = _started().get(key)
+    return started.result() if started is not None else _built(key)
+
+
+def build_key(options: dict) -> tuple:
     call = inspect.signature(nvfp4_mma.build_cubin).bind("sm_90", **options)
     call.apply_defaults()
-    return _built(tuple(call.arguments.items()))
+    return tuple(call.arguments.items())
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1)  # nvcc runs outside the GIL
+
+
+@functools.cache
+def _started() -> dict[tuple, Future]:
+    futures = {}
+    for options in PREBUILT:
+        key = build_key(options)
+        if key not in futures:
+            futures[key] = _pool().submit(nvfp4_mma.build_cubin, **dict(key))
+    return futures
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_build_past_the_module():
+    """A run of a few of these tests (``-k``) does not wait at exit for builds no test asked for."""
+    yield
+    if _started.cache_info().currsize:
+        _pool().shutdown(wait=False, cancel_futures=True)
 
 
 @functools.cache
