@@ -4,8 +4,8 @@
         [--columns contiguous coalesced] [--variants shipped ...]
         [--sweep KWARPS ... | --sweep16 [--from-rows N]] [--shapes qkv ...]
 
-Each variant is the tilings file shipped for this GPU with every shape's entry changed the
-same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
+Each variant is the tilings file shipped for this GPU (or the one ``$HINGE_NVFP4_MMA_PLAN``
+names) with every shape's entry changed the same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
 launch at a GEMV's start; rings of 8; K in 2 or 4 splits; the register form ``regs`` (no ring;
 up to 8 rows, its 16-row launch ``R16_PLAIN``); eight warps a tile, a block a tile, in the
 plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
@@ -153,8 +153,11 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
     from hinge_nvfp4.kernels import MmaKernel
     from hinge_nvfp4.options import NVFP4Options
 
-    os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
-    shipped = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name()) or {}
+    # NOTE: a file named by $HINGE_NVFP4_MMA_PLAN is the base ("shipped") of every variant (it
+    # was popped unread before 2026-12-07: h200n's "H100 file" rows ran the H200's file)
+    base = os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+    shipped = (mma_tiling.tuned_tilings(base) if base else
+               mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name())) or {}
     out = {}
     for label, change in variants.items():
         for i, cols in enumerate(columns):
@@ -162,6 +165,8 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
             if cols is not None:
                 change = {**(change or {}), "columns": cols}
             os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
+            if base and change is None:
+                os.environ["HINGE_NVFP4_MMA_PLAN"] = base
             if change is not None:  # (kept in --keep-plans when given)
                 path = os.path.join(tmp, f"{name.replace(' ', '_')}.json")
                 with open(path, "w") as f:
