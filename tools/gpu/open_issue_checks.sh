@@ -914,23 +914,27 @@ h200x)
 merge27)
     # 2026-12-07 (27th, an H200 only, the whole pack, ~6 min): issue 14's benchmark at batch 1
     # with the merge reading its part count before its wait (CPU-tested only), the merge's GPU
-    # tests; then H200 tilings candidates: the GEMVs back to back under the H100 file and the
-    # H200's (launch_chain now honours $HINGE_NVFP4_MMA_PLAN), end to end under the H100 file,
-    # it with gate_up interleaved, the H200 file with the H100 file's launch keys, the H100 file
-    # with the H200's gate_up entry (row_scale wait); ncu of down at 8 and 1 rows (clocks, L1)
+    # tests; then H200 tilings candidates: the GEMVs back to back under the H100 file (the H200's
+    # since this session) and the H200's old one (launch_chain now honours $HINGE_NVFP4_MMA_PLAN),
+    # end to end under the shipped file ("-"), the old one, the H100 file with gate_up interleaved,
+    # the old file with the H100 file's launch keys, the H100 file with the old gate_up entry
+    # (row_scale wait); ncu of down at 8 and 1 rows (clocks, L1)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: merge27 measures the H200"; exit 3; }
     h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
     python3 - "$OUT" <<'PY'
 import copy, json, sys
-t = "plugins/quant_nvfp4/hinge_nvfp4/tuned/"
-h100, h200 = (json.load(open(t + f)) for f in ("NVIDIA_H100_80GB_HBM3.json", "NVIDIA_H200.json"))
+h100 = json.load(open("plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json"))
+def entry(kwarps, stages, layout, form):
+    return {"splits": 1, "kwarps": kwarps, "stages": stages, "layout": layout, "form": form, "prefetch": 0}
+old = {"6144x4096": entry(4, 4, "interleaved", "bulk"), "24576x4096": entry(1, 4, "interleaved", "plain"),
+       "4096x12288": entry(4, 8, "tile", "xring"), "4096x4096": entry(4, 4, "tile", "xring")}
 b = copy.deepcopy(h100); b["24576x4096"]["layout"] = "interleaved"
-c = copy.deepcopy(h200)
+c = copy.deepcopy(old)
 for e in c.values():
     e.update(spread=True, trigger="start", row_scale="wait")
-d = copy.deepcopy(h100); d["24576x4096"] = dict(h200["24576x4096"], row_scale="wait")
-for name, plan in (("B", b), ("C", c), ("D", d)):
+d = copy.deepcopy(h100); d["24576x4096"] = dict(old["24576x4096"], row_scale="wait")
+for name, plan in (("old", old), ("B", b), ("C", c), ("D", d)):
     json.dump(plan, open(f"{sys.argv[1]}/plan-{name}.json", "w"), indent=1)
 PY
     ( pdl_cubins 4 8 & ROW_SCALE=wait pdl_cubins 4 8 & wait ) > "$OUT/cubins.log" 2>&1 &
@@ -940,9 +944,9 @@ PY
         plugins/attn_fa4/tests/test_fa4_gpu.py -k "merge or three or captured"
     tail -2 "$OUT/merge_tests.log"; wait
     b chain_h100 60 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    b chain_h200 60 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
-    paste "$OUT/chain_h100.log" "$OUT/chain_h200.log" | grep steady | awk '{print $1,$2,"h100-file",$5,$7,"h200-file",$12,$14}'
-    b e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$h100" "$OUT/plan-B.json" "$OUT/plan-C.json" "$OUT/plan-D.json"
+    b chain_old 60 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-old.json" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    paste "$OUT/chain_h100.log" "$OUT/chain_old.log" | grep steady | awk '{print $1,$2,"h100-file",$5,$7,"old-h200-file",$12,$14}'
+    b e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-old.json" "$OUT/plan-B.json" "$OUT/plan-C.json" "$OUT/plan-D.json"
     grep -E "/ bf16|decoding" "$OUT/e2e.log"; cat "$OUT/rc.txt"
     for m in 8 1; do ncu_l1 "" down $m; done; ncu_l1_table
     ;;
