@@ -76,3 +76,29 @@ def test_memory_alone_launches_each_layer_by_the_diagnostic_form_of_its_own_tili
     layers = [SimpleNamespace(nvfp4_mma_tiling=tiling, nvfp4_mma_gemv="shipped", nvfp4_mma_row_scale=torch.ones(6144))]
     nvfp4_launch_chain.memory_alone(kernel, layers, nvfp4_launch_chain.VARIANTS["regs fold"][nvfp4_launch_chain.MEMORY_ALONE])
     assert tiling.form == "regs" and asked == [tiling._replace(form="regs_fold")]
+
+
+def test_a_plan_named_by_the_variable_is_the_shipped_variant_and_every_variants_base(tmp_path, monkeypatch):
+    """``$HINGE_NVFP4_MMA_PLAN`` was once popped unread, so an "H100 file" run on an H200 timed
+    the H200's file: each kernel object must be built while the variable names its own file."""
+    import json
+    import os
+
+    from hinge_nvfp4 import kernels as nvfp4_kernels
+
+    seen = []
+
+    class Kernel:  # what MmaKernel reads at construction: the variable's file
+        def __init__(self, dequant_rows):
+            seen.append(json.loads(open(os.environ["HINGE_NVFP4_MMA_PLAN"]).read()))
+
+    monkeypatch.setattr(nvfp4_kernels, "MmaKernel", Kernel)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")  # not the base's GPU
+    plan = {shape: {**entry, "spread": False} for shape, entry in H100.items()}  # no shipped file's
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(plan))
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(base))
+    built = nvfp4_launch_chain.kernels(str(tmp_path), {"shipped": None, "ring 2": {"stages": 2}})
+    assert list(built) == ["shipped", "ring 2"]
+    assert seen == [plan, nvfp4_launch_chain.variant_plan(plan, {"stages": 2})]
+    assert os.environ.get("HINGE_NVFP4_MMA_PLAN") is None  # the caller's kernels read nothing after
