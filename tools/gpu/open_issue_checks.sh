@@ -949,6 +949,10 @@ PY
     b e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-old.json" "$OUT/plan-B.json" "$OUT/plan-C.json" "$OUT/plan-D.json"
     grep -E "/ bf16|decoding" "$OUT/e2e.log"; cat "$OUT/rc.txt"
     for m in 8 1; do ncu_l1 "" down $m; done; ncu_l1_table
+    # where a call's time goes on this card (the H100: wait ~1.0 us, superstep 0 at 1.1, period
+    # 7.1 on qkv; docs/nvfp4.md, twenty-second session): the shipped file's timelines at M = 1
+    b trace_h200 150 python3 tools/gpu/nvfp4_trace.py --shapes qkv down o
+    tail -30 "$OUT/trace_h200.log"
     ;;
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that
