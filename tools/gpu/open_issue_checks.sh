@@ -912,7 +912,7 @@ h200x)
     for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
     ;;
 merge27)
-    # 2026-12-07 (27th, an H200 only, the whole pack, ~6 min): issue 14's benchmark at batch 1
+    # 2026-12-07 (27th, an H200 only, the whole pack, ~6-9 min): issue 14's benchmark at batch 1
     # with the merge reading its part count before its wait (CPU-tested only), the merge's GPU
     # tests; then H200 tilings candidates: the GEMVs back to back under the H100 file (the H200's
     # since this session) and the H200's old one (launch_chain now honours $HINGE_NVFP4_MMA_PLAN),
@@ -938,9 +938,9 @@ for name, plan in (("old", old), ("B", b), ("C", c), ("D", d)):
     json.dump(plan, open(f"{sys.argv[1]}/plan-{name}.json", "w"), indent=1)
 PY
     ( pdl_cubins 4 8 & ROW_SCALE=wait pdl_cubins 4 8 & wait ) > "$OUT/cubins.log" 2>&1 &
-    b fa4 60 python3 tools/gpu/fa4_attention.py --batch 1
+    b fa4 120 python3 tools/gpu/fa4_attention.py --batch 1
     grep -E "copy|decode" "$OUT/fa4.log"
-    b merge_tests 90 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+    b merge_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/attn_fa4/tests/test_fa4_gpu.py -k "merge or three or captured"
     tail -2 "$OUT/merge_tests.log"; wait
     b chain_h100 60 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
