@@ -165,7 +165,7 @@ def cuobjdump(option: str, cubin: Path) -> str:
 
 #: every build the SASS tests below ask for, in their order: ``built``'s first call starts them
 #: all, as many at once as there are cores (nvcc takes 10-40 s a build on one core; one after the
-#: other they were most of the suite's time); a build not listed here is built when asked
+#: other they were most of the suite's time); a build not listed here is queued when asked
 PREBUILT = (
     *({"stages": s, "columns": "contiguous"} for s in (2, 4, 8, 10)),
     {"stages": 4, "columns": "coalesced"},
@@ -183,9 +183,10 @@ PREBUILT = (
 def built(**options) -> bytes:
     """``nvfp4_mma.build_cubin("sm_90", **options)``, built once a test session for each set of
     options (defaults filled in: the same build asked two ways is one build)."""
-    key = build_key(options)
-    started = _started().get(key)
-    return started.result() if started is not None else _built(key)
+    if not _build.cache_info().currsize:  # the first call: every listed build starts
+        for listed in PREBUILT:
+            _build(build_key(listed))
+    return _build(build_key(options)).result()
 
 
 def build_key(options: dict) -> tuple:
@@ -200,26 +201,16 @@ def _pool() -> ThreadPoolExecutor:
 
 
 @functools.cache
-def _started() -> dict[tuple, Future]:
-    futures = {}
-    for options in PREBUILT:
-        key = build_key(options)
-        if key not in futures:
-            futures[key] = _pool().submit(nvfp4_mma.build_cubin, **dict(key))
-    return futures
+def _build(key: tuple) -> Future:
+    return _pool().submit(nvfp4_mma.build_cubin, **dict(key))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_build_past_the_module():
     """A run of a few of these tests (``-k``) does not wait at exit for builds no test asked for."""
     yield
-    if _started.cache_info().currsize:
+    if _build.cache_info().currsize:
         _pool().shutdown(wait=False, cancel_futures=True)
-
-
-@functools.cache
-def _built(arguments: tuple) -> bytes:
-    return nvfp4_mma.build_cubin(**dict(arguments))
 
 
 def sass_by_function(cubin: Path) -> dict[str, str]:
