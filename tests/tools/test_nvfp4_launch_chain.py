@@ -94,7 +94,7 @@ def test_a_plan_named_by_the_variable_is_the_shipped_variant_and_every_variants_
 
     monkeypatch.setattr(nvfp4_kernels, "MmaKernel", Kernel)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")  # not the base's GPU
-    plan = {shape: {**entry, "spread": False} for shape, entry in H100.items()}  # no shipped file's
+    plan = {shape: {**entry, "spread": False} for shape, entry in H100.items()}  # no GPU ships this file
     base = tmp_path / "base.json"
     base.write_text(json.dumps(plan))
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(base))

@@ -5,8 +5,8 @@
         [--sweep KWARPS ... | --sweep16 [--from-rows N]] [--shapes qkv ...]
 
 Each variant is the tilings file shipped for this GPU (or the one ``$HINGE_NVFP4_MMA_PLAN``
-names) with every shape's entry changed the same way (``VARIANTS``: launches spread evenly over the multiprocessors, the next kernel let
-launch at a GEMV's start; rings of 8; K in 2 or 4 splits; the register form ``regs`` (no ring;
+names) with every shape's entry changed the same way (``VARIANTS``: launches spread evenly over
+the multiprocessors, the next kernel let launch at a GEMV's start; rings of 8; K in 2 or 4 splits; the register form ``regs`` (no ring;
 up to 8 rows, its 16-row launch ``R16_PLAIN``); eight warps a tile, a block a tile, in the
 plain or bulk form; its 16-row launch likewise; ``ring ...``: the memory side alone, each
 launch of up to 8 rows made by the diagnostic ``ring`` form of its own cubin and tiling, "-" at
