@@ -14,7 +14,9 @@ bandwidth measured in the same run (goal at batch 1: >= 40%; the raw kernel with
 reaches ~7%), for the raw kernel (one call, no split), hinge fa4 at each ``--split-sizes``
 (``split_kv = always``) and at its default (``auto``), and flashinfer; the default fa4 and
 flashinfer again as the engine calls them, the step's K and V already stored by the layer's rope
-kernel (``kv_saved``: the call only reads, one kernel fewer).
+kernel (``kv_saved``: the call only reads, one kernel fewer); and that fa4 row once more with
+flash-attn's forward launched plainly (``early_launch=False``; hinge launches it early,
+``hinge_fa4.early``, where ``hinge.devices.early_dependents`` holds).
 
     python tools/gpu/fa4_attention.py                 # prints a markdown table
     OUT=/tmp/out python tools/gpu/fa4_attention.py    # also $OUT/fa4_attention.json
@@ -78,13 +80,14 @@ def copy_gbps() -> float:
     return 2 * x.numel() / cuda_ms(lambda: y.copy_(x)) / 1e6
 
 
-def backends(split: str = "auto", split_size: int = 512) -> dict[str, object]:
+def backends(split: str = "auto", split_size: int = 512, early: bool | None = None) -> dict[str, object]:
     from hinge.builtin.flashinfer_attention import FlashInferAttentionBackend
     from hinge_fa4.backend import FA4AttentionBackend
     from hinge_fa4.options import FA4Options
 
     build = BuildContext(device="cuda", dtype=DT, deterministic=False, page_size=PAGE)
-    return {"fa4": FA4AttentionBackend(FA4Options(split_kv=split, split_size=split_size), build),
+    return {"fa4": FA4AttentionBackend(
+        FA4Options(split_kv=split, split_size=split_size, early_launch=early), build),
             "flashinfer": FlashInferAttentionBackend(None, build)}
 
 
@@ -179,7 +182,10 @@ def decode_rows(batch_size: int, context: int, num_layers: int, copy: float,
                  # NOTE: as the engine calls them: the layer's rope kernel has stored the step's K
                  # and V (kv_saved, capabilities.kv_written_by_layer), so the call only reads
                  ("hinge fa4, split auto (512), KV stored by the layer", defaults["fa4"], True),
-                 ("hinge flashinfer, KV stored by the layer", defaults["flashinfer"], True)]
+                 ("hinge flashinfer, KV stored by the layer", defaults["flashinfer"], True),
+                 # NOTE: A/B of hinge_fa4.early: flash-attn's own plain launch of its forward
+                 ("hinge fa4, split auto (512), KV stored by the layer, plain launch",
+                  backends(early=False)["fa4"], True)]
     out = []
     for name, attn, saved in variants:
         if attn is None:

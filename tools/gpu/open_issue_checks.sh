@@ -84,6 +84,8 @@
 #   bash tools/gpu/open_issue_checks.sh early23  # row_scale read at the start: bits test, timelines of both
 #   bash tools/gpu/open_issue_checks.sh shallow23  # rings of 3 and 2 back to back against shipped's 4
 #   bash tools/gpu/open_issue_checks.sh early24  # "row_scale" start / wait from a tilings file: bits, back to back, end to end
+#   bash tools/gpu/open_issue_checks.sh early28 # fa4 launched early: its tests, the benchmark (~6 min)
+#   bash tools/gpu/open_issue_checks.sh suite28 # then every fa4 GPU test, the GEMVs back to back (~8 min)
 #   bash tools/gpu/open_issue_checks.sh l1w26   # ncu: L1 counters of qkv at 1 / 8 / 16 rows, down at 8, gate_up at 1 and 8 (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wait25  # the H100 file with row_scale wait: engine GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site)
@@ -910,6 +912,41 @@ h200x)
         --iters 50 --ms 1 2 4 8 16
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/h200_e2e.log"
     for f in "$OUT"/gemm_*.log; do echo "== $f"; grep -E "^(qkv|gate_up|down|o) " "$f" | awk '{print $1, $3, $NF}' | tr '\n' ' '; echo; done
+    ;;
+early28)
+    # 2026-12-07 (28th, either card, the whole pack, ~6 min): fa4's forward launched early
+    # (hinge_fa4.early, CPU-tested only): its GPU tests (bits equal to the plain launch; a call
+    # right after a late-writing kernel reads what it wrote; without the waits it does not),
+    # issue 14's benchmark at batch 1 and 16 (with a plain-launch row: the A/B in one run); lane
+    # suite28 next, on the same machine: every fa4 GPU test (early launch is the default)
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b early_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/attn_fa4/tests/test_early_gpu.py
+    tail -4 "$OUT/early_tests.log"
+    b fa4 240 python3 tools/gpu/fa4_attention.py --batch 1 16 --split-sizes 384 512
+    cat "$OUT/rc.txt"; grep -E "copy|decode|warn|early" "$OUT/fa4.log" | head -30
+    ;;
+suite28)
+    # 2026-12-07 (28th, after early28 on the same machine, ~8 min): every fa4 GPU test with the
+    # early launch on (the default on sm_90), while the GEMV cubins build; then the GEMVs back to
+    # back on this card under the H100 file (shipped as the H200's) and the H200's old file
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    ( pdl_cubins 4 8 & ROW_SCALE=wait pdl_cubins 4 8 & wait ) > "$OUT/cubins.log" 2>&1 &
+    b fa4_suite 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/attn_fa4/tests
+    tail -3 "$OUT/fa4_suite.log"; wait
+    h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
+    python3 - "$OUT/plan-old.json" <<'PY'
+import json, sys
+def entry(kwarps, stages, layout, form):
+    return {"splits": 1, "kwarps": kwarps, "stages": stages, "layout": layout, "form": form, "prefetch": 0}
+json.dump({"6144x4096": entry(4, 4, "interleaved", "bulk"), "24576x4096": entry(1, 4, "interleaved", "plain"),
+           "4096x12288": entry(4, 8, "tile", "xring"), "4096x4096": entry(4, 4, "tile", "xring")},
+          open(sys.argv[1], "w"), indent=1)
+PY
+    b chain_h100 80 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    b chain_old 80 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-old.json" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    cat "$OUT/rc.txt"
+    paste "$OUT/chain_h100.log" "$OUT/chain_old.log" | grep steady | awk '{print $1,$2,"h100-file",$5,$7,"old-h200-file",$12,$14}'
     ;;
 merge27)
     # 2026-12-07 (27th, an H200 only, the whole pack, ~6-9 min): issue 14's benchmark at batch 1

@@ -16,6 +16,10 @@ past 256 requests; ``split_call = varlen`` passes them as ``cu_seqlens_q = arang
 warpgroup on a tile a decode query mostly pads, faster in every batch and split size the H200
 measured (docs/benchmarks.md, sixth session). If the installed flash-attn-4 lacks that function,
 the call falls back to the public one (128-row tiles) with a warning.
+
+``early_launch`` (on where ``hinge.devices.early_dependents`` is) makes every call through
+``hinge_fa4.early.early_forward``: flash-attn's sm_90 forward launched early, waiting for the
+kernel before it in-kernel (that module says how).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class FA4Kernel:
         self.split_tile_n = options.split_tile_n if self._fwd is not None else 128
         self.split_pack_gqa = options.split_pack_gqa
         self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.early = early_launch(options, device)
+        self._early_proven = False  #: an early call has succeeded (its failures are then real)
         logger.info("fa4: flash-attn-4 %s, %d SMs, JIT cache %s", version, self.num_sms,
                     cache or "off")
 
@@ -69,12 +75,37 @@ class FA4Kernel:
                return_lse: bool = False, pack_gqa: bool | None = None,
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``pack_gqa``: flash-attn's choice (None) unless a split call sets it."""
-        out, lse = self._varlen(
-            q, k_pages, v_pages, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-            seqused_k=seqused_k, page_table=page_table, softmax_scale=softmax_scale,
-            causal=causal, window_size=(window_left, 0 if window_left is not None else None),
+        out, lse = self._call(
+            self._varlen, q, k_pages, v_pages, cu_seqlens_q=cu_seqlens_q,
+            max_seqlen_q=max_seqlen_q, seqused_k=seqused_k, page_table=page_table,
+            softmax_scale=softmax_scale, causal=causal,
+            window_size=(window_left, 0 if window_left is not None else None),
             softcap=softcap or 0.0, return_lse=return_lse, pack_gqa=pack_gqa)
         return out, lse
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` (flash-attn's forward) launched early when ``self.early``. A first early call
+        that fails where the plain one succeeds (a flash-attn-4 whose sm_90 class no longer fits
+        ``hinge_fa4.early``) turns early launch off with a warning; the caller's own errors come
+        from the plain call, unchanged."""
+        if not self.early:
+            return fn(*args, **kwargs)
+        from hinge_fa4.early import early_forward
+
+        try:
+            with early_forward():
+                result = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - retried plainly below; a real error re-raises there
+            if self._early_proven:
+                raise
+            result = fn(*args, **kwargs)
+            logger.warning("fa4: flash-attn's sm_90 forward could not be launched early (%s: %s); "
+                           "it is launched plainly from now on (attention_options early_launch="
+                           "false silences this)", type(exc).__name__, exc)
+            self.early = False
+            return result
+        self._early_proven = True
+        return result
 
     def split_decode(self, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor, *,
                      seqused_k: torch.Tensor, page_table: torch.Tensor, softmax_scale: float,
@@ -90,16 +121,16 @@ class FA4Kernel:
                                    return_lse=True, pack_gqa=self.split_pack_gqa)
             return out, lse.t()
         if self._fwd is not None:  # a tile or schedule other than flash-attn's own
-            out, lse, *_ = self._fwd(
-                q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
+            out, lse, *_ = self._call(
+                self._fwd, q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
                 softcap=softcap or 0.0, return_lse=True,
                 tile_mn=(self.split_tile_m, self.split_tile_n),
                 num_threads=128 * (1 + self.split_tile_m // 64), pack_gqa=self.split_pack_gqa,
                 intra_wg_overlap=self.split_overlap, mma_pv_is_rs=self.split_rs)
         else:
-            out, lse = self._varlen(
-                q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
+            out, lse = self._call(
+                self._varlen, q.view(v, 1, heads, dim), k_pages, v_pages, seqused_k=seqused_k,
                 page_table=page_table, softmax_scale=softmax_scale, causal=False,
                 softcap=softcap or 0.0, return_lse=True, pack_gqa=self.split_pack_gqa)
         return out.view(v, heads, dim), lse[:, :, 0]  # lse: (V, H, 1)
@@ -132,6 +163,20 @@ def private_forward(tile_m: int, tile_n: int = 128, *, tuned: bool = False) -> A
 
 #: what ``FA4Kernel.split_decode`` passes the private function beyond the public one's arguments
 PRIVATE_PARAMETERS = frozenset({"tile_mn", "num_threads", "pack_gqa", "intra_wg_overlap", "mma_pv_is_rs"})
+
+
+def early_launch(options: FA4Options, device: torch.device) -> bool:
+    """Whether flash-attn's forward is launched early: ``options.early_launch``, or where it is
+    None, ``hinge.devices.early_dependents`` (CUDA of compute capability 9.x, ``$HINGE_PDL`` not
+    0); only sm_90's forward class is wrapped, so never on another major version."""
+    from hinge.devices import early_dependents
+
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+        if options.early_launch:
+            logger.warning("fa4: early_launch applies to sm_90's forward only; %s runs it plainly",
+                           device)
+        return False
+    return early_dependents(device) if options.early_launch is None else options.early_launch
 
 
 def make_kernel(options: FA4Options, device: torch.device) -> Any:

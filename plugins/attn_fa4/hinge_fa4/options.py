@@ -64,6 +64,12 @@ class FA4Options(BaseModel):
         "(kv_written_by_layer: batch-1 decode with the rope kernel writing the KV) passes the "
         "row to every slot as a stride-0 view instead of copying it: one launch fewer a layer; "
         "False = always copy (A/B)")
+    early_launch: bool | None = Field(
+        None, description="launch flash-attn's sm_90 forward with programmatic dependent launch "
+        "(hinge_fa4.early: its warps wait for the kernel before it in-kernel, so its launch and "
+        "prologue overlap that kernel's end, and the split decode's merge launches early "
+        "after it); None = hinge.devices.early_dependents ($HINGE_PDL, compute capability 9.x); "
+        "False = flash-attn's own plain launch (A/B)")
     jit_cache: bool = Field(True, description="keep compiled kernels on disk "
                             "(FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1)")
     jit_cache_dir: str | None = Field(
