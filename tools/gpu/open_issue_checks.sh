@@ -917,14 +917,17 @@ early28)
     # 2026-12-07 (28th, either card, the whole pack, ~6 min): fa4's forward launched early
     # (hinge_fa4.early, CPU-tested only): its GPU tests (bits equal to the plain launch; a call
     # right after a late-writing kernel reads what it wrote; without the waits it does not),
-    # issue 14's benchmark at batch 1 and 16 (with a plain-launch row: the A/B in one run); lane
+    # issue 14's benchmark at batch 1 and 16 (with a plain-launch row: the A/B in one run), the
+    # prefill through hinge bench (NO_PREFILL=1 skips it); lane
     # suite28 next, on the same machine: every fa4 GPU test (early launch is the default)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b early_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/attn_fa4/tests/test_early_gpu.py
     tail -4 "$OUT/early_tests.log"
     b fa4 240 python3 tools/gpu/fa4_attention.py --batch 1 16 --split-sizes 384 512
-    cat "$OUT/rc.txt"; grep -E "copy|decode|warn|early" "$OUT/fa4.log" | head -30
+    grep -E "copy|prefill|decode|warn|early" "$OUT/fa4.log" | head -30
+    [ -n "${NO_PREFILL:-}" ] || b fa4_prefill 170 python3 tools/gpu/fa4_prefill_bench.py
+    cat "$OUT/rc.txt"; tail -6 "$OUT/fa4_prefill.log" 2>/dev/null
     ;;
 suite28)
     # 2026-12-07 (28th, after early28 on the same machine, ~8 min): every fa4 GPU test with the
