@@ -93,8 +93,9 @@ def test_the_early_launched_prefill_gives_the_plain_launchs_bits():
 
 def _after_a_late_write(call) -> tuple[torch.Tensor, torch.Tensor]:
     """``call(q)`` on a query buffer that a kernel launched just before writes ~5 ms late (past
-    the host time of the call itself, which 0.3 ms was not in a full run on the H100); returns (what the call gave, what it gives on the written queries: first, so every kernel
-    is compiled and loaded before the race)."""
+    the host time of the call itself, which 0.3 ms was not in a full run on the H100); returns
+    (what the call gave, what it gives on the written queries: first, so every kernel is
+    compiled and loaded before the race)."""
     final = torch.randn(8, HEADS, DIM, device="cuda").to(BF16)
     want = call(final)
     buffer = torch.zeros_like(final)
