@@ -4,7 +4,8 @@ KV-pool slots (``hinge.layers.kv_write``'s contract) and each query row once per
 attention call, the merge) instead of four. Copies only: the same bits as the two it replaces.
 One program per (token, ``BLOCK`` elements of its heads x head dim). Imported on CUDA only (the
 CPU path is the two torch copies; tests interpret it). With ``hinge.devices.early_dependents``
-launched early (it waits for the kernel before it first).
+launched early (it waits for the kernel before it first), and letting the attention call behind
+it launch early (``hinge_fa4.early``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ MAX_BLOCK = 1024
 def _prepare_kernel(q_ptr, k_ptr, v_ptr, kc_ptr, vc_ptr, loc_ptr, qx_ptr, stride_qt, stride_qh,
                     stride_kt, stride_kh, stride_vt, stride_vh, q_width, kv_width, num_slots,
                     D: tl.constexpr, BLOCK: tl.constexpr, EARLY: tl.constexpr, WRITE_KV: tl.constexpr):
-    if EARLY:  # hinge.devices.early_dependents: launched early (behind qk_norm_rope): wait for it
-        tl.extra.cuda.gdc_wait()
+    if EARLY:  # hinge.devices.early_dependents: the attention call (hinge_fa4.early) may launch
+        tl.extra.cuda.gdc_launch_dependents()  # now and wait for this kernel's end in-kernel;
+        tl.extra.cuda.gdc_wait()  # this one, launched early behind qk_norm_rope, waits for it
     t = tl.program_id(0).to(tl.int64)
     e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     if WRITE_KV:  # else the layer stored them (AttentionCapabilities.kv_written_by_layer)

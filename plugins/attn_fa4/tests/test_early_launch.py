@@ -2,8 +2,8 @@
 (``hinge.devices.early_dependents``), compiled for sm_90 on the CPU: the prepare kernel waits for
 the kernel before it (``griddepcontrol.wait``) before any load or store; the merge reads only its
 row's part count (the step's metadata, written before the attention call started) before the
-wait, and none of the attention call's outputs; the merge lets the o projection launch early;
-without the flag neither instruction is there."""
+wait, and none of the attention call's outputs; both let the kernel behind them launch early (the
+attention call, the o projection); without the flag neither instruction is there."""
 
 from __future__ import annotations
 
@@ -50,5 +50,5 @@ def test_an_early_launched_split_kernel_reads_nothing_the_call_before_writes_unt
         assert "ld.global" in code[wait:]
     else:
         assert early_loads == [], (name, early_loads)
-    assert ("griddepcontrol.launch_dependents" in code) == (name == "merge")
+    assert "griddepcontrol.launch_dependents" in code, "lets the kernel behind it launch early"
     assert "griddepcontrol" not in ptx(name, False)
