@@ -20,13 +20,15 @@ is that class with three changes and nothing else:
 ``early_forward()`` puts the class (and a compile cache of its own, so that no kernel compiled
 without the attribute is ever taken for one with it, in memory or on disk) where
 ``flash_attn.cute.interface._flash_attn_fwd`` looks them up, for the duration of one call.
-NOTE: that swap is process-wide for the call's duration: a second thread calling flash-attn-4's
-forward at the same moment would compile or take the early kernel too (correct, as every early
-kernel waits, but not what it asked for); hinge calls attention from one thread.
+NOTE: that swap is process-wide for the call's duration: a thread calling flash-attn-4's
+forward directly at the same moment would compile or take the early kernel too (correct, as every
+early kernel waits, but not what it asked for). hinge's own calls hold a lock around the swap, so
+two of them never interleave (which could leave the early class in place after both).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -35,6 +37,8 @@ from typing import Any
 #: bumped whenever ``EarlyForwardSm90`` changes: names its compile cache (flash-attn's own on-disk
 #: key covers flash_attn/cute's sources only, not this file)
 EARLY_REVISION = 1
+
+_SWAP = threading.Lock()  #: one swap at a time: each restores what it found
 
 
 class _EarlyLaunch:
@@ -90,11 +94,13 @@ def early_forward(interface: Any = None, early_class: Any = None,
     (``interface``, ``early_class``, ``compile_cache``: tests pass stand-ins.)"""
     if interface is None:
         from flash_attn.cute import interface
-    fwd = interface._flash_attn_fwd
-    saved = interface.FlashAttentionForwardSm90, fwd.compile_cache
-    interface.FlashAttentionForwardSm90 = early_class or early_forward_class()
-    fwd.compile_cache = compile_cache if compile_cache is not None else _early_cache()
-    try:
-        yield
-    finally:
-        interface.FlashAttentionForwardSm90, fwd.compile_cache = saved
+    early_class = early_class or early_forward_class()
+    compile_cache = compile_cache if compile_cache is not None else _early_cache()
+    with _SWAP:
+        fwd = interface._flash_attn_fwd
+        saved = interface.FlashAttentionForwardSm90, fwd.compile_cache
+        interface.FlashAttentionForwardSm90, fwd.compile_cache = early_class, compile_cache
+        try:
+            yield
+        finally:
+            interface.FlashAttentionForwardSm90, fwd.compile_cache = saved

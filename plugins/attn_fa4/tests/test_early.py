@@ -114,3 +114,34 @@ def test_once_an_early_call_has_worked_its_errors_are_raised(monkeypatch):
     with pytest.raises(RuntimeError, match="illegal memory"):
         kernel._call(failing)
     assert kernel.early is True
+
+
+def test_two_threads_calling_early_leave_the_plain_class_in_place():
+    """Thread a enters, thread b tries to; a leaves, then b. Were b inside while a left, b would
+    restore the early class it found (the swap's lock keeps b out until a has left)."""
+    import threading
+
+    interface, cache = fake_interface(), {}
+    a_inside, a_may_leave, b_may_leave = threading.Event(), threading.Event(), threading.Event()
+
+    def a():
+        with early_forward(interface, early_class="early class", compile_cache=cache):
+            a_inside.set()
+            assert a_may_leave.wait(5)
+
+    def b():
+        with early_forward(interface, early_class="early class", compile_cache=cache):
+            assert b_may_leave.wait(5)
+
+    ta = threading.Thread(target=a)
+    ta.start()
+    assert a_inside.wait(5)
+    tb = threading.Thread(target=b)
+    tb.start()
+    tb.join(0.2)  # b is at the lock (or, without it, inside)
+    a_may_leave.set()
+    ta.join(5)
+    b_may_leave.set()
+    tb.join(5)
+    assert interface.FlashAttentionForwardSm90 == "plain class"
+    assert interface._flash_attn_fwd.compile_cache == {"plain key": "plain kernel"}
