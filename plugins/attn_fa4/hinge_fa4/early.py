@@ -87,14 +87,20 @@ def _early_cache() -> Any:
     return get_jit_cache(f"fwd_hinge_early_{EARLY_REVISION}")
 
 
+@cache
+def _interface() -> Any:
+    from flash_attn.cute import interface
+
+    return interface
+
+
 @contextmanager
 def early_forward(interface: Any = None, early_class: Any = None,
                   compile_cache: Any = None) -> Iterator[None]:
     """flash-attn-4's forward calls inside the block compile and launch ``EarlyForwardSm90`` from
     their own compile cache; everything is put back on leaving, also on an error.
     (``interface``, ``early_class``, ``compile_cache``: tests pass stand-ins.)"""
-    if interface is None:
-        from flash_attn.cute import interface
+    interface = interface or _interface()
     early_class = early_class or early_forward_class()
     compile_cache = compile_cache if compile_cache is not None else _early_cache()
     with _SWAP:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from hinge_fa4.early import early_forward
+
 if TYPE_CHECKING:
     from hinge_fa4.options import FA4Options
 
@@ -90,8 +92,6 @@ class FA4Kernel:
         from the plain call, unchanged."""
         if not self.early:
             return fn(*args, **kwargs)
-        from hinge_fa4.early import early_forward
-
         try:
             with early_forward():
                 result = fn(*args, **kwargs)

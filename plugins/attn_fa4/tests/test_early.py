@@ -68,7 +68,7 @@ def kernel_with(monkeypatch, early_fails: bool):
     raises when ``early_fails``, as a flash-attn-4 whose sm_90 class does not fit would."""
     from contextlib import contextmanager
 
-    import hinge_fa4.early as early_module
+    import hinge_fa4.kernel as kernel_module
     from hinge_fa4.kernel import FA4Kernel
 
     launches = []
@@ -80,7 +80,7 @@ def kernel_with(monkeypatch, early_fails: bool):
         launches.append("early")
         yield
 
-    monkeypatch.setattr(early_module, "early_forward", fake_early_forward)
+    monkeypatch.setattr(kernel_module, "early_forward", fake_early_forward)
     kernel = object.__new__(FA4Kernel)
     kernel.early, kernel._early_proven = True, False
     return kernel, launches
