@@ -90,3 +90,14 @@ shipped_file() { local name=$1 tests=$2 t1=$3 t2=$4 t3=$5; shift 5
     cat "$OUT/rc.txt"; tail -2 "$OUT/${name}_tests.log"; grep -E "^(qkv|gate_up|down|o) " "$OUT/gemm_$name.log"
     grep -E "/ bf16|decoding" "$OUT/e2e_$name.log"
 }
+# the H200's tilings file before 2026-12-07 (the H100's file ships for it since), as $1: the device
+# copy of the tree has no git history to take it from
+old_h200_plan() { python3 - "$1" <<'PY'
+import json, sys
+def entry(kwarps, stages, layout, form):
+    return {"splits": 1, "kwarps": kwarps, "stages": stages, "layout": layout, "form": form, "prefetch": 0}
+json.dump({"6144x4096": entry(4, 4, "interleaved", "bulk"), "24576x4096": entry(1, 4, "interleaved", "plain"),
+           "4096x12288": entry(4, 8, "tile", "xring"), "4096x4096": entry(4, 4, "tile", "xring")},
+          open(sys.argv[1], "w"), indent=1)
+PY
+}

@@ -98,14 +98,7 @@ suite28)
     b fa4_suite 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/attn_fa4/tests
     tail -3 "$OUT/fa4_suite.log"; wait
     h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
-    python3 - "$OUT/plan-old.json" <<'PY'
-import json, sys
-def entry(kwarps, stages, layout, form):
-    return {"splits": 1, "kwarps": kwarps, "stages": stages, "layout": layout, "form": form, "prefetch": 0}
-json.dump({"6144x4096": entry(4, 4, "interleaved", "bulk"), "24576x4096": entry(1, 4, "interleaved", "plain"),
-           "4096x12288": entry(4, 8, "tile", "xring"), "4096x4096": entry(4, 4, "tile", "xring")},
-          open(sys.argv[1], "w"), indent=1)
-PY
+    old_h200_plan "$OUT/plan-old.json"
     b chain_h100 80 env HINGE_NVFP4_MMA_PLAN="$h100" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     b chain_old 80 env HINGE_NVFP4_MMA_PLAN="$OUT/plan-old.json" python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     cat "$OUT/rc.txt"
@@ -122,19 +115,17 @@ merge27)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     grep -q H200 "$OUT/card.txt" || { echo "not an H200: merge27 measures the H200"; exit 3; }
     h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
+    old_h200_plan "$OUT/plan-old.json"
     python3 - "$OUT" <<'PY'
 import copy, json, sys
 h100 = json.load(open("plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json"))
-def entry(kwarps, stages, layout, form):
-    return {"splits": 1, "kwarps": kwarps, "stages": stages, "layout": layout, "form": form, "prefetch": 0}
-old = {"6144x4096": entry(4, 4, "interleaved", "bulk"), "24576x4096": entry(1, 4, "interleaved", "plain"),
-       "4096x12288": entry(4, 8, "tile", "xring"), "4096x4096": entry(4, 4, "tile", "xring")}
+old = json.load(open(f"{sys.argv[1]}/plan-old.json"))
 b = copy.deepcopy(h100); b["24576x4096"]["layout"] = "interleaved"
 c = copy.deepcopy(old)
 for e in c.values():
     e.update(spread=True, trigger="start", row_scale="wait")
 d = copy.deepcopy(h100); d["24576x4096"] = dict(old["24576x4096"], row_scale="wait")
-for name, plan in (("old", old), ("B", b), ("C", c), ("D", d)):
+for name, plan in (("B", b), ("C", c), ("D", d)):
     json.dump(plan, open(f"{sys.argv[1]}/plan-{name}.json", "w"), indent=1)
 PY
     ( pdl_cubins 4 8 & ROW_SCALE=wait pdl_cubins 4 8 & wait ) > "$OUT/cubins.log" 2>&1 &
