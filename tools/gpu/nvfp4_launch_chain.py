@@ -102,6 +102,18 @@ VARIANTS = {
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
                        "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
+    # 16 rows with K in splits and one warp a tile: a block's 4 (or 8: two tiles a warp) tiles
+    # share one split's x, so x's L2 reads fall from each SM reading all of x (every block a tile
+    # over the whole K) to a split's share a block (x16: run them with --ms 16; fewer rows get
+    # the splits too). The spread launches' padding leaves L1 ~28 KiB, against 32 KiB of x a
+    # K quarter at 16 rows (twenty-ninth session)
+    "x16 k2 kw1": {"splits": 2, "r16": {"kwarps": 1, "form": "plain", "tiles": 1}},
+    "x16 k4 kw1": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 1}},
+    "x16 k2 kw1 t2": {"splits": 2, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
+    "x16 k4 kw1 t2": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
+    "x16 k8 kw1 t2": {"splits": 8, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
+    "x16 k4 kw2 t2": {"splits": 4, "r16": {"kwarps": 2, "form": "plain", "tiles": 2}},
+    "x16 k4 kw1 t2 bulk": {"splits": 4, "r16": {"kwarps": 1, "form": "bulk", "tiles": 2}},
 }
 
 

@@ -12,6 +12,7 @@
 #                                                 # tilings candidates end to end, ncu, timelines
 #   bash tools/gpu/open_issue_checks.sh l1w26    # an H100: ncu L1 counters of qkv at 1 / 8 / 16 rows,
 #                                                 # down at 8, gate_up at 1 and 8 (~4 min)
+#   bash tools/gpu/open_issue_checks.sh x16s29   # 16 rows: K in splits, one warp a tile (x shared a block)
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
@@ -154,6 +155,17 @@ l1w26)
     IFS=, read -ra runs <<< "${L1_RUNS:-qkv 1,qkv 8,qkv 16,down 8,gate_up 1,gate_up 8}"
     for run in "${runs[@]}"; do ncu_l1 "" $run; done  # L1_RUNS: "shape rows,..." instead
     cat "$OUT/rc.txt"; ncu_l1_table
+    ;;
+x16s29)
+    # 2026-12-07 (29th, an H100 or H200, mini site, ~4 min): at 16 rows each SM reads all of x
+    # (qkv: 31.6 MB of L1 misses for 14.2 MB of weights, ncu l1w26), its L1 ~28 KiB beside the
+    # spread launches' padding. K in splits with one warp a tile: a block's tiles share one
+    # split's x. The GEMVs back to back at 16 rows, the shipped file against those variants
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b chain16 400 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --variants shipped "x16 k2 kw1" \
+        "x16 k4 kw1" "x16 k2 kw1 t2" "x16 k4 kw1 t2" "x16 k8 kw1 t2" "x16 k4 kw2 t2" "x16 k4 kw1 t2 bulk"
+    cat "$OUT/rc.txt"; cat "$OUT/chain16.log"
     ;;
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that
