@@ -108,6 +108,9 @@ VARIANTS = {
     # the splits too). The spread launches' padding leaves L1 ~28 KiB, against 32 KiB of x a
     # K quarter at 16 rows (twenty-ninth session)
     "x16 k2 kw1": {"splits": 2, "r16": {"kwarps": 1, "form": "plain", "tiles": 1}},
+    # spread launches padded the least (mma_gemv.spread_blocks_bytes least): the share's blocks
+    # fill the least shared memory, so the driver may leave more of the multiprocessor to L1
+    "spread least": {"spread": "least"},
     "x16 k4 kw1": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 1}},
     "x16 k2 kw1 t2": {"splits": 2, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
     "x16 k4 kw1 t2": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},

@@ -13,6 +13,7 @@
 #   bash tools/gpu/open_issue_checks.sh l1w26    # an H100: ncu L1 counters of qkv at 1 / 8 / 16 rows,
 #                                                 # down at 8, gate_up at 1 and 8 (~4 min)
 #   bash tools/gpu/open_issue_checks.sh x16s29   # 16 rows: K in splits, one warp a tile (x shared a block)
+#   bash tools/gpu/open_issue_checks.sh least29  # spread launches padded the least: chain, ncu of qkv at 16
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
@@ -166,6 +167,26 @@ x16s29)
     b chain16 400 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --variants shipped "x16 k2 kw1" \
         "x16 k4 kw1" "x16 k2 kw1 t2" "x16 k4 kw1 t2" "x16 k8 kw1 t2" "x16 k4 kw2 t2" "x16 k4 kw1 t2 bulk"
     cat "$OUT/rc.txt"; cat "$OUT/chain16.log"
+    ;;
+least29)
+    # 2026-12-07 (29th, either card, mini site, ~3 min): spread launches padded the least
+    # (mma_gemv.spread_blocks_bytes least): qkv's 16-row blocks asked 58 KiB of unused shared
+    # memory each, 3 x 77 KiB a multiprocessor, so L1 kept ~28 KiB for x's 128 KiB (45% of x's
+    # sectors missed L1, ncu l1w26). The GEMVs back to back, shipped against padded the least;
+    # then ncu of qkv at 16 rows under each: the shared memory configuration and L1's hits
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b chain_least 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "spread least" \
+        --keep-plans "$OUT/plans"
+    ncu=$(ncu_exe); metrics="launch__shared_mem_config_size,launch__shared_mem_per_block_dynamic,launch__occupancy_limit_shared_mem,gpu__time_duration.sum,regex:^l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_(hit|miss)\.sum$,lts__t_sectors_srcunit_tex_op_read.sum"
+    for plan in shipped least; do
+        [ $plan = least ] && export HINGE_NVFP4_MMA_PLAN="$OUT/plans/spread_least.json"
+        b "ncu_$plan" 100 "$ncu" --clock-control none --kernel-name regex:nvfp4_mma_gemv --launch-skip 3 \
+            --launch-count 1 --metrics "$metrics" python3 tools/gpu/ncu_gemv.py mma qkv --m 16
+    done
+    unset HINGE_NVFP4_MMA_PLAN
+    cat "$OUT/rc.txt"; cat "$OUT/chain_least.log"
+    grep -h -E "launch__|gpu__time|lookup|lts__" "$OUT"/ncu_shipped.log "$OUT"/ncu_least.log | sed 's/  */ /g'
     ;;
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that

@@ -438,7 +438,7 @@ def gate_up_pairs(layer: nn.Module, n: int) -> int:
 
 def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool = False,
                   tiles16: int = 1, columns: str | None = None, rows16_from: int | None = None,
-                  spread: bool = False, trigger: str = "read", row_scale: str = "end") -> Any:
+                  spread: bool | str = False, trigger: str = "read", row_scale: str = "end") -> Any:
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a

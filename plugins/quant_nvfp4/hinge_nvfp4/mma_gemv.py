@@ -43,6 +43,8 @@ TRIGGERS = ("read", "start")
 #: before ``griddepcontrol.wait`` (``start``), or just after the wait and x's first loads
 #: (``wait``) (``MMA_ROW_SCALE`` 0, 1, 2; the last two held in registers through the loop)
 ROW_SCALE_READS = ("end", "start", "wait")
+#: ``MmaGemv`` spread: not spread, padded to the multiprocessor's share, or padded the least
+SPREADS = (False, True, "least")
 
 #: the kernel's forms: reading a superstep out of the ring at its top, one superstep ahead, at
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
@@ -226,7 +228,8 @@ class MmaGemv:
 
     ``spread``: a launch's blocks spread evenly over the multiprocessors: each asks for enough
     (unused) dynamic shared memory that no multiprocessor holds more than ``ceil(blocks /
-    multiprocessors)`` of them (``spread_bytes``). Without it the block scheduler places a
+    multiprocessors)`` of them (``spread_bytes``): True as much as leaves room for that many,
+    ``"least"`` the fewest bytes that keep it to that many (``spread_blocks_bytes`` least). Without it the block scheduler places a
     launch that starts while the one before drains on the multiprocessors that emptied first,
     up to as many as registers allow, and those finish last: with three of down's eight-warp
     blocks where most hold two, their warps end ~3 us after the rest (H100, 2026-12-06,
@@ -237,7 +240,7 @@ class MmaGemv:
     def __init__(self, cubin: bytes, form: str = "plain", stages: int | None = None,
                  kwarps: int = 1, pdl: bool = False, carveout: int | None = None,
                  tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1,
-                 spread: bool = False) -> None:
+                 spread: bool | str = False) -> None:
         name = kernel_name(form, kwarps)
         if not 1 <= rows16_from <= SET_ROWS + 1:
             raise ValueError(f"the 16-row kernel takes from 1 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
@@ -248,6 +251,8 @@ class MmaGemv:
         if tiles16 == 2 and (stages is None or stages > T2_MAX_STAGES):
             raise ValueError(f"two tiles a warp are built in cubins of at most {T2_MAX_STAGES} stages; "
                              f"got stages {stages}")
+        if spread not in SPREADS:
+            raise ValueError(f"spread is one of {', '.join(map(repr, SPREADS))}, got {spread!r}")
         if tiles16 == 2 and kwarps == WIDE_WARPS:
             raise ValueError(f"two tiles a warp are not built with {WIDE_WARPS} warps a tile")
         name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
@@ -335,7 +340,7 @@ class MmaGemv:
             d = self._device
             self._spread_bytes[key] = spread_blocks_bytes(
                 -(-blocks // d["sms"]), self.x_ring_bytes(m), self._static_bytes(function), d,
-                lambda dynamic: self._resident_blocks(function, dynamic))
+                lambda dynamic: self._resident_blocks(function, dynamic), least=self.spread == "least")
         return self._spread_bytes[key]
 
     def x_ring_bytes(self, m: int) -> int:
@@ -473,15 +478,25 @@ class MmaGemv:
         return out
 
 
-def spread_blocks_bytes(cap: int, need: int, static: int, device: dict, resident) -> int:
+def spread_blocks_bytes(cap: int, need: int, static: int, device: dict, resident, least: bool = False) -> int:
     """Dynamic shared bytes (at least ``need``) a block of ``static`` bytes of its own asks for
     so that a multiprocessor holds at most ``cap`` of them: ``need`` where ``resident(need)``
     (the driver's occupancy of a launch asking that much) is within ``cap`` already, else the
     most that leaves room for ``cap`` (``device``: ``per_sm``, ``per_block`` and ``reserved``
-    shared bytes), stepped down a KiB while the driver finds room for fewer."""
+    shared bytes), stepped down a KiB while the driver finds room for fewer. ``least``: the
+    fewest KiB past ``need`` that keep it to ``cap`` (the cap's blocks then fill the least of
+    the multiprocessor's shared memory, leaving the most to L1, which caches x)."""
     if resident(need) <= cap:
         return need
     most = device["per_block"] - static
+    if least:  # resident() falls as the bytes grow: the first KiB step where it is within cap
+        low, high = 0, -(-(most - need) // 1024)  # KiB past need: low too few, high enough
+        if resident(need + high * 1024) > cap:
+            return most  # (no padding holds it: the most there is)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if resident(need + mid * 1024) > cap else (low, mid)
+        return min(need + high * 1024, most)
     dynamic = min(most, device["per_sm"] // cap - device["reserved"] - static)
     while dynamic > need and resident(dynamic) < cap:
         dynamic -= 1024

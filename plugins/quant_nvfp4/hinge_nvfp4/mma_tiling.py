@@ -20,6 +20,7 @@ from hinge_nvfp4.mma_gemv import (
     PREFETCHES,
     ROW_SCALE_READS,
     SET_ROWS,
+    SPREADS,
     T2_FORMS,
     T2_MAX_STAGES,
     TRIGGERS,
@@ -58,8 +59,8 @@ class Tiling(NamedTuple):
     (``KERNELS``) and its copies' L2 prefetch (``PREFETCHES``), else the kernel's own (None),
     its launches of 9 .. 16 rows (``rows16``, else those of the launch of fewer), the
     repack's column map (``columns``: ``mma_layout.COLUMN_MAPS``, else the kernel's) and whether
-    its launches spread their blocks evenly over the multiprocessors (``spread``:
-    ``mma_gemv.MmaGemv`` spread, else the kernel's), when they let the kernel after them launch
+    its launches spread their blocks evenly over the multiprocessors (``spread``: True, or
+    ``"least"`` padded the least, ``mma_gemv.MmaGemv`` spread; else the kernel's), when they let the kernel after them launch
     (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's) and when they read their epilogue's
     row_scale (``row_scale``: ``mma_gemv.ROW_SCALE_READS``, PDL builds only; else at the end)."""
 
@@ -72,7 +73,7 @@ class Tiling(NamedTuple):
     prefetch: int | None = None
     rows16: Rows16 | None = None
     columns: str | None = None
-    spread: bool | None = None
+    spread: bool | str | None = None
     trigger: str | None = None
     row_scale: str | None = None
 
@@ -117,14 +118,14 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
                 or (form in ONE_SET and kwarps not in KWARPS)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
-                or spread not in (None, True, False) or trigger not in (None, *TRIGGERS)
+                or spread not in (None, *SPREADS) or trigger not in (None, *TRIGGERS)
                 or row_scale not in (None, *ROW_SCALE_READS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages 2 to {MAX_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))}, "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
-                             f"true or false, trigger {' or '.join(TRIGGERS)}, row_scale {' or '.join(ROW_SCALE_READS)} "
+                             f"true, false or \"least\", trigger {' or '.join(TRIGGERS)}, row_scale {' or '.join(ROW_SCALE_READS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
         if form in ONE_SET and "r16" not in entry:
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} takes the {form} form, built "

@@ -600,6 +600,31 @@ def test_a_spread_launch_asks_for_the_shared_memory_that_holds_a_multiprocessor_
     assert static + dynamic <= H100_SHARED["per_block"]
 
 
+@pytest.mark.parametrize("blocks, static, registers_allow, need", [
+    (384, 18432, 4, 0),      # qkv at 16 rows: four-warp blocks, 4 by registers; 3 a multiprocessor
+    (384, 18560, 6, 0),      # qkv M = 1: 6 by registers; 3
+    (256, 18560, 6, 0),      # o: 2
+    (132, 18560, 6, 0),      # a block a multiprocessor
+    (256, 18560, 6, 16384),  # the xring form's ring of x: at least its bytes
+])
+def test_the_least_padding_holds_a_multiprocessor_to_its_share_and_a_kib_less_would_not(
+        blocks, static, registers_allow, need):
+    cap = -(-blocks // H100_SHARED["sms"])
+    resident = resident_blocks(static, registers_allow)
+    least = nvfp4_mma.spread_blocks_bytes(cap, need, static, H100_SHARED, resident, least=True)
+    most = nvfp4_mma.spread_blocks_bytes(cap, need, static, H100_SHARED, resident)
+    assert resident(least) == cap and least >= need and (least - need) % 1024 == 0
+    assert resident(least - 1024) > cap, "a KiB less still holds the share: not the least"
+    assert least <= most and cap * (static + least) < H100_SHARED["per_sm"] - 8192, "no room left to L1"
+
+
+def test_the_least_padding_is_the_first_kib_step_that_holds_the_share_else_the_most_there_is():
+    one_past = lambda dynamic: 1 if dynamic > 100_000 else 6  # noqa: E731 - a stand-in driver
+    assert nvfp4_mma.spread_blocks_bytes(1, 0, 1024, H100_SHARED, one_past, least=True) == 98 * 1024
+    stuck = lambda dynamic: 6  # noqa: E731 - a driver that never holds fewer
+    assert nvfp4_mma.spread_blocks_bytes(1, 0, 1024, H100_SHARED, stuck, least=True) == H100_SHARED["per_block"] - 1024
+
+
 def test_a_launch_already_held_to_its_share_asks_for_no_more_than_it_needs():
     # 1024 blocks: 8 a multiprocessor, where registers allow 6: nothing to add
     assert nvfp4_mma.spread_blocks_bytes(8, 0, 18560, H100_SHARED, resident_blocks(18560, 6)) == 0
@@ -649,6 +674,8 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
         nvfp4_mma.kernel_name("math", 8)
     with pytest.raises(ValueError, match="two tiles a warp are not built with 8 warps a tile"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, kwarps=8, tiles16=2)
+    with pytest.raises(ValueError, match="spread is one of False, True, 'least', got 'most'"):
+        nvfp4_mma.MmaGemv(b"", "plain", 4, spread="most")
     with pytest.raises(ValueError, match="8 with rings of at most 5 stages; got 8 warps, 8 stages"):
         nvfp4_mma.build_cubin("sm_90", stages=8, warps=8)
     assert nvfp4_mma.kernel_name("xring", 2) == "nvfp4_mma_gemv_xring_kw2"

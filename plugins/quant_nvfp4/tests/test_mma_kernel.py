@@ -369,8 +369,10 @@ def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_p
                                                         "row_scale": "early"}})
     with pytest.raises(ValueError, match="trigger read or start"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "trigger": "end"}})
-    with pytest.raises(ValueError, match="spread true or false"):
+    with pytest.raises(ValueError, match='spread true, false or "least"'):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "spread": "yes"}})
+    assert mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4,
+                                                            "spread": "least"}}).spread == "least"
     # a column map: that weight repacked in it and launched by a launcher built for it (a
     # launcher of another map for it is refused), other shapes in the kernel's
     path.write_text('{"6144x4096": {"splits": 1, "kwarps": 4, "stages": 4, "columns": "coalesced"}}')
