@@ -14,6 +14,7 @@
 #                                                 # down at 8, gate_up at 1 and 8 (~4 min)
 #   bash tools/gpu/open_issue_checks.sh x16s29   # 16 rows: K in splits, one warp a tile (x shared a block)
 #   bash tools/gpu/open_issue_checks.sh least29  # spread launches padded the least: chain, ncu of qkv at 16
+#   bash tools/gpu/open_issue_checks.sh ship29   # then the files with it: GPU tests, GEMM table, end to end
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
@@ -187,6 +188,15 @@ least29)
     unset HINGE_NVFP4_MMA_PLAN
     cat "$OUT/rc.txt"; cat "$OUT/chain_least.log"
     grep -h -E "launch__|gpu__time|lookup|lts__" "$OUT"/ncu_shipped.log "$OUT"/ncu_least.log | sed 's/  */ /g'
+    ;;
+ship29)
+    # 2026-12-07 (29th, either card, mini site, ~8 min): the tilings files with spread "least"
+    # (least29: gate_up at 8 rows 24.7 -> 23.3 us, the rest within 0.1 us): kernel: mma's GPU
+    # tests of it, the Qwen3-8B shapes and the engine; the GEMM table at 1 .. 16 rows; end to
+    # end against the file with spread true
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    shipped_file least "least or qwen3_8b or past_sixteen or auto_runs" 150 120 200 "spread=true"
     ;;
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that

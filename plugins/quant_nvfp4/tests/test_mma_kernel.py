@@ -764,6 +764,31 @@ def test_cuda_rings_of_two_and_three_give_the_bits_of_a_ring_of_four(columns):
 
 
 @pytest.mark.gpu
+def test_cuda_a_launch_spread_with_the_least_padding_gives_the_bits_of_one_padded_to_its_share_and_asks_less():
+    """Spread "least" (``spread_blocks_bytes`` least) against spread True and not spread, one
+    PDL build (trigger start): the padding is shared memory no thread touches, so the bits are
+    the same; and qkv's launch (384 blocks, 3 a multiprocessor) asks for fewer bytes."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    major, minor = torch.cuda.get_device_capability()
+    cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, pdl=True, columns="coalesced", trigger="start")
+    for n, k in ((6144, 4096), (24576, 4096)):
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
+        words, codes = mma_layout.repack(packed, scales, "coalesced")
+        call = functools.partial(_launch, weight=(words, codes, row_scale, bias), per_split=k // 16)
+        for form, kw in (("plain", 1), ("bulk", 4)):
+            gemvs = {spread: mma_gemv.MmaGemv(cubin, form, 4, kw, pdl=True, columns="coalesced", spread=spread)
+                     for spread in mma_gemv.SPREADS}
+            for rows in (1, 8, 16):
+                first, *others = (call(gemv, x[:rows].contiguous()) for gemv in gemvs.values())
+                for spread, got in zip(mma_gemv.SPREADS[1:], others, strict=True):
+                    assert torch.equal(got, first), (spread, form, kw, n, rows)
+            if (n, form) == (6144, "bulk"):
+                padded, least = gemvs[True], gemvs["least"]
+                assert least.spread_bytes(least.function, 384, 1) < padded.spread_bytes(padded.function, 384, 1)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("when", ["start", "wait"])
 def test_cuda_reading_row_scale_before_the_loop_changes_no_bit_plain_or_gated(when, columns):
