@@ -644,19 +644,24 @@ __device__ __forceinline__ void scaled_sums(const float (&sums)[2][SETS][4], flo
 enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS, REGS_FOLD, XSHARE };
 
 // XSHARE: x's ring shared by the warps of a block that run the same supersteps (a slice: warps
-// w, w + KW, ...: the same run of K, other tiles), each row padded to XS_ROW 16-byte pieces so
-// that a warp's 16-byte reads of two rows fall on all 32 banks (rows 320 bytes apart)
-constexpr int XS_ROW = 20;
+// w, w + KW, ...: the same run of K, other tiles). A slot holds a superstep's m rows of 16
+// pieces (16 bytes each) by quarter: quarter c (pieces 4c .. 4c + 3) of every row, row after
+// row, then quarter c + 1 (xs_index), so that a warp's 16-byte reads of one quarter of rows g
+// (lanes 4g .. 4g + 3: the coalesced map's load) are contiguous: two rows a 128-byte phase, all
+// 32 banks
+__device__ __forceinline__ int xs_index(const int m, const int row, const int piece) {
+    return (piece >> 2) * (m * 4) + row * 4 + (piece & 3);
+}
 
 __device__ __forceinline__ void copy_x_share(uint4* slot, const uint16_t* __restrict__ x, const int k,
                                              const int super, const int m, const int a, const int sharers,
                                              const int lane) {
-    // superstep ``super``'s x rows 0 .. m - 1 (256 bytes each) into ``slot`` (m rows of XS_ROW
-    // pieces), this warp's share: the slice's ``sharers`` warps take turns (this one is ``a``) at
-    // 512-byte pieces of two whole rows, so that each copy instruction reads four whole lines
+    // superstep ``super``'s x rows 0 .. m - 1 (256 bytes each) into ``slot``, this warp's share:
+    // the slice's ``sharers`` warps take turns (this one is ``a``) at 512 bytes of two whole rows,
+    // so that each copy instruction reads four whole lines
     for (int p = a * 32 + lane; p < m * 16; p += sharers * 32) {
         const int row = p >> 4, piece = p & 15;
-        copy_async(slot + row * XS_ROW + piece, reinterpret_cast<const uint4*>(x + (size_t)row * k) + (size_t)super * 16 + piece);
+        copy_async(slot + xs_index(m, row, piece), reinterpret_cast<const uint4*>(x + (size_t)row * k) + (size_t)super * 16 + piece);
     }
 }
 
@@ -695,7 +700,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     // given (ROW_SCALE 2, the tile's finishing warp): its rows' into scale once x is asked for
     constexpr bool x_share = FORM == XSHARE;
     constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING || x_share;
-    constexpr int x_row_pieces = x_share ? XS_ROW : 16;  // a row's stride in x's ring
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
     __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][T][32];
@@ -719,9 +723,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
     uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
-    // + (slot * m + row) * x_row_pieces: a warp's ring, or (XSHARE) its slice's
-    uint4* my_x = x_slots + (size_t)(x_share ? warp % KW : warp) * STAGES * m * x_row_pieces + lane_piece(t, 0);
-    uint4* x_ring_of = x_slots + (size_t)(warp % KW) * STAGES * m * XS_ROW;  // XSHARE: the slice's ring
+    uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
+    uint4* x_ring_of = x_slots + (size_t)(warp % KW) * STAGES * m * 16;  // XSHARE: the slice's ring (xs_index)
     const int sharer = warp / KW;  // XSHARE: this warp's turn among its slice's WARPS / KW
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
     if constexpr (bulk) {
@@ -755,7 +758,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (bulk) break;
-            if (x_share && s < steps) copy_x_share(x_ring_of + s * m * XS_ROW, x, k, first + s, m, sharer, WARPS / KW, lane);
+            if (x_share && s < steps) copy_x_share(x_ring_of + s * m * 16, x, k, first + s, m, sharer, WARPS / KW, lane);
             else if (x_ring && s < steps) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
@@ -765,7 +768,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if (bulk) break;
             if (s < steps && (streams || s == 0)) {
                 copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
-                if (x_share) copy_x_share(x_ring_of + s * m * XS_ROW, x, k, first + s, m, sharer, WARPS / KW, lane);
+                if (x_share) copy_x_share(x_ring_of + s * m * 16, x, k, first + s, m, sharer, WARPS / KW, lane);
                 else if (x_ring) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             }
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
@@ -811,7 +814,9 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                     for (int set = 0; set < SETS; ++set)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * x_row_pieces + j * X_STEP];
+                        for (int j = 0; j < 4; ++j)
+                            xv[set][j] = x_share ? x_ring_of[s * m * 16 + xs_index(m, x_row[set], lane_piece(t, j))]
+                                                 : my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
                 }
             }
             if (i == 0) marks.mark(3);  // superstep 0's weights landed (AHEAD, MATH: before the loop)
@@ -828,7 +833,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_supersteps<T>(my_codes[to], my_scales[to], c_src, s_src, next * c_step,
                                    next * s_step, lane);
-                if (x_share) copy_x_share(x_ring_of + to * m * XS_ROW, x, k, first + next, m, sharer, WARPS / KW, lane);
+                if (x_share) copy_x_share(x_ring_of + to * m * 16, x, k, first + next, m, sharer, WARPS / KW, lane);
                 else if (x_ring) copy_x_rows<SETS>(my_x + to * m * 16, x_src, (size_t)next * 16, g, m);
             }
             if (!bulk) commit_copies();

@@ -53,9 +53,9 @@ KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": 
            "bulk": "nvfp4_mma_gemv_bulk", "xshare": "nvfp4_mma_gemv_xshare"}
 X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
 #: ... in the xshare form's: x's ring shared by the warps of a block that run the same
-#: supersteps (a slice: ``kwarps`` rings a block), each copying a share of x, rows padded to 320
-#: bytes (``XS_ROW`` in mma_gemv.cu: a warp's reads of two rows on all 32 banks)
-X_SHARE_BYTES = 320
+#: supersteps (a slice: ``kwarps`` rings a block), each warp copying a share of x, stored by
+#: quarters of rows (``xs_index`` in mma_gemv.cu: a warp's reads of two rows on all 32 banks)
+X_SHARE_BYTES = 256
 #: the forms whose ring of x in dynamic shared memory is sized by the cubin's stages
 X_RING_FORMS = ("xring", "xshare")
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
