@@ -200,17 +200,17 @@ ship29)
     shipped_file least "least or qwen3_8b or past_sixteen or auto_runs" 150 120 200 "spread=true"
     ;;
 xs30)
-    # 2026-12-07 (written in the 29th, not yet run; either card, mini site, ~7 min): the xshare
+    # 2026-12-07 (written in the 29th, not yet run; either card, mini site, <= 9 min): the xshare
     # form (x's ring shared by a block's warps of the same supersteps): its GPU tests (every form's
     # bits against the reference and across tilings pick it up), then the GEMVs back to back at 8
     # and 16 rows, shipped against xshare's 16-row launches, and every 16-row launch of gate_up
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b xs_tests 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
+    b xs_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
         -k "every_form or least or qwen3_8b or gated_gemv_gives"
-    b xs_chain 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "xshare16 kw2 t2" \
+    b xs_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "xshare16 kw2 t2" \
         "xshare16 kw1 t2" "xshare16 kw4"
-    b xs_sweep 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes gate_up
+    b xs_sweep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes gate_up
     cat "$OUT/rc.txt"; tail -3 "$OUT/xs_tests.log"; cat "$OUT/xs_chain.log"; grep -E "fastest|xshare" "$OUT/xs_sweep.log"
     ;;
 h200y)
