@@ -608,13 +608,19 @@ def resident_blocks(static: int, registers_allow: int):
     return lambda dynamic: min(registers_allow, H100_SHARED["per_sm"] // (static + dynamic + H100_SHARED["reserved"]))
 
 
-@pytest.mark.parametrize("blocks, static, registers_allow, need", [
+#: spread launches (blocks, a block's static shared bytes, blocks its registers allow a
+#: multiprocessor, dynamic bytes it needs), each a case of both paddings' tests
+SPREAD_LAUNCHES = [
     (256, 18560, 3, 0),      # down M = 1: eight-warp blocks, 3 by registers; 2 a multiprocessor
     (384, 18560, 6, 0),      # qkv M = 1: four-warp blocks, 6 by registers; 3
+    (384, 18432, 4, 0),      # qkv at 16 rows: four-warp blocks, 4 by registers; 3
     (256, 18560, 6, 0),      # o: 2
     (132, 18560, 6, 0),      # a block a multiprocessor
     (256, 18560, 6, 16384),  # the xring form's ring of x: at least its bytes
-])
+]
+
+
+@pytest.mark.parametrize("blocks, static, registers_allow, need", SPREAD_LAUNCHES)
 def test_a_spread_launch_asks_for_the_shared_memory_that_holds_a_multiprocessor_to_its_share(
         blocks, static, registers_allow, need):
     cap = -(-blocks // H100_SHARED["sms"])
@@ -624,13 +630,7 @@ def test_a_spread_launch_asks_for_the_shared_memory_that_holds_a_multiprocessor_
     assert static + dynamic <= H100_SHARED["per_block"]
 
 
-@pytest.mark.parametrize("blocks, static, registers_allow, need", [
-    (384, 18432, 4, 0),      # qkv at 16 rows: four-warp blocks, 4 by registers; 3 a multiprocessor
-    (384, 18560, 6, 0),      # qkv M = 1: 6 by registers; 3
-    (256, 18560, 6, 0),      # o: 2
-    (132, 18560, 6, 0),      # a block a multiprocessor
-    (256, 18560, 6, 16384),  # the xring form's ring of x: at least its bytes
-])
+@pytest.mark.parametrize("blocks, static, registers_allow, need", SPREAD_LAUNCHES)
 def test_the_least_padding_holds_a_multiprocessor_to_its_share_and_a_kib_less_would_not(
         blocks, static, registers_allow, need):
     cap = -(-blocks // H100_SHARED["sms"])
