@@ -464,6 +464,14 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src) {
     asm volatile(COPY_ASYNC ::"r"(s), "l"(src) : "memory");
 }
 
+__device__ __forceinline__ void copy_async_l1(void* dst, const void* src) {
+    // 16 bytes of x, cached in L1 too (.ca): the x-ring forms' copies, so that the other blocks
+    // of a multiprocessor find a superstep's x there, as the plain form's loads of x do (.cg
+    // here read each block's x from L2: xshare 1.1-8x slower than plain at 16 rows, 2026-12-07)
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void copy_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
                                                const uint4* c_src, const uint4* s_src,
                                                const int lane) {
@@ -513,7 +521,7 @@ __device__ __forceinline__ void wait_copies() {
 __device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
     // a lane's 64 bytes of its x row for a superstep (its four pieces, X_STEP apart)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) copy_async(dst + j * X_STEP, src + j * X_STEP);
+    for (int j = 0; j < 4; ++j) copy_async_l1(dst + j * X_STEP, src + j * X_STEP);
 }
 
 template <int SETS>
@@ -661,7 +669,7 @@ __device__ __forceinline__ void copy_x_share(uint4* slot, const uint16_t* __rest
     // so that each copy instruction reads four whole lines
     for (int p = a * 32 + lane; p < m * 16; p += sharers * 32) {
         const int row = p >> 4, piece = p & 15;
-        copy_async(slot + xs_index(m, row, piece), reinterpret_cast<const uint4*>(x + (size_t)row * k) + (size_t)super * 16 + piece);
+        copy_async_l1(slot + xs_index(m, row, piece), reinterpret_cast<const uint4*>(x + (size_t)row * k) + (size_t)super * 16 + piece);
     }
 }
 

@@ -335,7 +335,8 @@ def test_the_xshare_form_copies_x_into_shared_memory_and_never_loads_it_into_reg
     """``xshare``: x reaches registers only from its shared ring (16-byte shared loads: a tile's
     two halves of codes and x's four pieces a set, a superstep; ``plain`` loads x from global
     memory, LDG.E.128); its copies (LDGSTS) come after griddepcontrol.wait (ACQBULK) in a PDL build,
-    the weights' first copies before it."""
+    the weights' first copies before it; x's copies are cached in L1 (cp.async.ca: LDGSTS.E.128,
+    not the weights' LDGSTS.E.BYPASS), so that a multiprocessor's other blocks find it there."""
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(built(stages=4, pdl=True, columns="coalesced"))
     codes = sass_by_function(cubin)
@@ -347,6 +348,9 @@ def test_the_xshare_form_copies_x_into_shared_memory_and_never_loads_it_into_reg
             assert share.count("LDS.128") == 4 * (2 * tiles + 4 * sets), (kw, rows, tiles)
             wait = share.index("ACQBULK")
             assert "LDGSTS" in share[:wait] and "LDGSTS" in share[wait:], (kw, rows, tiles)
+            before, after = (re.findall(r"LDGSTS\.E\S*", part) for part in (share[:wait], share[wait:]))
+            assert all("BYPASS" in c for c in before), (kw, rows, tiles, set(before))
+            assert any("BYPASS" not in c for c in after), (kw, rows, tiles, set(after))
 
 
 @needs_nvcc
