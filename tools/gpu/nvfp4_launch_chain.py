@@ -111,12 +111,6 @@ VARIANTS = {
     # spread launches padded the least (mma_gemv.spread_blocks_bytes least): the share's blocks
     # fill the least shared memory, so the driver may leave more of the multiprocessor to L1
     "spread least": {"spread": "least"},
-    # x's ring shared by a block's warps of the same supersteps (the xshare form, 16 rows: a
-    # block's tiles read x from one copy in shared memory, 16-byte shared loads of padded rows,
-    # instead of each warp loading its own from L1; gate_up's 16-row launch is L1-bound)
-    "xshare16 kw2 t2": {"r16": {"kwarps": 2, "form": "xshare", "tiles": 2}},
-    "xshare16 kw1 t2": {"r16": {"kwarps": 1, "form": "xshare", "tiles": 2}},
-    "xshare16 kw4": {"r16": {"kwarps": 4, "form": "xshare", "tiles": 1}},
     "x16 k4 kw1": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 1}},
     "x16 k2 kw1 t2": {"splits": 2, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
     "x16 k4 kw1 t2": {"splits": 4, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},

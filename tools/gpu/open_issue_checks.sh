@@ -15,8 +15,6 @@
 #   bash tools/gpu/open_issue_checks.sh x16s29   # 16 rows: K in splits, one warp a tile (x shared a block)
 #   bash tools/gpu/open_issue_checks.sh least29  # spread launches padded the least: chain, ncu of qkv at 16
 #   bash tools/gpu/open_issue_checks.sh ship29   # then the files with it: GPU tests, GEMM table, end to end
-#   bash tools/gpu/open_issue_checks.sh xs30     # the xshare form (x shared a slice): GPU tests, 16 rows back to back
-#   bash tools/gpu/open_issue_checks.sh xs30b    # xs30 with x's copies cached in L1: 16 rows first, then the tests
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
@@ -199,34 +197,6 @@ ship29)
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     shipped_file least "least or qwen3_8b or past_sixteen or auto_runs" 150 120 200 "spread=true"
-    ;;
-xs30)
-    # 2026-12-07 (written in the 29th, not yet run; either card, mini site, <= 9 min): the xshare
-    # form (x's ring shared by a block's warps of the same supersteps): its GPU tests (every form's
-    # bits against the reference and across tilings pick it up), then the GEMVs back to back at 8
-    # and 16 rows, shipped against xshare's 16-row launches, and every 16-row launch of gate_up
-    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b xs_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "every_form or least or qwen3_8b or gated_gemv_gives"
-    b xs_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "xshare16 kw2 t2" \
-        "xshare16 kw1 t2" "xshare16 kw4"
-    b xs_sweep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes gate_up
-    cat "$OUT/rc.txt"; tail -3 "$OUT/xs_tests.log"; cat "$OUT/xs_chain.log"; grep -E "fastest|xshare" "$OUT/xs_sweep.log"
-    ;;
-xs30b)
-    # 2026-12-07 (30th, either card, mini site, <= 8 min): xs30 again with x's copies cached in L1
-    # (cp.async.ca: xs30 found xshare 1.1-8x slower than plain at 16 rows, its copies .cg, each
-    # block's x from L2): the 16-row launches first (every shape's --sweep16 picks up the form),
-    # then the xshare and xring GPU tests
-    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b xs_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --variants shipped "xshare16 kw2 t2" \
-        "xshare16 kw1 t2" "xshare16 kw4"
-    b xs_sweep 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes qkv gate_up down
-    b xs_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "every_form or least or qwen3_8b or gated_gemv_gives"
-    cat "$OUT/rc.txt"; tail -3 "$OUT/xs_tests.log"; cat "$OUT/xs_chain.log"; grep -E "fastest|xshare|xring" "$OUT/xs_sweep.log"
     ;;
 h200y)
     # 2026-12-06 (21st, an H200 only, the whole pack): the two goals measured on an H100 that

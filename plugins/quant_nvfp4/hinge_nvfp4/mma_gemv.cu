@@ -464,14 +464,6 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src) {
     asm volatile(COPY_ASYNC ::"r"(s), "l"(src) : "memory");
 }
 
-__device__ __forceinline__ void copy_async_l1(void* dst, const void* src) {
-    // 16 bytes of x, cached in L1 too (.ca): the x-ring forms' copies, so that the other blocks
-    // of a multiprocessor find a superstep's x there, as the plain form's loads of x do (.cg
-    // here read each block's x from L2: xshare 1.1-8x slower than plain at 16 rows, 2026-12-07)
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
-}
-
 __device__ __forceinline__ void copy_superstep(uint4 (&codes)[2][32], uint32_t (&scales)[32],
                                                const uint4* c_src, const uint4* s_src,
                                                const int lane) {
@@ -521,7 +513,7 @@ __device__ __forceinline__ void wait_copies() {
 __device__ __forceinline__ void copy_x(uint4* dst, const uint4* src) {
     // a lane's 64 bytes of its x row for a superstep (its four pieces, X_STEP apart)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) copy_async_l1(dst + j * X_STEP, src + j * X_STEP);
+    for (int j = 0; j < 4; ++j) copy_async(dst + j * X_STEP, src + j * X_STEP);
 }
 
 template <int SETS>
@@ -649,42 +641,7 @@ __device__ __forceinline__ void scaled_sums(const float (&sums)[2][SETS][4], flo
         acc[i] = (sums[0][i >> 2][i & 3] + sums[1][i >> 2][i & 3]) * 256.f;
 }
 
-enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS, REGS_FOLD, XSHARE };
-
-// XSHARE: x's ring shared by the warps of a block that run the same supersteps (a slice: warps
-// w, w + KW, ...: the same run of K, other tiles). A slot holds a superstep's m rows of 16
-// pieces (16 bytes each) by quarter: quarter c (pieces 4c .. 4c + 3) of every row, row after
-// row, then quarter c + 1 (xs_index), so that a warp's 16-byte reads of one quarter of rows g
-// (lanes 4g .. 4g + 3: the coalesced map's load) are contiguous: two rows a 128-byte phase, all
-// 32 banks
-__device__ __forceinline__ int xs_index(const int m, const int row, const int piece) {
-    return (piece >> 2) * (m * 4) + row * 4 + (piece & 3);
-}
-
-__device__ __forceinline__ void copy_x_share(uint4* slot, const uint16_t* __restrict__ x, const int k,
-                                             const int super, const int m, const int a, const int sharers,
-                                             const int lane) {
-    // superstep ``super``'s x rows 0 .. m - 1 (256 bytes each) into ``slot``, this warp's share:
-    // the slice's ``sharers`` warps take turns (this one is ``a``) at 512 bytes of two whole rows,
-    // so that each copy instruction reads four whole lines
-    for (int p = a * 32 + lane; p < m * 16; p += sharers * 32) {
-        const int row = p >> 4, piece = p & 15;
-        copy_async_l1(slot + xs_index(m, row, piece), reinterpret_cast<const uint4*>(x + (size_t)row * k) + (size_t)super * 16 + piece);
-    }
-}
-
-template <int KW>
-__device__ __forceinline__ void slice_barrier(const int slice) {
-    // the warps of a slice (x's shared ring) meet: their copies of a superstep, each waited for
-    // by its own warp, are then visible to all (named barriers past the tiles' and the gated
-    // pairs': 1 + WARPS / KW + WARPS / (2 KW) + slice)
-    if constexpr (WARPS / KW == 1) {
-        __syncwarp();
-    } else {
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + WARPS / KW + WARPS / (2 * KW) + slice), "n"(32 * (WARPS / KW))
-                     : "memory");
-    }
-}
+enum Form { PLAIN, AHEAD, RING, MATH, XRING, BULK, REGS, REGS_FOLD };
 
 __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     // the warps of one tile alone (named barrier ``id``; 0 is __syncthreads'): a block's tiles
@@ -692,7 +649,7 @@ __device__ __forceinline__ void tile_barrier(const int id, const int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <int FORM, int SETS, int T, int KW>
+template <int FORM, int SETS, int T>
 __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                                            const uint32_t* __restrict__ scales,
                                            const uint16_t* __restrict__ x, const int k, const int m,
@@ -706,8 +663,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     // tile .. tile + T - 1 (one past last_tile reads last_tile's weights again; the caller
     // drops its sums): acc[j] (set s's four values at 4s .. 4s + 3: finish's order); row_scale
     // given (ROW_SCALE 2, the tile's finishing warp): its rows' into scale once x is asked for
-    constexpr bool x_share = FORM == XSHARE;
-    constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING || x_share;
+    constexpr bool ahead = FORM == AHEAD, streams = FORM != MATH, x_ring = FORM == XRING;
     constexpr bool bulk = FORM == BULK;
     extern __shared__ uint4 x_slots[];
     __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][T][32];
@@ -719,7 +675,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     const uint4 *c_block[T], *s_block[T], *c_src[T], *s_src[T];
 #pragma unroll
     for (int j = 0; j < T; ++j) {
-        const int at = T == 1 && !x_share ? tile : min(tile + j, last_tile);  // (XSHARE: warps past N run too)
+        const int at = T == 1 ? tile : min(tile + j, last_tile);
         c_block[j] = codes + at * c_tile + first * c_super;  // the warp's first blocks
         s_block[j] = reinterpret_cast<const uint4*>(scales) + at * s_tile + first * s_super;
         c_src[j] = c_block[j] + lane;  // this lane's 16 bytes of them
@@ -732,8 +688,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint4(*my_codes)[T][2][32] = codes_ring<T>(warp);
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
-    uint4* x_ring_of = x_slots + (size_t)(warp % KW) * STAGES * m * 16;  // XSHARE: the slice's ring (xs_index)
-    const int sharer = warp / KW;  // XSHARE: this warp's turn among its slice's WARPS / KW
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
     if constexpr (bulk) {
         if (lane == 0) {
@@ -766,8 +720,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (bulk) break;
-            if (x_share && s < steps) copy_x_share(x_ring_of + s * m * 16, x, k, first + s, m, sharer, WARPS / KW, lane);
-            else if (x_ring && s < steps) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
+            if (x_ring && s < steps) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
     } else {
@@ -776,8 +729,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             if (bulk) break;
             if (s < steps && (streams || s == 0)) {
                 copy_supersteps<T>(my_codes[s], my_scales[s], c_src, s_src, s * c_step, s * s_step, lane);
-                if (x_share) copy_x_share(x_ring_of + s * m * 16, x, k, first + s, m, sharer, WARPS / KW, lane);
-                else if (x_ring) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
+                if (x_ring) copy_x_rows<SETS>(my_x + s * m * 16, x_src, s * 16, g, m);
             }
             commit_copies();  // an empty group past the last superstep keeps the wait count uniform
         }
@@ -812,19 +764,13 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 read_slot<T>(my_codes[s], my_scales[s], lane, c0, c1, sc);
             } else if (!ahead) {
                 wait_copies<STAGES - 2>();  // this lane's copies of superstep i have landed
-                if constexpr (x_share) {
-                    slice_barrier<KW>(warp % KW);  // and every lane's of the slice (x's shares);
-                } else {                           // each read slot i - 1 before it (refilled below)
-                    __syncwarp();                  // and every lane's
-                }
+                __syncwarp();               // and every lane's
                 read_slot<T>(my_codes[s], my_scales[s], lane, c0, c1, sc);
                 if (x_ring) {
 #pragma unroll
                     for (int set = 0; set < SETS; ++set)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j)
-                            xv[set][j] = x_share ? x_ring_of[s * m * 16 + xs_index(m, x_row[set], lane_piece(t, j))]
-                                                 : my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
+                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
                 }
             }
             if (i == 0) marks.mark(3);  // superstep 0's weights landed (AHEAD, MATH: before the loop)
@@ -841,8 +787,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int to = (s + STAGES - 1) % STAGES;
                 copy_supersteps<T>(my_codes[to], my_scales[to], c_src, s_src, next * c_step,
                                    next * s_step, lane);
-                if (x_share) copy_x_share(x_ring_of + to * m * 16, x, k, first + next, m, sharer, WARPS / KW, lane);
-                else if (x_ring) copy_x_rows<SETS>(my_x + to * m * 16, x_src, (size_t)next * 16, g, m);
+                if (x_ring) copy_x_rows<SETS>(my_x + to * m * 16, x_src, (size_t)next * 16, g, m);
             }
             if (!bulk) commit_copies();
             uint4 n0[T], n1[T];
@@ -969,11 +914,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // T tiles a warp (T = 2: the 16-row kernels' ``_t2``): tiles tile .. tile + T - 1
     const int tile = (blockIdx.x * (WARPS / KW) + warp / KW) * T, slice = warp % KW;
-    // the tile's KW warps together: no barrier below spans tiles (XSHARE: a slice's warps share
-    // x's ring and meet each superstep, so those past N run the loop too, on the last tile's
-    // weights, and return before the epilogue)
-    const bool past = tile >= (n >> 4);
-    if (FORM != XSHARE && past) return;
+    if (tile >= (n >> 4)) return;  // the tile's KW warps together: no barrier below spans tiles
     const int supers = k >> 7;
     const int split_first = blockIdx.y * (groups_per_split >> 3);
     const int split_steps = min(groups_per_split >> 3, supers - split_first);
@@ -993,7 +934,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
         if (steps > 0) accumulate_regs<SETS, FORM == REGS_FOLD>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, tile,
                                              first, steps, lane, acc, marks);
     } else if (steps > 0) {
-        accumulate<FORM, SETS, T, KW>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
+        accumulate<FORM, SETS, T>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
                                   tile, (n >> 4) - 1, first, steps, warp, lane, acc, marks,
                                   ROW_SCALE == 2 && slice == 0 ? row_scale : nullptr, scale);
     }
@@ -1021,7 +962,6 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
             for (int i = 0; i < T * 4 * SETS; ++i) acc[i / (4 * SETS)][i % (4 * SETS)] += theirs[i * 32 + lane];
         }
     }
-    if (past) return marks.record(codes);  // (XSHARE: a warp past N, its sums dropped)
     const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
     if constexpr (T == 2) {
         if (gated && gridDim.y == 1) {
@@ -1063,7 +1003,6 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
 GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
-GEMV_KERNELS(nvfp4_mma_gemv_xshare, XSHARE)
 GEMV_KERNELS(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNELS(nvfp4_mma_gemv_ring, RING)
 GEMV_KERNELS(nvfp4_mma_gemv_math, MATH)
@@ -1081,12 +1020,10 @@ GEMV_KERNEL(nvfp4_mma_gemv_regs_fold_kw4, REGS_FOLD, 4, 1, 1, BLOCKS_PER_SM_REGS
 GEMV_KERNELS_16(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_16(nvfp4_mma_gemv_xring, XRING)
-GEMV_KERNELS_16(nvfp4_mma_gemv_xshare, XSHARE)
 GEMV_KERNELS_16(nvfp4_mma_gemv_bulk, BULK)
 #if STAGES <= 4 && WARPS == 4
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_16_T2(nvfp4_mma_gemv_bulk, BULK)
-GEMV_KERNELS_16_T2(nvfp4_mma_gemv_xshare, XSHARE)
 #endif
 #if WARPS == 8
 // eight warps a tile, a block a tile (a build of 8 warps a block, rings of at most 5 stages:
@@ -1096,7 +1033,6 @@ GEMV_KERNELS_16_T2(nvfp4_mma_gemv_xshare, XSHARE)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_xring, XRING)
-GEMV_KERNELS_KW8(nvfp4_mma_gemv_xshare, XSHARE)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memory side alone of _kw8
 #endif

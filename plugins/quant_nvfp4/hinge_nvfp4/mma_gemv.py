@@ -50,14 +50,8 @@ SPREADS = (False, True, "least")
 #: its top with x in the ring too (dynamic shared memory: ``MmaGemv`` sizes it), or with the
 #: ring filled by Hopper's bulk copies (lane 0 two a superstep, an mbarrier a slot)
 KERNELS = {"plain": "nvfp4_mma_gemv", "ahead": "nvfp4_mma_gemv_ahead", "xring": "nvfp4_mma_gemv_xring",
-           "bulk": "nvfp4_mma_gemv_bulk", "xshare": "nvfp4_mma_gemv_xshare"}
+           "bulk": "nvfp4_mma_gemv_bulk"}
 X_RING_BYTES = 256  #: x bytes a row, a superstep, a warp in the xring form's ring
-#: ... in the xshare form's: x's ring shared by the warps of a block that run the same
-#: supersteps (a slice: ``kwarps`` rings a block), each warp copying a share of x, stored by
-#: quarters of rows (``xs_index`` in mma_gemv.cu: a warp's reads of two rows on all 32 banks)
-X_SHARE_BYTES = 256
-#: the forms whose ring of x in dynamic shared memory is sized by the cubin's stages
-X_RING_FORMS = ("xring", "xshare")
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
@@ -81,7 +75,7 @@ REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
-T2_FORMS = ("plain", "bulk", "xshare")
+T2_FORMS = ("plain", "bulk")
 T2_MAX_STAGES = 4
 #: the kernels every cubin holds that write the weight itself in bf16 (``MmaGemv.dequantize``):
 #: a warp a (tile, superstep) block, stored from registers, or ``DQ_BLOCKS`` blocks a warp, their
@@ -130,7 +124,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
                          f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")
     if tiles not in (1, 2) or (tiles == 2 and (rows != MAX_ROWS or form not in T2_FORMS or kwarps == WIDE_WARPS)):
         raise ValueError(f"two tiles a warp are built for {MAX_ROWS} rows in the "
-                         f"{', '.join(T2_FORMS)} forms; got {tiles} tiles, {rows} rows, {form}")
+                         f"{' and '.join(T2_FORMS)} forms; got {tiles} tiles, {rows} rows, {form}")
     return (names[form] + ("" if kwarps == 1 else f"_kw{kwarps}") + ("_r16" if rows > SET_ROWS else "")
             + ("_t2" if tiles == 2 else ""))
 
@@ -250,8 +244,8 @@ class MmaGemv:
         name = kernel_name(form, kwarps)
         if not 1 <= rows16_from <= SET_ROWS + 1:
             raise ValueError(f"the 16-row kernel takes from 1 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
-        if form in X_RING_FORMS and stages is None:
-            raise ValueError(f"the {form} form sizes its ring of x by the cubin's stages: pass stages")
+        if form == "xring" and stages is None:
+            raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
         if carveout is not None and not 0 <= carveout <= 100:
             raise ValueError(f"the shared memory carveout is a percentage, 0 to 100, got {carveout}")
         if tiles16 == 2 and (stages is None or stages > T2_MAX_STAGES):
@@ -350,10 +344,7 @@ class MmaGemv:
         return self._spread_bytes[key]
 
     def x_ring_bytes(self, m: int) -> int:
-        """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form, a
-        ring a warp, and the xshare form, a ring a slice of the block's warps)."""
-        if self.form == "xshare":
-            return self.kwarps * self.stages * m * X_SHARE_BYTES
+        """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
         return self.warps * self.stages * m * X_RING_BYTES if self.form == "xring" else 0
 
     def _make_torch_context_current(self) -> None:

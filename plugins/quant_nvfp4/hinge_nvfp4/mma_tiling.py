@@ -162,7 +162,7 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                          f"forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
-                         f"(2 in the {', '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
+                         f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
                          f"stages, up to {max(KWARPS)} warps a tile), from 1 to {SET_ROWS + 1} rows on "
                          "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
     return Rows16(kwarps, form, tiles, from_rows)

@@ -401,7 +401,7 @@ def test_a_tuned_register_form_needs_its_own_sixteen_row_launch_and_one_two_or_f
     assert plan.form == "regs" and plan.rows16 == mma_tiling.Rows16(4, "plain", 1, 9)
     with pytest.raises(ValueError, match=r'takes the regs form, built for up to 8 rows of x alone: give it an "r16"'):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {k: v for k, v in entry.items() if k != "r16"}})
-    with pytest.raises(ValueError, match="forms plain, ahead, xring, bulk, xshare, regs"):
+    with pytest.raises(ValueError, match="forms plain, ahead, xring, bulk, regs"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 8}})
     (tmp_path / "plan.json").write_text(json.dumps({"6144x4096": entry}))
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
@@ -442,7 +442,7 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
         kernel.linear(layer, x[:rows].contiguous(), bias, None)
     assert [c[0][0] for c in few.calls[-2:]] == [1, 4] and [c[0][0] for c in sixteen.calls] == [5, 8, 9]
     for bad, why in (({"kwarps": 3, "form": "plain"}, "kwarps of"), ({"kwarps": 1, "form": "xring", "tiles": 2},
-                                                                     "2 in the plain, bulk, xshare forms"),
+                                                                     "2 in the plain and bulk forms"),
                      ({"kwarps": 8, "form": "plain", "tiles": 2}, "up to 4 warps a tile"),
                      ({"kwarps": 2, "form": "plain", "from": 10}, "from 1 to 9 rows on")):
         with pytest.raises(ValueError, match=f"16-row MMA GEMV launch of 6144x4096 .*{why}"):
