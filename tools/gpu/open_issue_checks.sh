@@ -18,6 +18,7 @@
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
+#   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -212,6 +213,16 @@ h200y)
     nvfp4_both_files
     b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
+    ;;
+h200c)
+    # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
+    # rows under the H200's file as it is now (the H100's; the twenty-seventh session measured
+    # the old one there); an H100 exits at once
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200c measures the H200"; exit 3; }
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    b chain_h200 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
+    cat "$OUT/rc.txt" "$OUT/chain_h200.log"
     ;;
 h200n)
     # h200y's NVFP4 half alone (the mini site is enough): end to end and back to back under
