@@ -919,37 +919,6 @@ gated-e2e)
     cat "$OUT/rc.txt"; tail -3 "$OUT/nvfp4_e2e_gated.log"; tail -3 "$OUT/nvfp4_e2e_unfused.log"
     grep -E "^nvfp4: batch|^none: batch" "$OUT/nvfp4_e2e_gated.log"
     ;;
-# xs30 and xs30b measured the xshare form (x's ring shared by a block's warps; thirtieth session:
-# slower than the shipped 16-row launches on every shape, docs/nvfp4.md) and were run at fc8d247
-# and 40c0d48; the form was removed after them, so they run only in those trees
-xs30)
-    # 2026-12-07 (written in the 29th, run in the 30th; either card, mini site, <= 9 min): the xshare
-    # form (x's ring shared by a block's warps of the same supersteps): its GPU tests (every form's
-    # bits against the reference and across tilings pick it up), then the GEMVs back to back at 8
-    # and 16 rows, shipped against xshare's 16-row launches, and every 16-row launch of gate_up
-    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b xs_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "every_form or least or qwen3_8b or gated_gemv_gives"
-    b xs_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "xshare16 kw2 t2" \
-        "xshare16 kw1 t2" "xshare16 kw4"
-    b xs_sweep 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes gate_up
-    cat "$OUT/rc.txt"; tail -3 "$OUT/xs_tests.log"; cat "$OUT/xs_chain.log"; grep -E "fastest|xshare" "$OUT/xs_sweep.log"
-    ;;
-xs30b)
-    # 2026-12-07 (30th, either card, mini site, <= 8 min): xs30 again with x's copies cached in L1
-    # (cp.async.ca: xs30 found xshare 1.1-8x slower than plain at 16 rows, its copies .cg, each
-    # block's x from L2): the 16-row launches first (every shape's --sweep16 picks up the form),
-    # then the xshare and xring GPU tests
-    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b xs_chain 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --variants shipped "xshare16 kw2 t2" \
-        "xshare16 kw1 t2" "xshare16 kw4"
-    b xs_sweep 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --sweep16 --shapes qkv gate_up down
-    b xs_tests 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs plugins/quant_nvfp4/tests/test_mma_kernel.py \
-        -k "every_form or least or qwen3_8b or gated_gemv_gives"
-    cat "$OUT/rc.txt"; tail -3 "$OUT/xs_tests.log"; cat "$OUT/xs_chain.log"; grep -E "fastest|xshare|xring" "$OUT/xs_sweep.log"
-    ;;
 bench4)
     b fa4_split 90 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 \
         --forms tile64 tile64-noolap tile64-nors
@@ -983,7 +952,7 @@ bench|bench2)
     cat "$OUT/rc.txt"
     ;;
 *)
-    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e xs30 xs30b bench4 bench|bench2" >&2
+    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
     exit 2
     ;;
 esac
