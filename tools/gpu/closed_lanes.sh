@@ -779,8 +779,7 @@ h200x)
     # 2026-12-06 (19th, ~5 min, an H200 only): the H200 file as shipped (no spread), the H100
     # file (its coalesced columns, 16-row kernels, spread, trigger "start") and with H200_SPREAD=1
     # the H200 file spread with trigger "start": end to end, then the GEMM table of the H100 file
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200x measures the H200's file"; exit 3; }
+    only_h200 h200x
     PLAN_DEVICE="NVIDIA H200" plan_without "$OUT/h200-spread-start.json" spread=true 'trigger="start"'
     plan_without "$OUT/h100-file.json"
     b h200_e2e 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/h100-file.json" \

@@ -9,6 +9,10 @@ export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:
 b() { local name=$1 limit=$2; shift 2; local t=$SECONDS
       timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
       echo "$name rc=$? $((SECONDS - t))s" >> "$OUT/rc.txt"; }
+# a lane that measures the H200 alone ($1: its name): the card's name into $OUT/card.txt, and
+# exit 3 on any other card before anything is built
+only_h200() { nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+              grep -q H200 "$OUT/card.txt" || { echo "not an H200: $1 measures the H200"; exit 3; }; }
 # Nsight Compute's command line: on PATH, else the first install under /opt/nvidia (by name)
 ncu_exe() { command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1; }
 # the PDL cubins of rings of each depth given (4 warps a block; 8 warps too in rings of at most

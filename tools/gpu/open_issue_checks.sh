@@ -116,8 +116,7 @@ merge27)
     # end to end under the shipped file ("-"), the old one, the H100 file with gate_up interleaved,
     # the old file with the H100 file's launch keys, the H100 file with the old gate_up entry
     # (row_scale wait); ncu of down at 8 and 1 rows (clocks, L1)
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    grep -q H200 "$OUT/card.txt" || { echo "not an H200: merge27 measures the H200"; exit 3; }
+    only_h200 merge27
     h100=plugins/quant_nvfp4/hinge_nvfp4/tuned/NVIDIA_H100_80GB_HBM3.json
     old_h200_plan "$OUT/plan-old.json"
     python3 - "$OUT" <<'PY'
@@ -205,8 +204,7 @@ h200y)
     # engine's path: the KV stored by the rope kernel); NVFP4 end to end with the defaults, the
     # GEMVs back to back under the H200's tilings file and the H100's, the PDL read of each shape
     # (the register form, once here, was refuted on the H100: docs/nvfp4.md, twenty-second session)
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200y measures the H200"; exit 3; }
+    only_h200 h200y
     b fa4 150 python3 tools/gpu/fa4_attention.py
     b fa4_split 100 python3 tools/gpu/fa4_split_decode.py --batch 1 --split-sizes 384 512 --forms tile64 --kv-saved
     grep -E "copy|decode .*batch 1 " "$OUT/fa4.log"; grep -E "^\| 1 " "$OUT/fa4_split.log"
@@ -218,8 +216,7 @@ h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
     # rows under the H200's file as it is now (the H100's; the twenty-seventh session measured
     # the old one there); an H100 exits at once
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    grep -q H200 "$OUT/card.txt" || { echo "not an H200: h200c measures the H200"; exit 3; }
+    only_h200 h200c
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     b chain_h200 100 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped
     cat "$OUT/rc.txt" "$OUT/chain_h200.log"
