@@ -58,6 +58,12 @@ VARIANTS = {
     "deep start": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
     "deep neither": {"spread": False, "trigger": "read", "stages": 8, "r16": R16_PLAIN},
     "deep spread start": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN},
+    # rings of 9: all 8 of a qkv or o warp's supersteps (4 warps a tile) copied before
+    # griddepcontrol.wait, as the PDL read asks for all its bytes first (rings of 8 leave the last
+    # one to after the wait: a round trip then); unspread (the next call's blocks beside this
+    # call's as shared memory allows: 5 of 40.5 KiB) or spread (none beside)
+    "whole start": {"spread": False, "trigger": "start", "stages": 9, "r16": R16_PLAIN},
+    "whole spread": {"spread": "least", "trigger": "start", "stages": 9, "r16": R16_PLAIN},
     # shallower rings: 2 or 1 supersteps copied before griddepcontrol.wait, not 3 (the wait
     # returned later the more a warp had in flight: docs/nvfp4.md, twenty-third session)
     "shallow 3": {"stages": 3},
@@ -74,6 +80,8 @@ VARIANTS = {
     "ring read": {"trigger": "read", MEMORY_ALONE: True},
     "ring deep": {"spread": True, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
     "ring deep alone": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
+    "ring whole": {"spread": False, "trigger": "start", "stages": 9, "r16": R16_PLAIN, MEMORY_ALONE: True},
+    "ring whole spread": {"spread": "least", "trigger": "start", "stages": 9, "r16": R16_PLAIN, MEMORY_ALONE: True},
     # K in 2 or 4 splits (a warp's run a half or a quarter as long, twice or four times the
     # blocks: finer pieces of work), the GEMV and its memory side alone
     "split2": {"splits": 2},
