@@ -220,7 +220,7 @@ whole31)
     # 8; the trace of qkv's calls under rings of 9; the PDL read of qkv's and o's bytes
     ROW_SCALE=wait pdl_cubins 4 8 9 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b whole_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --shapes qkv o --variants shipped \
+    b whole_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --shapes qkv o --variants shipped \
         ring "deep start" "ring deep alone" "whole start" "ring whole" "whole spread" "ring whole spread" \
         --keep-plans "$OUT/plans"
     b whole_trace_shipped 80 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv
