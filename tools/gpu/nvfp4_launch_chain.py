@@ -82,6 +82,11 @@ VARIANTS = {
     "ring deep alone": {"spread": False, "trigger": "start", "stages": 8, "r16": R16_PLAIN, MEMORY_ALONE: True},
     "ring whole": {"spread": False, "trigger": "start", "stages": 9, "r16": R16_PLAIN, MEMORY_ALONE: True},
     "ring whole spread": {"spread": "least", "trigger": "start", "stages": 9, "r16": R16_PLAIN, MEMORY_ALONE: True},
+    # the memory side alone in each memory order of the weights (mma_layout.LAYOUTS), the rest
+    # as shipped: does any order stream as the PDL read's contiguous runs do? (thirty-first session)
+    "ring tile": {"layout": "tile", MEMORY_ALONE: True},
+    "ring super": {"layout": "super", MEMORY_ALONE: True},
+    "ring interleaved": {"layout": "interleaved", MEMORY_ALONE: True},
     # K in 2 or 4 splits (a warp's run a half or a quarter as long, twice or four times the
     # blocks: finer pieces of work), the GEMV and its memory side alone
     "split2": {"splits": 2},

@@ -231,6 +231,16 @@ whole31)
     for f in "$OUT"/whole_trace*.log; do echo "== $f"; tail -12 "$f" | cut -c1-170; done
     grep -E "^(qkv|o) |^shape" "$OUT/whole_read.log"
     ;;
+lay31)
+    # 2026-12-07 (31st, either card, mini site, ~2 min): the memory side alone in each memory
+    # order of the weights, 1 and 8 rows, every shape (the PDL read's contiguous runs reach 88%
+    # on qkv, the shipped order's memory side 71%: whole31)
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b lay_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring "ring tile" \
+        "ring super" "ring interleaved"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/lay_chain.log"
+    ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
     # rows under the H200's file as it is now (the H100's; the twenty-seventh session measured
