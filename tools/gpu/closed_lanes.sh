@@ -950,8 +950,26 @@ bench|bench2)
     fi
     cat "$OUT/rc.txt"
     ;;
+whole31)
+    # 2026-12-07 (31st, either card, mini site, ~4 min): rings of 9, every superstep of a qkv or
+    # o warp copied before griddepcontrol.wait (rings of 8 copy 7 of 8, the last a round trip
+    # after it), unspread and spread, the GEMV and its memory side alone, against rings of 4 and
+    # 8; the trace of qkv's calls under rings of 9; the PDL read of qkv's and o's bytes
+    ROW_SCALE=wait pdl_cubins 4 8 9 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b whole_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --shapes qkv o --variants shipped \
+        ring "deep start" "ring deep alone" "whole start" "ring whole" "whole spread" "ring whole spread" \
+        --keep-plans "$OUT/plans"
+    b whole_trace_shipped 80 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv
+    HINGE_NVFP4_MMA_PLAN="$OUT/plans/whole_start.json" b whole_trace 80 python3 tools/gpu/nvfp4_trace.py \
+        --chain same --ms 1 --shapes qkv
+    b whole_read 100 python3 tools/gpu/read_ceiling.py --reads pdl --shapes qkv o --iters 20
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/whole_chain.log"
+    for f in "$OUT"/whole_trace*.log; do echo "== $f"; tail -12 "$f" | cut -c1-170; done
+    grep -E "^(qkv|o) |^shape" "$OUT/whole_read.log"
+    ;;
 *)
-    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
+    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: whole31 followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
     exit 2
     ;;
 esac

@@ -18,7 +18,7 @@
 #   bash tools/gpu/open_issue_checks.sh h200y    # an H200 only (whole pack): issue 14's benchmark,
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
-#   bash tools/gpu/open_issue_checks.sh whole31  # rings of 9: a qkv warp's whole run before its wait (~4 min)
+#   bash tools/gpu/open_issue_checks.sh lay31    # the memory side alone in each memory order (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -212,24 +212,6 @@ h200y)
     nvfp4_both_files
     b ceil_pdl 150 python3 tools/gpu/read_ceiling.py --reads plain pdl pdl-wait-first --iters 20
     cat "$OUT/rc.txt"; cat "$OUT/ceil_pdl.log"
-    ;;
-whole31)
-    # 2026-12-07 (31st, either card, mini site, ~4 min): rings of 9, every superstep of a qkv or
-    # o warp copied before griddepcontrol.wait (rings of 8 copy 7 of 8, the last a round trip
-    # after it), unspread and spread, the GEMV and its memory side alone, against rings of 4 and
-    # 8; the trace of qkv's calls under rings of 9; the PDL read of qkv's and o's bytes
-    ROW_SCALE=wait pdl_cubins 4 8 9 > "$OUT/cubins.log" 2>&1
-    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b whole_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --shapes qkv o --variants shipped \
-        ring "deep start" "ring deep alone" "whole start" "ring whole" "whole spread" "ring whole spread" \
-        --keep-plans "$OUT/plans"
-    b whole_trace_shipped 80 python3 tools/gpu/nvfp4_trace.py --chain same --ms 1 --shapes qkv
-    HINGE_NVFP4_MMA_PLAN="$OUT/plans/whole_start.json" b whole_trace 80 python3 tools/gpu/nvfp4_trace.py \
-        --chain same --ms 1 --shapes qkv
-    b whole_read 100 python3 tools/gpu/read_ceiling.py --reads pdl --shapes qkv o --iters 20
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/whole_chain.log"
-    for f in "$OUT"/whole_trace*.log; do echo "== $f"; tail -12 "$f" | cut -c1-170; done
-    grep -E "^(qkv|o) |^shape" "$OUT/whole_read.log"
     ;;
 lay31)
     # 2026-12-07 (31st, either card, mini site, ~2 min): the memory side alone in each memory
