@@ -968,8 +968,16 @@ whole31)
     for f in "$OUT"/whole_trace*.log; do echo "== $f"; tail -12 "$f" | cut -c1-170; done
     grep -E "^(qkv|o) |^shape" "$OUT/whole_read.log"
     ;;
+down31)
+    # 2026-12-07 (31st, either card, mini site, ~1 min): down's launches of up to 8 rows in the
+    # bulk form (shipped since) against the plain (shipped before) and rings of 3; gate_up beside
+    ROW_SCALE=wait pdl_cubins 3 4 > "$OUT/cubins.log" 2>&1
+    b down_chain 150 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --shapes down gate_up \
+        --variants shipped "shallow 3" "kw8 plain" "kw8 bulk" ring
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/down_chain.log"
+    ;;
 *)
-    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: whole31 followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
+    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: whole31 down31 followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
     exit 2
     ;;
 esac
