@@ -19,6 +19,7 @@
 #                                                 # fa4's batch-1 layer with the KV stored; NVFP4 end
 #                                                 # to end and back to back; the PDL read (~6 min)
 #   bash tools/gpu/open_issue_checks.sh lay31    # the memory side alone in each memory order (~2 min)
+#   bash tools/gpu/open_issue_checks.sh sweep31  # every form and order, 1-8 warps a tile, now (~4 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -222,6 +223,16 @@ lay31)
     b lay_chain 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped ring "ring tile" \
         "ring super" "ring interleaved"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/lay_chain.log"
+    ;;
+sweep31)
+    # 2026-12-07 (31st, written, not run; either card, mini site, ~4 min): every form and memory
+    # order at 1, 2, 4 and 8 warps a tile under the current launch settings, 1 and 8 rows (the
+    # forms were last swept in the seventeenth session, before spread, the start trigger and
+    # row_scale after the wait; down's bulk form was 0.7-1.1 us faster in the thirty-first)
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b sweep 400 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --sweep 1 2 4 8
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/sweep.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
