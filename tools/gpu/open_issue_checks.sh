@@ -20,6 +20,7 @@
 #                                                 # to end and back to back; the PDL read (~6 min)
 #   bash tools/gpu/open_issue_checks.sh lay31    # the memory side alone in each memory order (~2 min)
 #   bash tools/gpu/open_issue_checks.sh sweep31  # every form and order, 1-8 warps a tile, now (~4 min)
+#   bash tools/gpu/open_issue_checks.sh e2e31    # end to end, down bulk (shipped) against plain (~5 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -233,6 +234,25 @@ sweep31)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b sweep 400 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --sweep 1 2 4 8
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/sweep.log"
+    ;;
+e2e31)
+    # 2026-12-07 (31st, written, not run; either card, mini site, ~5 min): end to end with down's
+    # 1-8-row launches in the bulk form (the shipped file since cc9fc09) against the plain form
+    # (the file before), and the GEMV's GPU tests of the shipped file
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    python3 - "$OUT/plan-plain-down.json" <<'PY'
+import json, sys
+import torch
+from hinge_nvfp4 import mma_tiling
+plan = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name())
+plan["4096x12288"]["form"] = "plain"
+json.dump(plan, open(sys.argv[1], "w"), indent=1)
+PY
+    b e2e_down 250 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-plain-down.json"
+    b down_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or every_form or least"
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/e2e_down.log"; tail -2 "$OUT/down_tests.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
