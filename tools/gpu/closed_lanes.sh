@@ -828,13 +828,8 @@ e2e17)
     # 2026-12-06 (16th, ~4 min): the H100 tilings with down at eight warps a tile (shipped now)
     # against the file before (down at 4 warps a tile, bulk form) end to end in one process, and
     # kernel: mma's Qwen3-8B-shape GPU tests with the file
-    python3 - "$OUT/plan-down-kw4.json" <<'PY'
-import json, sys
-from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name="NVIDIA H100 80GB HBM3")
-plan["4096x12288"].update({"kwarps": 4, "form": "bulk"})
-json.dump(plan, open(sys.argv[1], "w"), indent=1)
-PY
+    PLAN_DEVICE="NVIDIA H100 80GB HBM3" plan_without "$OUT/plan-down-kw4.json" 4096x12288:kwarps=4 \
+        '4096x12288:form="bulk"'
     b e2e_kw8 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-down-kw4.json"
     b e2e_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or past_sixteen"

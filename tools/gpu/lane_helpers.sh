@@ -35,16 +35,20 @@ pdl_cubins() { local stages cols trig pf=${PREFETCH:-0} rs=${ROW_SCALE:-end}
     wait; }
 # a shipped tilings file (PLAN_DEVICE, default this card's) into $1 with the keys named after it
 # dropped from every entry ("r16.from": from its 16-row launch) or set in every entry
-# ("spread=true", "trigger=\"start\"": the value as JSON), for an A/B against the shipped file
+# ("spread=true", "trigger=\"start\"": the value as JSON), or in one shape's alone
+# ("4096x12288:form=\"plain\""), for an A/B against the shipped file
 plan_without() { local out=$1; shift
     local card; card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     python3 - "$out" "${PLAN_DEVICE:-$card}" "$@" <<'PY'
 import json, sys
 from hinge_nvfp4 import mma_tiling
 plan = mma_tiling.tuned_tilings(device_name=sys.argv[2])
-for entry in plan.values():
+for shape, entry in plan.items():
     for key in sys.argv[3:]:
         key, set_to, value = key.partition("=")
+        only, _, key = key.rpartition(":")
+        if only and only != shape:
+            continue
         place, _, leaf = key.rpartition(".")
         where = entry.get(place, {}) if place else entry
         if set_to:

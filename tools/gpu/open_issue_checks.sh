@@ -241,14 +241,7 @@ e2e31)
     # (the file before), and the GEMV's GPU tests of the shipped file
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    python3 - "$OUT/plan-plain-down.json" <<'PY'
-import json, sys
-import torch
-from hinge_nvfp4 import mma_tiling
-plan = mma_tiling.tuned_tilings(device_name=torch.cuda.get_device_name())
-plan["4096x12288"]["form"] = "plain"
-json.dump(plan, open(sys.argv[1], "w"), indent=1)
-PY
+    plan_without "$OUT/plan-plain-down.json" '4096x12288:form="plain"'
     b e2e_down 250 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-plain-down.json"
     b down_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or every_form or least"
