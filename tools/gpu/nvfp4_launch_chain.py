@@ -115,6 +115,13 @@ VARIANTS = {
     "kw8 bulk": {"kwarps": 8, "form": "bulk", "r16": {"kwarps": 8, "form": "bulk", "tiles": 1}},
     "kw8 plain tile": {"kwarps": 8, "form": "plain", "layout": "tile",
                        "r16": {"kwarps": 8, "form": "plain", "tiles": 1}},
+    # the launches of the fewest rows in the xring form (mma_tiling.Few; the sweep of the
+    # thirty-second session had it fastest at one row on qkv and down, slowest at eight), up to
+    # 1, 2 or 4 rows; "no few": every shape's shipped entry without its "few"
+    "no few": {},
+    "few xring 1": {"few": {"form": "xring", "upto": 1}},
+    "few xring 2": {"few": {"form": "xring", "upto": 2}},
+    "few xring 4": {"few": {"form": "xring", "upto": 4}},
     # 16 rows with K in splits and one warp a tile: a block's 4 (or 8: two tiles a warp) tiles
     # share one split's x, so x's L2 reads fall from each SM reading all of x (every block a tile
     # over the whole K) to a split's share a block (x16: run them with --ms 16; fewer rows get
@@ -155,10 +162,12 @@ def sweep16_variants(from_rows: int = 9) -> dict:
 
 
 def variant_plan(shipped: dict, change: dict) -> dict:
-    """The tilings file of a variant: every shape's shipped entry in a ring of 4, then changed
+    """The tilings file of a variant: every shape's shipped entry in a ring of 4 and without its
+    form of the fewest rows (``"few"``, unless the change names one), then changed
     (``MEMORY_ALONE`` is not a tiling's: left out)."""
     change = {key: value for key, value in change.items() if key != MEMORY_ALONE}
-    return {shape: {**entry, "stages": 4, **change} for shape, entry in shipped.items()}
+    return {shape: {**{key: value for key, value in entry.items() if key != "few"}, "stages": 4, **change}
+            for shape, entry in shipped.items()}
 
 
 def memory_alone(kernel, layers: list, form: str = "ring") -> list:
@@ -167,7 +176,7 @@ def memory_alone(kernel, layers: list, form: str = "ring") -> list:
     ``kernel`` itself would build for that tiling (its private ``_gemv``: a diagnostic, never the
     engine's)."""
     for layer in layers:
-        layer.nvfp4_mma_gemv = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form=form))
+        layer.nvfp4_mma_gemv = layer.nvfp4_mma_gemv_few = ring = kernel._gemv(layer.nvfp4_mma_tiling._replace(form=form))
         if layer.nvfp4_mma_tiling.splits > 1:  # (as prepare_linear reserves them for its own)
             ring.reserve_counters(layer.nvfp4_mma_row_scale.shape[0] // 16, layer.nvfp4_mma_row_scale.device)
     return layers

@@ -21,6 +21,7 @@
 #   bash tools/gpu/open_issue_checks.sh lay31    # the memory side alone in each memory order (~2 min)
 #   bash tools/gpu/open_issue_checks.sh sweep31  # every form and order, 1-8 warps a tile, now (~4 min)
 #   bash tools/gpu/open_issue_checks.sh e2e31    # end to end, down bulk (shipped) against plain (~5 min)
+#   bash tools/gpu/open_issue_checks.sh few32    # one row in the xring form: chain, tests, end to end
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -226,7 +227,7 @@ lay31)
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/lay_chain.log"
     ;;
 sweep31)
-    # 2026-12-07 (31st, written, not run; either card, mini site, ~4 min): every form and memory
+    # 2026-12-07 (31st; run in the 32nd, docs/benchmarks.md; either card, mini site, ~4 min): every form and memory
     # order at 1, 2, 4 and 8 warps a tile under the current launch settings, 1 and 8 rows (the
     # forms were last swept in the seventeenth session, before spread, the start trigger and
     # row_scale after the wait; down's bulk form was 0.7-1.1 us faster in the thirty-first)
@@ -236,7 +237,7 @@ sweep31)
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/sweep.log"
     ;;
 e2e31)
-    # 2026-12-07 (31st, written, not run; either card, mini site, ~5 min): end to end with down's
+    # 2026-12-07 (31st; run in the 32nd, docs/benchmarks.md; either card, mini site, ~5 min): end to end with down's
     # 1-8-row launches in the bulk form (the shipped file since cc9fc09) against the plain form
     # (the file before), and the GEMV's GPU tests of the shipped file
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
@@ -246,6 +247,18 @@ e2e31)
     b down_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         plugins/quant_nvfp4/tests/test_mma_kernel.py -k "qwen3_8b or every_form or least"
     cat "$OUT/rc.txt"; grep -E "/ bf16|decoding" "$OUT/e2e_down.log"; tail -2 "$OUT/down_tests.log"
+    ;;
+few32)
+    # 2026-12-07 (32nd, either card, mini site, ~6 min): qkv's and down's one-row launches in
+    # the xring form (the H100 file's "few" since this session; sweep31 had them fastest there):
+    # up to 1, 2 or 4 rows against none; the GPU tests, GEMM table and end to end of the file
+    # against it without "few"
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b few_chain 120 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 4 8 --shapes qkv down o \
+        --variants shipped "no few" "few xring 2" "few xring 4"
+    shipped_file few32 "qwen3_8b or fewest" 150 90 250 few
+    grep -v "^ " "$OUT/few_chain.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

@@ -198,7 +198,8 @@ class MmaKernel(TritonKernel):
     (``mma_gemv.TRIGGERS``) where the tiling names nothing. Launches of 9 .. 16
     rows (or from the tuned ``Rows16.from_rows`` on) take the tiling's own (``Tiling.rows16``, a
     second launcher) where the tuned file names one, else the same launcher with ``TILES16``
-    tiles a warp where its form and ring are built with two.
+    tiles a warp where its form and ring are built with two; launches of the fewest rows take
+    the form the tiling names for them (``Tiling.few``, a third launcher) where it names one.
 
     Rows past 16 (``dequant_rows`` > 0, the default): up to ``dequant_rows - 1`` rows run the
     GEMV in launches of 16 rows; from ``dequant_rows`` rows (prefill) the weight is written in
@@ -343,11 +344,14 @@ class MmaKernel(TritonKernel):
         layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
         #: the fewest rows of a launch that takes gemv16
         layer.nvfp4_mma_rows16_from = plan.rows16.from_rows if plan.rows16 else mma_gemv.SET_ROWS + 1
+        #: the launcher of 1 .. nvfp4_mma_few_upto rows where the tiling names a form for them
+        layer.nvfp4_mma_gemv_few = few = self._gemv(plan._replace(form=plan.few.form)) if plan.few else gemv
+        layer.nvfp4_mma_few_upto = plan.few.upto if plan.few else 0
         prefix = getattr(getattr(layer, "spec", None), "prefix", "")
         if self.late and prefix.endswith(self.late):
             layer.nvfp4_mma_early = False
         if plan.splits > 1 or pairs:
-            for launcher in {gemv, gemv16}:  # one, or two launchers
+            for launcher in {gemv, gemv16, few}:  # one to three launchers
                 launcher.reserve_counters(n // 16 + n // 32 * bool(pairs), packed.device)
         if not self.release_codes:
             return False
@@ -407,7 +411,8 @@ class MmaKernel(TritonKernel):
             rows = min(mma_gemv.MAX_ROWS, m - r0)
             part = (torch.empty(plan.splits, rows, n, dtype=torch.float32, device=x.device)
                     if plan.splits > 1 or gated else None)
-            gemv = layer.nvfp4_mma_gemv16 if rows >= layer.nvfp4_mma_rows16_from else layer.nvfp4_mma_gemv
+            gemv = (layer.nvfp4_mma_gemv16 if rows >= layer.nvfp4_mma_rows16_from else
+                    layer.nvfp4_mma_gemv_few if rows <= layer.nvfp4_mma_few_upto else layer.nvfp4_mma_gemv)
             gemv(layer.nvfp4_mma_words, layer.nvfp4_mma_scales, x[r0:r0 + rows], part, plan.groups_per_split,
                  row_scale=layer.nvfp4_mma_row_scale, bias=bias, out=out[r0:r0 + rows],
                  pair_tiles=layer.nvfp4_mma_pairs, gated=gated, early=early)

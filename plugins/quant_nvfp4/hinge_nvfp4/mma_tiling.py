@@ -52,6 +52,16 @@ class Rows16(NamedTuple):
     from_rows: int = SET_ROWS + 1
 
 
+class Few(NamedTuple):
+    """A tuned launch of 1 .. ``upto`` rows of x in another ``form`` of the kernel over the same
+    repack, splits, warps a tile and ring (H100, 2026-12-07: the xring form, its x in a ring
+    beside the weights', was the fastest at one row on qkv and down and among the slowest at
+    eight; docs/nvfp4.md "One row in its own form")."""
+
+    form: str
+    upto: int = 1
+
+
 class Tiling(NamedTuple):
     """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
     the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep; a tuned tiling may
@@ -62,7 +72,8 @@ class Tiling(NamedTuple):
     its launches spread their blocks evenly over the multiprocessors (``spread``: True, or
     ``"least"`` padded the least, ``mma_gemv.MmaGemv`` spread; else the kernel's), when they let the kernel after them launch
     (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's) and when they read their epilogue's
-    row_scale (``row_scale``: ``mma_gemv.ROW_SCALE_READS``, PDL builds only; else at the end)."""
+    row_scale (``row_scale``: ``mma_gemv.ROW_SCALE_READS``, PDL builds only; else at the end)
+    and the form of its launches of the fewest rows (``few``: ``Few``, else the tiling's)."""
 
     splits: int
     groups_per_split: int
@@ -76,6 +87,7 @@ class Tiling(NamedTuple):
     spread: bool | str | None = None
     trigger: str | None = None
     row_scale: str | None = None
+    few: Few | None = None
 
 
 STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
@@ -98,8 +110,9 @@ def resident_warps(stages: int, rows: int = 8) -> int:
 def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     """The launch of an N x K weight: ``tuned[f"{n}x{k}"]`` (``{"splits": .., "kwarps": ..,
     "stages": ..}``, optionally ``"layout"``, ``"form"``, ``"prefetch"``, ``"columns"``, ``"spread"``, ``"trigger"``,
-    ``"row_scale"`` and ``"r16"``:
-    ``rows16_of``; as ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed)
+    ``"row_scale"``, ``"r16"`` (``rows16_of``) and ``"few"`` (``few_of``); as
+    ``tools/gpu/nvfp4_mma_probe.py --plan-json`` writes the fastest it timed, ``"few"`` from
+    ``tools/gpu/nvfp4_launch_chain.py --sweep``)
     where given; else warps a tile doubled, then K split in two, until the launch has
     ``MIN_WARPS_PER_SM`` warps a multiprocessor, then splits doubled while a warp's run is longer
     than ``LONG_RUN`` supersteps and the launch stays within ``MAX_WARPS_PER_SM``, never leaving a
@@ -132,8 +145,9 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
                              f"for up to {SET_ROWS} rows of x alone: give it an \"r16\" entry naming "
                              f"the launch of 9 .. 16 rows (a form of {', '.join(KERNELS)})")
         per_split = groups_per_split(groups, splits)
-        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch,
-                      rows16_of(entry.get("r16"), n, k, stages), columns, spread, trigger, row_scale)
+        rows16 = rows16_of(entry.get("r16"), n, k, stages)
+        return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch, rows16,
+                      columns, spread, trigger, row_scale, few_of(entry.get("few"), n, k, kwarps, rows16))
     tiles, supers = n // 16, k // SUPERSTEP
     kwarps, splits = 1, 1
     fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms
@@ -166,6 +180,23 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
                          f"stages, up to {max(KWARPS)} warps a tile), from 1 to {SET_ROWS + 1} rows on "
                          "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
     return Rows16(kwarps, form, tiles, from_rows)
+
+
+def few_of(entry: dict | None, n: int, k: int, kwarps: int, rows16: Rows16 | None) -> Few | None:
+    """A tuned file's ``"few": {"form": .., "upto": ..}`` of the N x K weight whose tiling has
+    ``kwarps`` warps a tile and 16-row launch ``rows16``, checked against what the kernel builds:
+    a form of ``KERNELS`` (or ``ONE_SET`` at ``KWARPS``), up to ``upto`` rows (default 1), fewer
+    than the 16-row launch takes."""
+    if entry is None:
+        return None
+    form, upto = entry.get("form"), int(entry.get("upto", 1))
+    below = (rows16.from_rows if rows16 else SET_ROWS + 1) - 1
+    if (form not in KERNELS and not (form in ONE_SET and kwarps in KWARPS)) or not 1 <= upto <= below:
+        raise ValueError(f"the tuned MMA GEMV launch of the fewest rows of {n}x{k} {entry} is not one the "
+                         f"kernel runs: forms {', '.join(KERNELS)} (or {', '.join(ONE_SET)} at {KWARPS} "
+                         f"warps a tile), up to 1 .. {below} rows (fewer than the 16-row launch takes) "
+                         "(re-run nvfp4_launch_chain.py --sweep, or drop the entry)")
+    return Few(form, upto)
 
 
 TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model

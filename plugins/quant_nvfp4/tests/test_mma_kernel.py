@@ -273,6 +273,7 @@ def test_every_shipped_tilings_file_names_tilings_the_kernel_runs():
             plan = mma_tiling.tiling(n, k, 132, {shape: entry})  # raises on a tiling it cannot run
             assert plan.kwarps == entry["kwarps"] and plan.stages == entry["stages"], (path.name, shape)
             assert (plan.rows16 is None) == ("r16" not in entry), (path.name, shape)
+            assert (plan.few is None) == ("few" not in entry), (path.name, shape)
 
 
 def test_a_tuned_tiling_file_overrides_the_plan_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
@@ -450,6 +451,40 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
     with pytest.raises(ValueError, match="rings of <= 4 stages"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {"splits": 1, "kwarps": 1, "stages": 8,
                                                         "r16": {"kwarps": 1, "form": "plain", "tiles": 2}}})
+
+
+def test_a_tuned_form_of_the_fewest_rows_takes_one_to_upto_rows_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "plan.json"
+    entry = {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", "few": {"form": "xring", "upto": 2},
+             "r16": {"kwarps": 2, "form": "plain", "tiles": 2, "from": 5}}
+    path.write_text(json.dumps({"128x8192": entry}))
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(path))
+    kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
+    layer, x, packed, scales, bias = layer_of(128, 8192)
+    kernel.prepare_linear(layer, packed, scales)
+    assert layer.nvfp4_mma_tiling.few == mma_tiling.Few("xring", 2) and layer.nvfp4_mma_few_upto == 2
+    # three launchers, the fewest rows' the tiling's own but for its form (same ring and warps)
+    assert [key[:3] for key in kernel._gemvs] == [(4, 4, "bulk"), (4, 2, "plain"), (4, 4, "xring")]
+    layer.nvfp4_mma_gemv16, layer.nvfp4_mma_gemv_few = sixteen, few = EmulatedLauncher(), EmulatedLauncher()
+    layer.nvfp4_mma_gemv = rest = EmulatedLauncher()
+    for rows in (1, 2, 3, 4, 5, 16):
+        got = kernel.linear(layer, x[:rows].contiguous(), bias, None)
+        want = reference.linear(x[:rows], packed, scales, layer.row_scale, bias)
+        assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
+    assert [[c[0][0] for c in g.calls] for g in (few, rest, sixteen)] == [[1, 2], [3, 4], [5, 16]]
+    plain = {k: v for k, v in entry.items() if k != "few"}
+    assert mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "few": {"form": "plain"}}}).few == \
+        mma_tiling.Few("plain", 1)
+    for bad, why in (({"form": "ring"}, "forms plain, ahead, xring, bulk"), ({"upto": 1}, "forms plain"),
+                     ({"form": "xring", "upto": 5}, r"up to 1 \.\. 4 rows \(fewer than the 16-row launch takes\)"),
+                     ({"form": "xring", "upto": 0}, r"up to 1 \.\. 4 rows"),
+                     ({"form": "regs"}, r"regs at \(1, 2, 4\) warps a tile")):
+        with pytest.raises(ValueError, match=f"launch of the fewest rows of 128x8192 .*{why}"):
+            mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "kwarps": 8, "few": bad}
+                                                if "regs" in str(bad) else {**plain, "few": bad}})
+    # without a 16-row launch of its own, up to 8 rows
+    assert mma_tiling.tiling(128, 8192, 132, {"128x8192": {"splits": 1, "kwarps": 4, "stages": 4,
+                                                          "few": {"form": "xring", "upto": 8}}}).few.upto == 8
 
 
 def test_with_the_checkpoints_codes_kept_everything_else_takes_the_triton_path(monkeypatch):
