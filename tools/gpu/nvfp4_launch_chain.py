@@ -122,6 +122,13 @@ VARIANTS = {
     "few xring 1": {"few": {"form": "xring", "upto": 1}},
     "few xring 2": {"few": {"form": "xring", "upto": 2}},
     "few xring 4": {"few": {"form": "xring", "upto": 4}},
+    # ... at one row in rings of 3 or 2, spread padded to its share (true) or not spread, the
+    # next kernel let launch once the weights are read (the rest as each shape's entry)
+    "few xring s3": {"few": {"form": "xring", "stages": 3}},
+    "few xring s2": {"few": {"form": "xring", "stages": 2}},
+    "few xring spread": {"few": {"form": "xring", "spread": True}},
+    "few xring unspread": {"few": {"form": "xring", "spread": False}},
+    "few xring read": {"few": {"form": "xring", "trigger": "read"}},
     # 16 rows with K in splits and one warp a tile: a block's 4 (or 8: two tiles a warp) tiles
     # share one split's x, so x's L2 reads fall from each SM reading all of x (every block a tile
     # over the whole K) to a split's share a block (x16: run them with --ms 16; fewer rows get

@@ -22,6 +22,7 @@
 #   bash tools/gpu/open_issue_checks.sh sweep31  # every form and order, 1-8 warps a tile, now (~4 min)
 #   bash tools/gpu/open_issue_checks.sh e2e31    # end to end, down bulk (shipped) against plain (~5 min)
 #   bash tools/gpu/open_issue_checks.sh few32    # one row in the xring form: chain, tests, end to end
+#   bash tools/gpu/open_issue_checks.sh few32b   # ... in rings of 3 or 2, spread otherwise, trigger read
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -259,6 +260,16 @@ few32)
         --variants shipped "no few" "few xring 2" "few xring 4"
     shipped_file few32 "qwen3_8b or fewest" 150 90 250 few
     grep -v "^ " "$OUT/few_chain.log"
+    ;;
+few32b)
+    # 2026-12-07 (32nd, either card, mini site, ~2 min): the one-row launch in the xring form in
+    # rings of 3 or 2, spread otherwise, or triggering after the read ("few" names them since
+    # this session), 1 and 2 rows
+    ROW_SCALE=wait pdl_cubins 4 3 2 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b few_knobs 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 --shapes qkv down o --variants shipped \
+        "no few" "few xring s3" "few xring s2" "few xring spread" "few xring unspread" "few xring read"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

@@ -199,7 +199,7 @@ class MmaKernel(TritonKernel):
     rows (or from the tuned ``Rows16.from_rows`` on) take the tiling's own (``Tiling.rows16``, a
     second launcher) where the tuned file names one, else the same launcher with ``TILES16``
     tiles a warp where its form and ring are built with two; launches of the fewest rows take
-    the form the tiling names for them (``Tiling.few``, a third launcher) where it names one.
+    the launch the tiling names for them (``Tiling.few``, a third launcher) where it names one.
 
     Rows past 16 (``dequant_rows`` > 0, the default): up to ``dequant_rows - 1`` rows run the
     GEMV in launches of 16 rows; from ``dequant_rows`` rows (prefill) the weight is written in
@@ -344,8 +344,8 @@ class MmaKernel(TritonKernel):
         layer.nvfp4_mma_gemv16 = gemv16 = self._gemv(plan, plan.rows16) if plan.rows16 else gemv
         #: the fewest rows of a launch that takes gemv16
         layer.nvfp4_mma_rows16_from = plan.rows16.from_rows if plan.rows16 else mma_gemv.SET_ROWS + 1
-        #: the launcher of 1 .. nvfp4_mma_few_upto rows where the tiling names a form for them
-        layer.nvfp4_mma_gemv_few = few = self._gemv(plan._replace(form=plan.few.form)) if plan.few else gemv
+        #: the launcher of 1 .. nvfp4_mma_few_upto rows where the tiling names a launch for them
+        layer.nvfp4_mma_gemv_few = few = self._gemv(plan.few.plan) if plan.few else gemv
         layer.nvfp4_mma_few_upto = plan.few.upto if plan.few else 0
         prefix = getattr(getattr(layer, "spec", None), "prefix", "")
         if self.late and prefix.endswith(self.late):

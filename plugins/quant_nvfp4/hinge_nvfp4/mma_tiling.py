@@ -52,16 +52,6 @@ class Rows16(NamedTuple):
     from_rows: int = SET_ROWS + 1
 
 
-class Few(NamedTuple):
-    """A tuned launch of 1 .. ``upto`` rows of x in another ``form`` of the kernel over the same
-    repack, splits, warps a tile and ring (H100, 2026-12-07: the xring form, its x in a ring
-    beside the weights', was the fastest at one row on qkv and down and among the slowest at
-    eight; docs/nvfp4.md "One row in its own form")."""
-
-    form: str
-    upto: int = 1
-
-
 class Tiling(NamedTuple):
     """How one weight's launch is cut: ``splits`` of K of ``groups_per_split`` groups (added in
     the kernel), ``kwarps`` warps a tile, a ring ``stages`` supersteps deep; a tuned tiling may
@@ -89,6 +79,20 @@ class Tiling(NamedTuple):
     row_scale: str | None = None
     few: Few | None = None
 
+
+class Few(NamedTuple):
+    """A tuned launch of 1 .. ``upto`` rows of x over the same repack (memory order, column map,
+    splits): a ``Tiling`` (``plan``) whose form, warps a tile, ring, prefetch, spread, trigger
+    and row_scale read may differ from the tiling's (H100, 2026-12-07: the xring form, its x in
+    a ring beside the weights', was the fastest at one row on qkv and down and among the slowest
+    at eight; docs/nvfp4.md "One row in its own form")."""
+
+    upto: int
+    plan: Tiling
+
+
+#: what a launch of the fewest rows cannot change: the repack it reads, and what is not a launch's
+REPACK_KEYS = ("splits", "layout", "columns", "r16", "few")
 
 STAGES = 4  #: the built-in plan's ring depth (4 was as fast as 8 or faster everywhere timed)
 MIN_WARPS_PER_SM = 7.5  #: the built-in plan's least warps a launch, a multiprocessor
@@ -147,7 +151,7 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         per_split = groups_per_split(groups, splits)
         rows16 = rows16_of(entry.get("r16"), n, k, stages)
         return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch, rows16,
-                      columns, spread, trigger, row_scale, few_of(entry.get("few"), n, k, kwarps, rows16))
+                      columns, spread, trigger, row_scale, few_of(entry, n, k, num_sms, rows16))
     tiles, supers = n // 16, k // SUPERSTEP
     kwarps, splits = 1, 1
     fewest, most = MIN_WARPS_PER_SM * num_sms, MAX_WARPS_PER_SM * num_sms
@@ -182,21 +186,29 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
     return Rows16(kwarps, form, tiles, from_rows)
 
 
-def few_of(entry: dict | None, n: int, k: int, kwarps: int, rows16: Rows16 | None) -> Few | None:
-    """A tuned file's ``"few": {"form": .., "upto": ..}`` of the N x K weight whose tiling has
-    ``kwarps`` warps a tile and 16-row launch ``rows16``, checked against what the kernel builds:
-    a form of ``KERNELS`` (or ``ONE_SET`` at ``KWARPS``), up to ``upto`` rows (default 1), fewer
-    than the 16-row launch takes."""
-    if entry is None:
+def few_of(entry: dict, n: int, k: int, num_sms: int, rows16: Rows16 | None) -> Few | None:
+    """The tuned ``entry``'s ``"few": {"upto": .., "form": .., "kwarps": .., "stages": .., ...}``
+    of the N x K weight whose 16-row launch is ``rows16``: up to ``upto`` rows (default 1, fewer
+    than the 16-row launch takes) launched as the entry with the keys given changed, checked as
+    ``tiling`` checks an entry; the keys of ``REPACK_KEYS`` are the entry's alone."""
+    few = entry.get("few")
+    if few is None:
         return None
-    form, upto = entry.get("form"), int(entry.get("upto", 1))
-    below = (rows16.from_rows if rows16 else SET_ROWS + 1) - 1
-    if (form not in KERNELS and not (form in ONE_SET and kwarps in KWARPS)) or not 1 <= upto <= below:
-        raise ValueError(f"the tuned MMA GEMV launch of the fewest rows of {n}x{k} {entry} is not one the "
-                         f"kernel runs: forms {', '.join(KERNELS)} (or {', '.join(ONE_SET)} at {KWARPS} "
-                         f"warps a tile), up to 1 .. {below} rows (fewer than the 16-row launch takes) "
-                         "(re-run nvfp4_launch_chain.py --sweep, or drop the entry)")
-    return Few(form, upto)
+    upto, below = int(few.get("upto", 1)), (rows16.from_rows if rows16 else SET_ROWS + 1) - 1
+    fixed = [key for key in few if key in REPACK_KEYS]
+    why = (f"it names {', '.join(fixed)}, which are the entry's alone (the repack it reads)" if fixed else
+           f"up to {upto} rows, not 1 .. {below} (fewer than the 16-row launch takes)"
+           if not 1 <= upto <= below else None)
+    changed = {key: value for key, value in few.items() if key != "upto"}
+    try:
+        plan = tiling(n, k, num_sms, {f"{n}x{k}": {**{key: value for key, value in entry.items() if key != "few"},
+                                                  **changed}}) if why is None else None
+    except ValueError as err:
+        why = str(err)
+    if why is not None:
+        raise ValueError(f"the tuned MMA GEMV launch of the fewest rows of {n}x{k} {few} is not one the "
+                         f"kernel runs: {why} (re-run nvfp4_launch_chain.py --sweep, or drop the entry)")
+    return Few(upto, plan)
 
 
 TUNED_DIR = Path(__file__).with_name("tuned")  #: shipped tilings, a JSON file a GPU model

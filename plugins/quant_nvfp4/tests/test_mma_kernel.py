@@ -453,18 +453,20 @@ def test_a_tuned_sixteen_row_launch_takes_nine_to_sixteen_rows_and_a_wrong_one_i
                                                         "r16": {"kwarps": 1, "form": "plain", "tiles": 2}}})
 
 
-def test_a_tuned_form_of_the_fewest_rows_takes_one_to_upto_rows_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
+def test_a_tuned_launch_of_the_fewest_rows_takes_one_to_upto_rows_and_a_wrong_one_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "plan.json"
-    entry = {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", "few": {"form": "xring", "upto": 2},
+    entry = {"splits": 2, "kwarps": 4, "stages": 4, "form": "bulk", "few": {"form": "xring", "upto": 2, "stages": 3},
              "r16": {"kwarps": 2, "form": "plain", "tiles": 2, "from": 5}}
     path.write_text(json.dumps({"128x8192": entry}))
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(path))
     kernel = MmaKernel(gemv=EmulatedLauncher(), num_sms=132)
     layer, x, packed, scales, bias = layer_of(128, 8192)
     kernel.prepare_linear(layer, packed, scales)
-    assert layer.nvfp4_mma_tiling.few == mma_tiling.Few("xring", 2) and layer.nvfp4_mma_few_upto == 2
-    # three launchers, the fewest rows' the tiling's own but for its form (same ring and warps)
-    assert [key[:3] for key in kernel._gemvs] == [(4, 4, "bulk"), (4, 2, "plain"), (4, 4, "xring")]
+    plan = layer.nvfp4_mma_tiling
+    assert plan.few.upto == 2 and layer.nvfp4_mma_few_upto == 2
+    assert plan.few.plan == plan._replace(form="xring", stages=3, few=None)  # the entry, changed
+    # three launchers: 3 .. 4 rows, 5 .. 16 rows (its own), 1 .. 2 rows (the tiling's, changed)
+    assert [key[:3] for key in kernel._gemvs] == [(4, 4, "bulk"), (4, 2, "plain"), (3, 4, "xring")]
     layer.nvfp4_mma_gemv16, layer.nvfp4_mma_gemv_few = sixteen, few = EmulatedLauncher(), EmulatedLauncher()
     layer.nvfp4_mma_gemv = rest = EmulatedLauncher()
     for rows in (1, 2, 3, 4, 5, 16):
@@ -472,16 +474,14 @@ def test_a_tuned_form_of_the_fewest_rows_takes_one_to_upto_rows_and_a_wrong_one_
         want = reference.linear(x[:rows], packed, scales, layer.row_scale, bias)
         assert (got.float() - want.float()).abs().max() <= 2e-2 * want.float().abs().max()
     assert [[c[0][0] for c in g.calls] for g in (few, rest, sixteen)] == [[1, 2], [3, 4], [5, 16]]
-    plain = {k: v for k, v in entry.items() if k != "few"}
-    assert mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "few": {"form": "plain"}}}).few == \
-        mma_tiling.Few("plain", 1)
-    for bad, why in (({"form": "ring"}, "forms plain, ahead, xring, bulk"), ({"upto": 1}, "forms plain"),
-                     ({"form": "xring", "upto": 5}, r"up to 1 \.\. 4 rows \(fewer than the 16-row launch takes\)"),
-                     ({"form": "xring", "upto": 0}, r"up to 1 \.\. 4 rows"),
-                     ({"form": "regs"}, r"regs at \(1, 2, 4\) warps a tile")):
-        with pytest.raises(ValueError, match=f"launch of the fewest rows of 128x8192 .*{why}"):
-            mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "kwarps": 8, "few": bad}
-                                                if "regs" in str(bad) else {**plain, "few": bad}})
+    plain = {key: value for key, value in entry.items() if key != "few"}
+    assert mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "few": {"kwarps": 8}}}).few.plan.kwarps == 8
+    for bad, why in (({"form": "ring"}, "forms plain, ahead, xring, bulk"), ({"kwarps": 3}, r"kwarps of \(1, 2, 4\)"),
+                     ({"form": "xring", "upto": 5}, r"up to 5 rows, not 1 \.\. 4 \(fewer than the 16-row launch takes\)"),
+                     ({"upto": 0}, r"up to 0 rows, not 1 \.\. 4"),
+                     ({"layout": "super", "splits": 1}, "names layout, splits, which are the entry's alone")):
+        with pytest.raises(ValueError, match=f"launch of the fewest rows of 128x8192 .*{why}.*--sweep, or drop"):
+            mma_tiling.tiling(128, 8192, 132, {"128x8192": {**plain, "few": bad}})
     # without a 16-row launch of its own, up to 8 rows
     assert mma_tiling.tiling(128, 8192, 132, {"128x8192": {"splits": 1, "kwarps": 4, "stages": 4,
                                                           "few": {"form": "xring", "upto": 8}}}).few.upto == 8
