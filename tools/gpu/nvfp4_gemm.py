@@ -337,8 +337,13 @@ def decode_e2e(tokens: int = 128) -> None:
                 llm.generate([[1, 2, 3, 4]], params)
                 seconds = (datetime.datetime.now() - start).total_seconds()
                 # the decode rate as roofline.py measures it: the median step of the decode
-                stamps, counts, _ = run_engine(llm, [[1, 2, 3, 4]], params)
+                stamps, counts, wall = run_engine(llm, [[1, 2, 3, 4]], params)
                 rates[quantizer] = (tokens / seconds, decode_rate(stamps, counts, 1))
+                steps = [b - a for a, b in zip(stamps[:-1], stamps[1:], strict=True)]  # (decode steps)
+                slow = [t for t in steps if t > 2 * statistics.median(steps)] if steps else []
+                stalls = (f"; the stepped run {tokens / wall:.1f} tokens/s, its "
+                          f"slowest step {max(steps) * 1e3:.2f} ms, {len(slow)} steps over twice the median "
+                          f"({sum(slow) * 1e3:.1f} ms)") if steps else ""
                 if ARGS.e2e_profile:  # where a batch-1 decode step's time goes, kernel by kernel
                     from step_profile import profile_decode, table  # NOTE: the sibling script
 
@@ -357,7 +362,7 @@ def decode_e2e(tokens: int = 128) -> None:
                     prefills[quantizer] = sorted(ttft)[1]
                     print(f"  {quantizer}: prefill of {ARGS.e2e_prefill} tokens {prefills[quantizer]:.1f} ms")
                 print(f"  {quantizer}: {rates[quantizer][0]:.1f} tokens/s over the whole generate, "
-                      f"{rates[quantizer][1]:.1f} decoding ({llm.engine.plan.describe()[2]})")
+                      f"{rates[quantizer][1]:.1f} decoding ({llm.engine.plan.describe()[2]}){stalls}")
         for label, rate in rates.items():
             if label != "none":
                 print(f"  {label} / bf16: {rate[0] / rates['none'][0]:.2f}x over the whole generate, "

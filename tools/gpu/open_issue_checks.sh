@@ -262,14 +262,18 @@ few32)
     grep -v "^ " "$OUT/few_chain.log"
     ;;
 few32b)
-    # 2026-12-07 (32nd, either card, mini site, ~2 min): the one-row launch in the xring form in
+    # 2026-12-07 (32nd, either card, mini site, ~5 min): the one-row launch in the xring form in
     # rings of 3 or 2, spread otherwise, or triggering after the read ("few" names them since
-    # this session), 1 and 2 rows
+    # this session), 1 and 2 rows; end to end with and without "few", twice each, in turn
+    # (nvfp4_gemm.py prints each run's slowest decode steps since: the whole generate's rate
+    # ranged 277-352 tokens/s with decoding at 367-369 in few32's runs)
     ROW_SCALE=wait pdl_cubins 4 3 2 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b few_knobs 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 --shapes qkv down o --variants shipped \
         "no few" "few xring s3" "few xring s2" "few xring spread" "few xring unspread" "few xring read"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"
+    plan_without "$OUT/plan-nofew.json" few
+    b e2e_few 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-nofew.json" - "$OUT/plan-nofew.json"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"; grep -E "/ bf16|decoding" "$OUT/e2e_few.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
