@@ -264,7 +264,8 @@ few32)
 few32b)
     # 2026-12-07 (32nd, either card, mini site, ~5 min): the one-row launch in the xring form in
     # rings of 3 or 2, spread otherwise, or triggering after the read ("few" names them since
-    # this session), 1 and 2 rows; end to end with and without "few", twice each, in turn
+    # this session), 1 and 2 rows; end to end with and without "few", twice each, in turn, each
+    # with its decode step's kernels profiled (where the chain's 1 us a layer went)
     # (nvfp4_gemm.py prints each run's slowest decode steps since: the whole generate's rate
     # ranged 277-352 tokens/s with decoding at 367-369 in few32's runs)
     ROW_SCALE=wait pdl_cubins 4 3 2 > "$OUT/cubins.log" 2>&1
@@ -272,8 +273,9 @@ few32b)
     b few_knobs 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 --shapes qkv down o --variants shipped \
         "no few" "few xring s3" "few xring s2" "few xring spread" "few xring unspread" "few xring read"
     plan_without "$OUT/plan-nofew.json" few
-    b e2e_few 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$OUT/plan-nofew.json" - "$OUT/plan-nofew.json"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"; grep -E "/ bf16|decoding" "$OUT/e2e_few.log"
+    b e2e_few 240 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-profile --e2e-plan - "$OUT/plan-nofew.json" \
+        - "$OUT/plan-nofew.json"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"; grep -E "/ bf16|decoding|nvfp4_mma" "$OUT/e2e_few.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
