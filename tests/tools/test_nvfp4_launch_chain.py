@@ -36,8 +36,19 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
             continue
         tiling = mma_tiling.tiling(n, k, 132, plan)
         for key, value in nvfp4_launch_chain.VARIANTS[label].items():
-            if key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE):
+            if key == "few":  # the launch of the fewest rows: the entry's, with the keys named changed
+                assert tiling.few.upto == value.get("upto", 1), shape
+                assert all(getattr(tiling.few.plan, k) == v for k, v in value.items() if k != "upto"), shape
+            elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE):
                 assert getattr(tiling, key) == value, (shape, key)
+
+
+@pytest.mark.parametrize("label", ["no few", "kw8 bulk", "shallow 3"])
+def test_a_variant_launches_the_fewest_rows_as_the_rest_unless_it_names_their_launch(label):
+    assert any("few" in entry for entry in H100.values())  # (the file names one: else nothing to drop)
+    plan = nvfp4_launch_chain.variant_plan(H100, nvfp4_launch_chain.VARIANTS[label])
+    for shape in plan:
+        assert mma_tiling.tiling(*map(int, shape.split("x")), 132, plan).few is None, shape
 
 
 def test_the_h100_file_has_an_eight_warps_a_tile_shape_for_the_deep_variants_to_skip():
