@@ -262,7 +262,8 @@ few32)
     grep -v "^ " "$OUT/few_chain.log"
     ;;
 few32b)
-    # 2026-12-07 (32nd, either card, mini site, ~5 min): the one-row launch in the xring form in
+    # 2026-12-07 (32nd, written, not run: the session's device time ran out; either card, mini
+    # site, ~5 min): the one-row launch in the xring form in
     # rings of 3 or 2, spread otherwise, or triggering after the read ("few" names them since
     # this session), 1 and 2 rows; end to end with and without "few", twice each, in turn, each
     # with its decode step's kernels profiled (where the chain's 1 us a layer went)
