@@ -15,7 +15,7 @@ INTERNALS_DEFAULTS = {
     "deterministic": False, "page_size": None, "kv_cache_bytes": None, "mem_fraction_static": 0.85,
     "max_running_requests": 64, "chunked_prefill_size": None, "max_model_len": None,
     "state_dtype": "float32", "seed": 0, "load_format": "auto", "cpu_threads": None,
-    "warmup": "auto",
+    "warmup": "auto", "gc_freeze": "auto",
     "track_interval": None, "checkpoint_slots": None,
 }
 

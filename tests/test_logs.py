@@ -80,5 +80,6 @@ def test_an_engine_logs_the_banner_once_with_its_numbers(caplog, tmp_path):
     fit = pages // math.ceil(100 / 16)
     assert (f"concurrency: max_running_requests 8, chunked_prefill_size 512; {fit} requests of "
             "max_model_len 100 fit in the KV cache") in lines
+    assert lines[-2] == "gc: start-up heap not frozen (gc_freeze auto on cpu)"
     assert lines[-1] == "torch threads: 1 (cpu_threads: set in the config / --cpu-threads)"
     assert len(lines) == len(set(lines)), "a banner line was logged twice"

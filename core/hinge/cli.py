@@ -82,6 +82,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--warmup", choices=("auto", "on", "off"), default=None,
                        help="start-up warm-up requests that compile every kernel before the first "
                        "request (default auto: on cuda)")
+    group.add_argument("--gc-freeze", choices=("auto", "on", "off"), default=None,
+                       help="freeze the start-up heap out of Python's garbage collector once the "
+                       "engine has started, so no full collection walks it (default auto: on cuda)")
     group.add_argument("--strict-plugins", action="store_true", default=None,
                        help="any plugin that fails to load is fatal")
     group.add_argument("--cpu-threads", type=cpu_threads_arg, metavar="N",
@@ -115,7 +118,7 @@ _ENGINE_FIELDS = ("device", "dtype", "attention", "attention_prefill", "attentio
                   "quantizer", "speculator", "cache", "deterministic",
                   "page_size", "kv_cache_bytes", "mem_fraction_static", "max_running_requests",
                   "chunked_prefill_size", "max_model_len", "cpu_threads", "load_format",
-                  "track_interval", "checkpoint_slots", "warmup")
+                  "track_interval", "checkpoint_slots", "warmup", "gc_freeze")
 
 
 def config_from_args(args: argparse.Namespace, model: str | None = None) -> EngineConfig:

@@ -140,6 +140,9 @@ class EngineConfig(BaseModel):
     #: start-up warm-up requests that compile every kernel before the first request
     #: (hinge.engine.warmup); ``auto`` = on CUDA only
     warmup: Literal["auto", "on", "off"] = "auto"
+    #: the start-up heap frozen out of the garbage collector's passes once the engine has
+    #: started (hinge.engine.gc_freeze); ``auto`` = on CUDA only
+    gc_freeze: Literal["auto", "on", "off"] = "auto"
     #: torch intra-op threads on CPU; None (or "auto") = chosen at start (hinge.threads)
     cpu_threads: int | None = Field(None, ge=1)
     #: fields ``resolved()`` filled from ``DEVICE_DEFAULTS``, with the value it filled in

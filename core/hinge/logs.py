@@ -72,6 +72,10 @@ def banner_lines(engine: Any) -> list[str]:
     lines.append(f"concurrency: max_running_requests {config.max_running_requests}, "
                  f"chunked_prefill_size {config.chunked_prefill_size}; {fit} requests of "
                  f"max_model_len {info['max_model_len']} fit in the KV cache")
+    frozen = getattr(engine, "frozen", None)
+    lines.append(f"gc: {frozen.objects} start-up objects frozen (a full collection {frozen.full_pass_ms:.1f} ms "
+                 f"before, {frozen.after_ms:.2f} ms after; hinge.engine.gc_freeze)" if frozen is not None else
+                 f"gc: start-up heap not frozen (gc_freeze {config.gc_freeze} on {config.device})")
     choice = getattr(engine, "cpu_threads", None)
     threads = torch.get_num_threads()
     lines.append("torch threads: " + (choice.describe(threads) if choice is not None else str(threads)))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hinge.devices import to_device
+from hinge.engine import gc_freeze
 from hinge.engine.cache_stats import cache_context, checkpoint_slot_count, prefix_cache_stats
 from hinge.engine.graphs import capture_graphs
 from hinge.engine.kv_pool import KVPool, kv_budget_bytes
@@ -146,6 +147,8 @@ class Engine:
         self.reset_counters()
         if warmup_enabled(config):  # the first request compiles nothing (hinge.engine.warmup)
             run_warmup(self)
+        #: the start-up heap out of the collector's passes (hinge.engine.gc_freeze), else None
+        self.frozen = gc_freeze.freeze() if gc_freeze.enabled(config) else None
         log_startup_banner(self)  # model, plan, KV capacity, concurrency, threads (hinge.logs)
 
     def reset_counters(self) -> None:
@@ -404,6 +407,9 @@ class Engine:
         # drop every large tensor so a following engine on the same GPU gets the memory back
         self.model = self.runner = self.kv = self.states = self.attn = self.attn_decode = None
         self.scheduler.kv = self.scheduler.states = None
+        if getattr(self, "frozen", None) is not None:  # (the closed engine's cycles collectable again)
+            gc_freeze.thaw()
+            self.frozen = None
         if self.device == "cuda":
             import gc
 
