@@ -6,8 +6,9 @@ will ever free: torch's and transformers' modules, the model's layers, the engin
 plans (404,267 for a tiny Qwen3 on CPU, 2026-12-07), and one full pass over them took 181 ms
 there. A decode step that meets one stalls that long, which a server sees as an inter-token
 latency spike and a benchmark as a run of its own (``tools/gpu/nvfp4_gemm.py``'s whole-generate
-rate ranged 277-352 tokens/s over runs whose median decode step held at 367-369, H100,
-docs/nvfp4.md "One row in its own form"). ``gc.freeze`` moves them to a permanent generation no
+rate, one 128-token generate, ranged 277-352 tokens/s over runs whose median decode step held at
+367-369, H100, docs/nvfp4.md "One row in its own form": 0.1 s more in the slow runs; that a
+collection was the cause there is not measured). ``gc.freeze`` moves them to a permanent generation no
 pass walks: the same full collection right after took 0.01 ms. vLLM freezes after start-up in
 its engine core and workers (pull requests 14902, 24008, 27896, 44363), sglang after its server
 warm-up (34999), TensorRT-LLM behind an option (13907).
