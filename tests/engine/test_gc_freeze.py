@@ -8,6 +8,7 @@ import gc
 import weakref
 
 import pytest
+import torch
 
 from hinge.config import EngineConfig
 from hinge.engine import gc_freeze
@@ -87,3 +88,21 @@ def test_the_start_up_heap_is_out_of_the_collectors_passes_until_the_engine_clos
         assert "gc: start-up heap not frozen (gc_freeze off on cpu)" in banner_lines(plain)
     finally:
         plain.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_an_engine_freezes_by_default_and_generates_what_it_generates_unfrozen(checkpoint):
+    """``auto`` on CUDA: frozen once started (graphs captured, warm-up run); the same tokens and
+    logprobs as with ``off``, eager and graph steps alike; ``close()`` thaws."""
+    got = {}
+    for mode in ("auto", "off"):
+        engine = Engine(EngineConfig(model=str(checkpoint), device="cuda", dtype="bfloat16", gc_freeze=mode),
+                        progress=False)
+        try:
+            assert (engine.frozen is not None) == (mode == "auto") and (gc.get_freeze_count() > 0) == (mode == "auto")
+            got[mode] = [(o.token_ids, o.logprobs) for o in run_requests(engine, PROMPTS * 3, PARAMS * 3)]
+        finally:
+            engine.close()
+        assert gc.get_freeze_count() == 0
+    assert got["auto"] == got["off"]

@@ -22,6 +22,7 @@
 #   bash tools/gpu/open_issue_checks.sh sweep31  # every form and order, 1-8 warps a tile, now (~4 min)
 #   bash tools/gpu/open_issue_checks.sh e2e31    # end to end, down bulk (shipped) against plain (~5 min)
 #   bash tools/gpu/open_issue_checks.sh few32    # one row in the xring form: chain, tests, end to end
+#   bash tools/gpu/open_issue_checks.sh gc32     # the start-up heap frozen: GPU tests, end to end
 #   bash tools/gpu/open_issue_checks.sh few32b   # ... in rings of 3 or 2, spread otherwise, trigger read
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
@@ -47,7 +48,7 @@ tests|tests12)
     syncs=tests/engine/test_decode_syncs_gpu.py, third=plugins/quant_nvfp4/tests
     [ "$1" = tests12 ] && syncs="" && third=plugins/quant_nvfp4/tests/test_mma_kernel.py
     LIMIT=${LIMIT:-240} bash tools/gpu/lanes.sh \
-        "tests/hybrid/test_radix_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/engine/test_warmup_gpu.py,${syncs}tests/engine/test_graphs_gpu.py,tests/engine/test_kv_pool.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
+        "tests/hybrid/test_radix_gpu.py,tests/hybrid/test_gpu_kernels.py,tests/engine/test_warmup_gpu.py,tests/engine/test_gc_freeze.py,${syncs}tests/engine/test_graphs_gpu.py,tests/engine/test_kv_pool.py,tests/hybrid/test_deterministic_delta_rule_gpu.py,plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer" \
         "plugins/attn_fa4/tests/test_fa4_gpu.py --deselect plugins/attn_fa4/tests/test_fa4_gpu.py::test_tiny_models_generate_with_fa4_what_they_generate_with_flashinfer,tests/engine/test_sampler_topk_path_gpu.py,tests/engine/test_sampler_batch_invariance_gpu.py,tests/engine/test_penalty_kernel.py,tests/builtin/test_flashinfer_gpu.py::TestFlashInferWithoutDecodeSplit,tests/hybrid/test_decode_in_pool_gpu.py,tests/hybrid/test_conv_in_pool_gpu.py,tests/layers/test_fast_triton.py,tests/layers/test_fast_triton_hybrid.py,tests/layers/test_kv_write.py,tests/layers/test_fast_triton_invariance_gpu.py,tests/models/test_dense_gpu.py" \
         "$third"
     ;;
@@ -260,6 +261,14 @@ few32)
         --variants shipped "no few" "few xring 2" "few xring 4"
     shipped_file few32 "qwen3_8b or fewest" 150 90 250 few
     grep -v "^ " "$OUT/few_chain.log"
+    ;;
+gc32)
+    # 2026-12-07 (32nd, written, not run; either card, mini site, ~3 min): the start-up heap
+    # frozen on CUDA (hinge.engine.gc_freeze): its GPU test, then end to end, the shipped file
+    # twice (does the whole-generate rate hold steady now? the stepped run's slowest steps printed)
+    b gc_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/engine/test_gc_freeze.py
+    b gc_e2e 150 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - -
+    cat "$OUT/rc.txt"; tail -2 "$OUT/gc_tests.log"; grep -E "/ bf16|decoding" "$OUT/gc_e2e.log"
     ;;
 few32b)
     # 2026-12-07 (32nd, written, not run: the session's device time ran out; either card, mini
