@@ -63,7 +63,7 @@ class Tiling(NamedTuple):
     ``"least"`` padded the least, ``mma_gemv.MmaGemv`` spread; else the kernel's), when they let the kernel after them launch
     (``trigger``: ``mma_gemv.TRIGGERS``, else the kernel's) and when they read their epilogue's
     row_scale (``row_scale``: ``mma_gemv.ROW_SCALE_READS``, PDL builds only; else at the end)
-    and the form of its launches of the fewest rows (``few``: ``Few``, else the tiling's)."""
+    and the launch of its fewest rows (``few``: ``Few``, else the tiling's own)."""
 
     splits: int
     groups_per_split: int
@@ -196,15 +196,18 @@ def few_of(entry: dict, n: int, k: int, num_sms: int, rows16: Rows16 | None) -> 
         return None
     upto, below = int(few.get("upto", 1)), (rows16.from_rows if rows16 else SET_ROWS + 1) - 1
     fixed = [key for key in few if key in REPACK_KEYS]
-    why = (f"it names {', '.join(fixed)}, which are the entry's alone (the repack it reads)" if fixed else
-           f"up to {upto} rows, not 1 .. {below} (fewer than the 16-row launch takes)"
-           if not 1 <= upto <= below else None)
-    changed = {key: value for key, value in few.items() if key != "upto"}
-    try:
-        plan = tiling(n, k, num_sms, {f"{n}x{k}": {**{key: value for key, value in entry.items() if key != "few"},
-                                                  **changed}}) if why is None else None
-    except ValueError as err:
-        why = str(err)
+    why = None
+    if fixed:
+        why = f"it names {', '.join(fixed)}, which are the entry's alone (the repack it reads)"
+    elif not 1 <= upto <= below:
+        why = f"up to {upto} rows, not 1 .. {below} (fewer than the 16-row launch takes)"
+    else:
+        launch = {key: value for key, value in entry.items() if key != "few"}
+        launch.update((key, value) for key, value in few.items() if key != "upto")
+        try:
+            plan = tiling(n, k, num_sms, {f"{n}x{k}": launch})
+        except ValueError as err:
+            why = str(err)
     if why is not None:
         raise ValueError(f"the tuned MMA GEMV launch of the fewest rows of {n}x{k} {few} is not one the "
                          f"kernel runs: {why} (re-run nvfp4_launch_chain.py --sweep, or drop the entry)")
