@@ -43,6 +43,16 @@ def checkpoint(tmp_path_factory):
     return path
 
 
+def thawed_count() -> int:
+    """What the permanent generation holds in a process with nothing frozen, once a collection
+    has run: CPython 3.12 keeps a few hundred of its own objects there (375 on 3.12.1, the GPU
+    host's 3.12 alike; 3.11 and 3.13 none), which ``gc.unfreeze`` hands over until the next
+    collection puts them back."""
+    gc.unfreeze()
+    gc.collect()
+    return gc.get_freeze_count()
+
+
 def _engine(path, mode: str) -> Engine:
     return Engine(EngineConfig(model=str(path), device="cpu", gc_freeze=mode, kv_cache_bytes=32 << 20),
                   progress=False)
@@ -62,10 +72,11 @@ def test_the_start_up_heap_is_out_of_the_collectors_passes_until_the_engine_clos
     cycle = weakref.ref(Cycle())  # (unreachable garbage: the start-up's own collection frees it)
     kept = Cycle()
     kept_ref = weakref.ref(kept)
+    baseline = thawed_count()
     engine = _engine(checkpoint, "on")
     assert cycle() is None
     frozen = engine.frozen.objects
-    assert frozen >= gc.get_freeze_count() > 1000  # (frozen objects freed since by reference counts leave it)
+    assert frozen >= gc.get_freeze_count() > baseline + 1000  # (frozen objects freed since by reference counts leave it)
     assert engine.frozen.after_ms <= engine.frozen.full_pass_ms
     tracked = {id(o) for o in gc.get_objects()}
     assert id(engine.model) not in tracked and id(engine.scheduler) not in tracked and id(kept) not in tracked
@@ -78,12 +89,12 @@ def test_the_start_up_heap_is_out_of_the_collectors_passes_until_the_engine_clos
     gc.collect()
     assert kept_ref() is not None
     engine.close()
-    assert gc.get_freeze_count() == 0  # given back ...
+    assert gc.get_freeze_count() <= baseline  # given back ...
     gc.collect()
-    assert kept_ref() is None  # ... and collected as any other garbage
+    assert kept_ref() is None and gc.get_freeze_count() <= baseline  # ... and collected as any other garbage
     plain = _engine(checkpoint, "off")
     try:
-        assert plain.frozen is None and gc.get_freeze_count() == 0
+        assert plain.frozen is None and gc.get_freeze_count() <= baseline
         assert [(o.token_ids, o.logprobs) for o in run_requests(plain, PROMPTS, PARAMS)] == got
         assert "gc: start-up heap not frozen (gc_freeze off on cpu)" in banner_lines(plain)
     finally:
@@ -96,13 +107,17 @@ def test_cuda_an_engine_freezes_by_default_and_generates_what_it_generates_unfro
     """``auto`` on CUDA: frozen once started (graphs captured, warm-up run); the same tokens and
     logprobs as with ``off``, eager and graph steps alike; ``close()`` thaws."""
     got = {}
+    baseline = thawed_count()
     for mode in ("auto", "off"):
+        kept = Cycle()  # (made before the engine: frozen with its start-up heap in auto)
         engine = Engine(EngineConfig(model=str(checkpoint), device="cuda", dtype="bfloat16", gc_freeze=mode),
                         progress=False)
         try:
-            assert (engine.frozen is not None) == (mode == "auto") and (gc.get_freeze_count() > 0) == (mode == "auto")
+            assert (engine.frozen is not None) == (mode == "auto")
+            assert (gc.get_freeze_count() > baseline + 1000) == (mode == "auto")
+            assert any(o is kept for o in gc.get_objects()) == (mode == "off")
             got[mode] = [(o.token_ids, o.logprobs) for o in run_requests(engine, PROMPTS * 3, PARAMS * 3)]
         finally:
             engine.close()
-        assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() <= baseline and any(o is kept for o in gc.get_objects())  # thawed
     assert got["auto"] == got["off"]

@@ -23,6 +23,7 @@ of the datasheet bandwidth (``--hbm-tbs``: 3.35 TB/s on an H100, 4.8 otherwise).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -44,6 +45,12 @@ R16_PLAIN = {"kwarps": 4, "form": "plain", "tiles": 1}  #: a 16-row launch any r
 #: (``regs_fold``: ``mma_gemv.REGS_DIAGNOSTICS``, as the register form loads them): the memory side
 #: alone, as the variant launches it (PDL or not: ``$HINGE_PDL``)
 MEMORY_ALONE = "memory alone"
+#: a variant's key (never written to its tilings file either): its launchers loaded from the
+#: build ``mma_gemv.build_cubin(**options)`` of these options: ``r16_diag`` (``R16_DIAGS``: the
+#: 16-row kernels' second set with its x never loaded, or with its MMAs not issued; their sums
+#: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
+#: MMAs), ``x_prefetch`` (x's lines asked into L1 ahead)
+R16_DIAG = "r16 diag"
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
     "shipped": None,
@@ -144,6 +151,15 @@ VARIANTS = {
     "x16 k8 kw1 t2": {"splits": 8, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
     "x16 k4 kw2 t2": {"splits": 4, "r16": {"kwarps": 2, "form": "plain", "tiles": 2}},
     "x16 k4 kw1 t2 bulk": {"splits": 4, "r16": {"kwarps": 1, "form": "bulk", "tiles": 2}},
+    # 16 rows (--ms 16): the second set's x never loaded, or its MMAs not issued (R16_DIAG): if the
+    # first is as fast as 8 rows, x's loads are what 16 rows cost (thirty-third session)
+    "r16 x once": {R16_DIAG: {"r16_diag": 1}},
+    "r16 one set": {R16_DIAG: {"r16_diag": 2}},
+    # ... then x's lines asked into L1 (prefetch.global.L1) 1, 2 or 3 supersteps ahead of the
+    # registers' one (build_cubin x_prefetch): is what "r16 x once" saved x's latency?
+    "xpf 1": {R16_DIAG: {"x_prefetch": 1}},
+    "xpf 2": {R16_DIAG: {"x_prefetch": 2}},
+    "xpf 3": {R16_DIAG: {"x_prefetch": 3}},
 }
 
 
@@ -172,9 +188,38 @@ def variant_plan(shipped: dict, change: dict) -> dict:
     """The tilings file of a variant: every shape's shipped entry in a ring of 4 and without its
     form of the fewest rows (``"few"``, unless the change names one), then changed
     (``MEMORY_ALONE`` is not a tiling's: left out)."""
-    change = {key: value for key, value in change.items() if key != MEMORY_ALONE}
+    change = {key: value for key, value in change.items() if key not in (MEMORY_ALONE, R16_DIAG)}
     return {shape: {**{key: value for key, value in entry.items() if key != "few"}, "stages": 4, **change}
             for shape, entry in shipped.items()}
+
+
+@contextlib.contextmanager
+def diagnostic_cubins(options: dict | None):
+    """Within it, ``mma_gemv.cached_cubin`` gives ``build_cubin(**options)``'s builds
+    (``r16_diag``, ``x_prefetch``; in memory, never on disk, one a process and option set): a
+    launcher made inside keeps it; no options change nothing."""
+    from hinge_nvfp4 import mma_gemv
+
+    if not options:
+        yield
+        return
+
+    def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
+              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
+        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, row_scale, *sorted(options.items()))
+        if key not in DIAGNOSTIC_BUILDS:
+            DIAGNOSTIC_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
+                                                          trigger=trigger, row_scale=row_scale, **options)
+        return DIAGNOSTIC_BUILDS[key]
+
+    shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
+    try:
+        yield
+    finally:
+        mma_gemv.cached_cubin = shipped
+
+
+DIAGNOSTIC_BUILDS: dict = {}  #: diagnostic_cubins' builds by cached_cubin's arguments and options
 
 
 def memory_alone(kernel, layers: list, form: str = "ring") -> list:
@@ -216,7 +261,10 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
                 with open(path, "w") as f:
                     json.dump(variant_plan(shipped, change), f)
                 os.environ["HINGE_NVFP4_MMA_PLAN"] = path
-            out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
+            diag = (change or {}).get(R16_DIAG)
+            with diagnostic_cubins(diag):
+                out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
+            out[name].r16_diag = diag
             alone = (change or {}).get(MEMORY_ALONE)  # the diagnostic form, or None
             out[name].memory_alone = "ring" if alone is True else alone
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
@@ -242,7 +290,10 @@ def main(args) -> None:
     for label, (n, k) in shapes_of(args.shapes):
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         quant = [fp4.quantize_weight(w) for w in ws]
-        layers = {name: layers_of(kernel, quant, n) for name, kernel in by_variant.items()}
+        layers = {}
+        for name, kernel in by_variant.items():
+            with diagnostic_cubins(kernel.r16_diag):
+                layers[name] = layers_of(kernel, quant, n)
         for name, kernel in by_variant.items():
             if kernel.memory_alone:
                 memory_alone(kernel, layers[name], kernel.memory_alone)

@@ -71,6 +71,19 @@ constexpr bool COALESCED = MMA_COALESCED;
 constexpr int LANE_GROUPS = COALESCED ? 4 : 2;  // scale groups a lane's columns lie in (each of its rows)
 constexpr int X_STEP = COALESCED ? 4 : 1;       // 16-byte pieces between a lane's x loads of a superstep
 
+#ifndef MMA_R16_DIAG
+#define MMA_R16_DIAG 0  // diagnostic (mma_gemv.build_cubin r16_diag; never cached or launched by the
+#endif                  // engine): what the 16-row kernels' second set costs, its sums wrong:
+// 1 ("x once") set 1's x is set 0's registers, never loaded (an 8-row kernel's x loads, a 16-row
+// kernel's MMAs); 2 ("one set") set 1's MMAs are not issued, its x loaded and added into its sums
+// as bits (a 16-row kernel's x loads, an 8-row kernel's MMAs); 0 the GEMV
+constexpr int R16_DIAG = MMA_R16_DIAG;
+#ifndef MMA_X_PREFETCH
+#define MMA_X_PREFETCH 0  // an experiment (mma_gemv.build_cubin x_prefetch; never cached or launched by
+#endif                    // the engine): x's lines of superstep i + MMA_X_PREFETCH asked into L1
+// (prefetch.global.L1) while superstep i computes, in the forms that load x into registers (0: none)
+constexpr int X_PREFETCH = MMA_X_PREFETCH;
+
 __device__ __forceinline__ int lane_piece(const int t, const int q) {
     // the 16-byte piece (8 columns, 0..15) of a superstep's row that holds lane t's columns of
     // MMAs 2q, 2q + 1: its x load q, and where the dequantizing kernels store them
@@ -199,8 +212,12 @@ __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const 
         a[2] = mul_bf16x2(a[2], row_g[group]);
         a[3] = mul_bf16x2(a[3], row_g8[group]);
 #pragma unroll
-        for (int set = 0; set < SETS; ++set)
-            mma(sums[SETS == 1 ? (u & 1) : 0][set], a, x_word(xv[set], 2 * u), x_word(xv[set], 2 * u + 1));
+        for (int set = 0; set < SETS; ++set) {
+            if (R16_DIAG == 2 && set > 0)  // (the diagnostic: x's words kept, no MMA)
+                sums[0][set][u & 3] += __uint_as_float((x_word(xv[set], 2 * u) ^ x_word(xv[set], 2 * u + 1)) & 0x7fffffu);
+            else
+                mma(sums[SETS == 1 ? (u & 1) : 0][set], a, x_word(xv[set], 2 * u), x_word(xv[set], 2 * u + 1));
+        }
     }
 }
 
@@ -610,7 +627,26 @@ __device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* c
     // each set's x of superstep i + 1, loaded while superstep i computes (the last one again
     // past the last: in bounds)
 #pragma unroll
-    for (int set = 0; set < SETS; ++set) load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+    for (int set = 0; set < SETS; ++set) {
+        if (R16_DIAG == 1 && set > 0) {  // (the diagnostic: set 0's registers again)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) xn[set][j] = xn[0][j];
+        } else {
+            load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
+        }
+    }
+}
+
+template <int SETS>
+__device__ __forceinline__ void prefetch_x(const uint4* const (&x_src)[SETS], const int i, const int steps) {
+    // X_PREFETCH: each set's x lines of superstep i into L1 (a lane's pieces 0 and 2 cover the
+    // two 128-byte lines of its row's 256 bytes in either column map), nothing past the last
+    if (i >= steps) return;
+#pragma unroll
+    for (int set = 0; set < SETS; ++set)
+#pragma unroll
+        for (int q = 0; q < 4; q += 2)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(x_src[set] + (size_t)i * 16 + q * X_STEP));
 }
 
 __device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
@@ -740,7 +776,14 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint2 sc[T];
     if (!x_ring) {
 #pragma unroll
-        for (int set = 0; set < SETS; ++set) load_x(xv[set], x_src[set]);  // steps >= 1: gemv skips an empty slice
+        for (int set = 0; set < SETS; ++set) {  // steps >= 1: gemv skips an empty slice
+            if (R16_DIAG == 1 && set > 0) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) xv[set][j] = xv[0][j];
+            } else {
+                load_x(xv[set], x_src[set]);
+            }
+        }
     }
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<T>(row_scale, (last_tile + 1) << 4, tile, lane, scale);
     if (ahead || !streams) {
@@ -770,7 +813,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                     for (int set = 0; set < SETS; ++set)
 #pragma unroll
-                        for (int j = 0; j < 4; ++j) xv[set][j] = my_x[(s * m + x_row[set]) * 16 + j * X_STEP];
+                        for (int j = 0; j < 4; ++j)
+                            xv[set][j] = my_x[(s * m + x_row[R16_DIAG == 1 ? 0 : set]) * 16 + j * X_STEP];
                 }
             }
             if (i == 0) marks.mark(3);  // superstep 0's weights landed (AHEAD, MATH: before the loop)
@@ -799,6 +843,8 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
             if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps);
+            if constexpr (X_PREFETCH > 0)
+                if (!x_ring) prefetch_x<SETS>(x_src, i + X_PREFETCH, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);

@@ -43,6 +43,10 @@ TRIGGERS = ("read", "start")
 #: before ``griddepcontrol.wait`` (``start``), or just after the wait and x's first loads
 #: (``wait``) (``MMA_ROW_SCALE`` 0, 1, 2; the last two held in registers through the loop)
 ROW_SCALE_READS = ("end", "start", "wait")
+#: the diagnostic builds of what a 16-row kernel's second set costs (``build_cubin r16_diag``,
+#: ``MMA_R16_DIAG``): 0 the GEMV, 1 set 1's x never loaded (set 0's registers again), 2 set 1's
+#: MMAs not issued (its x loaded and kept as bits): their sums are wrong
+R16_DIAGS = (0, 1, 2)
 #: ``MmaGemv`` spread: not spread, padded to the multiprocessor's share, or padded the least
 SPREADS = (False, True, "least")
 
@@ -131,7 +135,8 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
-                wait_first: bool = False, row_scale: str = "end") -> bytes:
+                wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
+                x_prefetch: int = 0) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -145,7 +150,12 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     their prologue's copies, not after (``MMA_WAIT_FIRST``; ``nvfp4_trace.py --wait-first``; never
     cached or launched by the engine); ``row_scale``: when the epilogue's row_scale is read
     (``ROW_SCALE_READS``: ``MMA_ROW_SCALE``; where a tuned tiling names ``"row_scale"``,
-    ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); needs nvcc on PATH."""
+    ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); ``r16_diag``: a diagnostic build of
+    what the 16-row kernels' second set costs, their sums wrong (``R16_DIAGS``: ``MMA_R16_DIAG``;
+    ``nvfp4_launch_chain.py``'s ``r16 ...`` variants; never cached or launched by the engine);
+    ``x_prefetch``: an experiment whose register-x forms ask L1 for x's lines that many
+    supersteps ahead (``MMA_X_PREFETCH``; 0 none; the ``xpf ...`` variants; never cached or
+    launched by the engine); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -160,6 +170,11 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         raise ValueError("wait_first moves griddepcontrol.wait, which only a pdl=True build has")
     if row_scale not in ROW_SCALE_READS:
         raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
+    if r16_diag not in R16_DIAGS:
+        raise ValueError(f"r16_diag is one of {R16_DIAGS} (0 the GEMV; 1 set 1's x not loaded; 2 set 1's "
+                         f"MMAs not issued), not {r16_diag!r}")
+    if x_prefetch not in range(0, MAX_STAGES + 1):
+        raise ValueError(f"x_prefetch is 0 .. {MAX_STAGES} supersteps ahead, not {x_prefetch!r}")
     if trigger not in TRIGGERS:
         raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     nvcc = shutil.which("nvcc")
@@ -173,7 +188,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_PDL={int(pdl)}",
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
-                               f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}",
+                               f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
+                               f"-DMMA_X_PREFETCH={x_prefetch}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)

@@ -177,6 +177,7 @@ PREBUILT = (
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
+    *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": "wait", "r16_diag": d} for d in (1, 2)),
 )
 
 
@@ -389,6 +390,34 @@ def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_withou
         assert code.count("ACQBULK") == 1 and code.index("ACQBULK") < code.index("LDGSTS"), name
     with pytest.raises(ValueError, match="pdl=True"):
         nvfp4_mma.build_cubin("sm_90", stages=4, wait_first=True)
+
+
+@needs_nvcc
+def test_the_r16_diagnostics_drop_the_second_sets_x_loads_or_its_mmas_and_nothing_else(tmp_path):
+    """``r16_diag`` (nvfp4_launch_chain.py's ``r16 ...`` variants): 1, every 16-row kernel that
+    loads x into registers issues 4 fewer x loads (LDG) a superstep of its unrolled ring and 4
+    fewer before its loop, its MMAs all there; 2, its second set's 8 MMAs a superstep are not
+    issued (an 8-row kernel's count) and its x loads all are. The 8-row kernels are the GEMV's."""
+    builds = {}
+    for diag in (0, 1, 2):
+        cubin = tmp_path / f"k{diag}.cubin"
+        cubin.write_bytes(built(stages=4, pdl=True, columns="coalesced", row_scale="wait", r16_diag=diag))
+        builds[diag] = sass_by_function(cubin)
+    loads = {diag: {name: len(re.findall(r"\bLDG\.", code)) for name, code in codes.items()}
+             for diag, codes in builds.items()}
+    mmas = {diag: {name: code.count("HMMA.16816.F32.BF16") for name, code in codes.items()}
+            for diag, codes in builds.items()}
+    for form in nvfp4_mma.KERNELS:
+        for kw in nvfp4_mma.KWARPS:
+            eight, sixteen = nvfp4_mma.kernel_name(form, kw), nvfp4_mma.kernel_name(form, kw, 16)
+            for diag in (1, 2):
+                assert builds[diag][eight] == builds[0][eight], (diag, eight)
+            fewer = 0 if form == "xring" else 4 * (4 + 1)  # (xring's x comes by cp.async: both sets copied)
+            assert loads[1][sixteen] == loads[0][sixteen] - fewer, sixteen
+            assert mmas[1][sixteen] == mmas[0][sixteen] == 2 * mmas[0][eight], sixteen
+            assert loads[2][sixteen] == loads[0][sixteen] and mmas[2][sixteen] == mmas[0][eight], sixteen
+    with pytest.raises(ValueError, match="r16_diag"):
+        nvfp4_mma.build_cubin("sm_90", r16_diag=3)
 
 
 @needs_nvcc
