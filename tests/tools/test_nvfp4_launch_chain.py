@@ -39,7 +39,7 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
             if key == "few":  # the launch of the fewest rows: the entry's, with the keys named changed
                 assert tiling.few.upto == value.get("upto", 1), shape
                 assert all(getattr(tiling.few.plan, k) == v for k, v in value.items() if k != "upto"), shape
-            elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE):
+            elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE, nvfp4_launch_chain.R16_DIAG):
                 assert getattr(tiling, key) == value, (shape, key)
 
 
@@ -113,3 +113,26 @@ def test_a_plan_named_by_the_variable_is_the_shipped_variant_and_every_variants_
     assert list(built) == ["shipped", "ring 2"]
     assert seen == [plan, nvfp4_launch_chain.variant_plan(plan, {"stages": 2})]
     assert os.environ.get("HINGE_NVFP4_MMA_PLAN") is None  # the caller's kernels read nothing after
+
+
+def test_a_diagnostic_variant_builds_its_launchers_cubins_with_its_options_and_only_inside(monkeypatch):
+    """The ``r16 ...`` variants (``R16_DIAG``: never in a tilings file) load their launchers from
+    ``build_cubin(**options)`` (once a process and option set), made inside ``diagnostic_cubins``;
+    outside it, and in a variant without options, the shipped ``cached_cubin`` is back."""
+    from hinge_nvfp4 import mma_gemv
+
+    builds = []
+    monkeypatch.setattr(mma_gemv, "build_cubin", lambda **options: builds.append(options) or b"d")
+    monkeypatch.setattr(nvfp4_launch_chain, "DIAGNOSTIC_BUILDS", {})
+    shipped = mma_gemv.cached_cubin
+    options = nvfp4_launch_chain.VARIANTS["r16 x once"][nvfp4_launch_chain.R16_DIAG]
+    assert nvfp4_launch_chain.R16_DIAG not in next(iter(nvfp4_launch_chain.variant_plan(
+        H100, nvfp4_launch_chain.VARIANTS["r16 x once"]).values()))
+    with nvfp4_launch_chain.diagnostic_cubins(options):
+        assert mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, row_scale="wait") == b"d"
+        mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, row_scale="wait")
+    assert mma_gemv.cached_cubin is shipped
+    assert builds == [{"arch": "sm_90", "stages": 4, "prefetch": 0, "pdl": True, "warps": 8,
+                       "columns": mma_gemv.COLUMNS, "trigger": "read", "row_scale": "wait", "r16_diag": 1}]
+    with nvfp4_launch_chain.diagnostic_cubins(None):
+        assert mma_gemv.cached_cubin is shipped

@@ -971,8 +971,28 @@ down31)
         --variants shipped "shallow 3" "kw8 plain" "kw8 bulk" ring
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/down_chain.log"
     ;;
+r16d33)
+    # 2026-12-07 (33rd, either card, mini site, ~3 min): what a 16-row launch costs over an 8-row
+    # one: the second set's x never loaded, or its MMAs not issued (mma_gemv R16_DIAGS), at 16
+    # rows, against shipped at 8 and 16 (the 12-row launch already costs what 16 do)
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b r16_diag 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 12 16 --variants shipped "r16 x once" "r16 one set"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/r16_diag.log"
+    ;;
+xpf33)
+    # 2026-12-07 (33rd, ran at tree 0dbe7a1: its "xpf" variants and build_cubin's x_prefetch
+    # were removed after it, slower on every shape; check that tree out to rerun it; either
+    # card, mini site, ~4 min): the gc freeze GPU test (its thaw checked
+    # against what CPython 3.12 keeps frozen of its own), then x's lines asked into L1 one or two
+    # supersteps ahead (r16d33: x's loads are most of what 16 rows cost over 8)
+    b gc_tests 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/engine/test_gc_freeze.py
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    b xpf 300 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "xpf 1" "xpf 2"
+    cat "$OUT/rc.txt"; tail -1 "$OUT/gc_tests.log"; grep -v "^ " "$OUT/xpf.log"
+    ;;
 *)
-    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: whole31 down31 followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
+    echo "no lane '${1:-}': open_issue_checks.sh has the live ones; closed_lanes.sh has: r16d33 xpf33 whole31 down31 followup bench5 bench6 bench7 bench8 bench9 bench10 bench11 bench12 gated-tests gated-attn gated-ab gated-mlp gated-final t14 p15 t22 b22 e22 r22 trace22 l2run22 wait23 early23 shallow23 early24 w22 t15 r16 b16 c16 n16 t2 next15 next16 bench16 dq16 host16 col18 e2e18 sweep18 final18 bench18 r16sweep18 r16final18 from18 trace19 spread19 spread19b final19 start19 last19 from19 co20 pdl21 pdl21b h200x wait25 last18 kw17 sweep17 e2e17 ceil17 ab14 b14 next13 rope-kv launch-orders gated-e2e bench4 bench|bench2" >&2
     exit 2
     ;;
 esac

@@ -28,6 +28,7 @@ the median decode step, as the roofline benchmark measures batch 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import json
@@ -44,6 +45,32 @@ SHAPES = {"qkv 6144x4096": (6144, 4096), "gate_up 24576x4096": (24576, 4096),
 SHAPE_NAMES = [label.split()[0] for label in SHAPES]  #: the names ``--shapes`` takes: qkv, gate_up, down, o
 MS = (1, 4, 16, 64, 256)
 ROTATE = 8
+
+
+@contextlib.contextmanager
+def cubins_built(options, builds: dict):
+    """Within it, ``mma_gemv.cached_cubin`` gives ``mma_gemv.build_cubin``'s builds with the
+    options ``options(call)`` returns for each call (``call``: cached_cubin's arguments as
+    build_cubin's, defaults filled in), kept in ``builds`` (in memory, never on disk: one build
+    a process and set of options): a launcher made inside keeps its build, one made outside gets
+    the shipped cubin (nvfp4_trace.py's trace builds, nvfp4_launch_chain.py's diagnostic ones)."""
+    from hinge_nvfp4 import mma_gemv
+
+    def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
+              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
+        call = {"arch": arch, "stages": stages, "prefetch": prefetch or 0, "pdl": pdl, "warps": warps,
+                "columns": columns, "trigger": trigger, "row_scale": row_scale}
+        call.update(options(call))
+        key = tuple(sorted(call.items()))
+        if key not in builds:
+            builds[key] = mma_gemv.build_cubin(**call)
+        return builds[key]
+
+    shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
+    try:
+        yield
+    finally:
+        mma_gemv.cached_cubin = shipped
 
 
 def shapes_of(names: list[str] | None):

@@ -32,6 +32,7 @@ import torch
 from nvfp4_gemm import (  # NOTE: the sibling script
     ROTATE,
     SHAPE_NAMES,
+    cubins_built,
     graph_time,
     layers_of,
     shapes_of,
@@ -49,7 +50,8 @@ MEMORY_ALONE = "memory alone"
 #: build ``mma_gemv.build_cubin(**options)`` of these options: ``r16_diag`` (``R16_DIAGS``: the
 #: 16-row kernels' second set with its x never loaded, or with its MMAs not issued; their sums
 #: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
-#: MMAs), ``x_prefetch`` (x's lines asked into L1 ahead)
+#: MMAs). (The thirty-third session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran
+#: at tree 0dbe7a1, slower on every shape, and were removed: docs/nvfp4.md)
 R16_DIAG = "r16 diag"
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
@@ -155,11 +157,10 @@ VARIANTS = {
     # first is as fast as 8 rows, x's loads are what 16 rows cost (thirty-third session)
     "r16 x once": {R16_DIAG: {"r16_diag": 1}},
     "r16 one set": {R16_DIAG: {"r16_diag": 2}},
-    # ... then x's lines asked into L1 (prefetch.global.L1) 1, 2 or 3 supersteps ahead of the
-    # registers' one (build_cubin x_prefetch): is what "r16 x once" saved x's latency?
-    "xpf 1": {R16_DIAG: {"x_prefetch": 1}},
-    "xpf 2": {R16_DIAG: {"x_prefetch": 2}},
-    "xpf 3": {R16_DIAG: {"x_prefetch": 3}},
+    # ... and the 16-row kernels held to fewer registers (x once took 80-128 against 117-150):
+    # budgeted for 20 or 24 warps a multiprocessor (build_cubin r16_warps; they spill)
+    "r16 regs 20": {R16_DIAG: {"r16_warps": 20}},
+    "r16 regs 24": {R16_DIAG: {"r16_warps": 24}},
 }
 
 
@@ -193,33 +194,15 @@ def variant_plan(shipped: dict, change: dict) -> dict:
             for shape, entry in shipped.items()}
 
 
-@contextlib.contextmanager
 def diagnostic_cubins(options: dict | None):
     """Within it, ``mma_gemv.cached_cubin`` gives ``build_cubin(**options)``'s builds
-    (``r16_diag``, ``x_prefetch``; in memory, never on disk, one a process and option set): a
-    launcher made inside keeps it; no options change nothing."""
-    from hinge_nvfp4 import mma_gemv
-
-    if not options:
-        yield
-        return
-
-    def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
-              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
-        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, row_scale, *sorted(options.items()))
-        if key not in DIAGNOSTIC_BUILDS:
-            DIAGNOSTIC_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
-                                                          trigger=trigger, row_scale=row_scale, **options)
-        return DIAGNOSTIC_BUILDS[key]
-
-    shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
-    try:
-        yield
-    finally:
-        mma_gemv.cached_cubin = shipped
+    (``r16_diag``, ``r16_warps``; in memory, never on disk, one a process and option set:
+    ``DIAGNOSTIC_BUILDS``, ``nvfp4_gemm.cubins_built``): a launcher made inside keeps it; no
+    options change nothing."""
+    return cubins_built(lambda call: options, DIAGNOSTIC_BUILDS) if options else contextlib.nullcontext()
 
 
-DIAGNOSTIC_BUILDS: dict = {}  #: diagnostic_cubins' builds by cached_cubin's arguments and options
+DIAGNOSTIC_BUILDS: dict = {}  #: diagnostic_cubins' builds by build_cubin's arguments
 
 
 def memory_alone(kernel, layers: list, form: str = "ring") -> list:

@@ -26,45 +26,33 @@ ring's first copies (``mma_gemv.build_cubin(wait_first=True)``), the call before
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import os
 
 import numpy as np
 import torch
-from nvfp4_gemm import ROTATE, SHAPES, graph_time, layers_of, start  # NOTE: the sibling script
+from nvfp4_gemm import (  # NOTE: the sibling script
+    ROTATE,
+    SHAPES,
+    cubins_built,
+    graph_time,
+    layers_of,
+    start,
+)
 
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
 TRACE_BUILDS: dict = {}  #: traced_cubins' builds by cached_cubin's arguments and the two options
 
 
-@contextlib.contextmanager
 def traced_cubins(wait_first: bool = False, row_scale: str | None = None):
     """Within it, ``mma_gemv.cached_cubin`` gives trace builds (kept in memory, never on disk);
     ``wait_first``: their PDL builds wait before the prologue's copies (``--wait-first``);
     ``row_scale``: when their epilogues' row_scale is read (``--row-scale``; None: when each
     launcher's tiling reads it, as shipped). A
     launcher made inside keeps its trace build; one made outside gets the shipped cubin. Each
-    build is made once a process (``TRACE_BUILDS``)."""
-    from hinge_nvfp4 import mma_gemv
-
-    override = row_scale
-
-    def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
-              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
-        read = override or row_scale
-        key = (arch, stages, prefetch or 0, pdl, warps, columns, trigger, wait_first and pdl, read)
-        if key not in TRACE_BUILDS:
-            TRACE_BUILDS[key] = mma_gemv.build_cubin(arch, stages, prefetch or 0, pdl, warps, columns,
-                                                     trace=True, trigger=trigger,
-                                                     wait_first=wait_first and pdl, row_scale=read)
-        return TRACE_BUILDS[key]
-
-    shipped, mma_gemv.cached_cubin = mma_gemv.cached_cubin, cubin
-    try:
-        yield
-    finally:
-        mma_gemv.cached_cubin = shipped
+    build is made once a process (``TRACE_BUILDS``; ``nvfp4_gemm.cubins_built``)."""
+    return cubins_built(lambda call: {"trace": True, "wait_first": wait_first and call["pdl"],
+                                      "row_scale": row_scale or call["row_scale"]}, TRACE_BUILDS)
 
 
 class TraceBuffer:

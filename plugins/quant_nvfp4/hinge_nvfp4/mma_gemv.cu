@@ -78,11 +78,6 @@ constexpr int X_STEP = COALESCED ? 4 : 1;       // 16-byte pieces between a lane
 // kernel's MMAs); 2 ("one set") set 1's MMAs are not issued, its x loaded and added into its sums
 // as bits (a 16-row kernel's x loads, an 8-row kernel's MMAs); 0 the GEMV
 constexpr int R16_DIAG = MMA_R16_DIAG;
-#ifndef MMA_X_PREFETCH
-#define MMA_X_PREFETCH 0  // an experiment (mma_gemv.build_cubin x_prefetch; never cached or launched by
-#endif                    // the engine): x's lines of superstep i + MMA_X_PREFETCH asked into L1
-// (prefetch.global.L1) while superstep i computes, in the forms that load x into registers (0: none)
-constexpr int X_PREFETCH = MMA_X_PREFETCH;
 
 __device__ __forceinline__ int lane_piece(const int t, const int q) {
     // the 16-byte piece (8 columns, 0..15) of a superstep's row that holds lane t's columns of
@@ -137,7 +132,10 @@ struct Marks {
 };
 
 #define BLOCKS_PER_SM (24 / WARPS)  // registers for 24 warps a multiprocessor (<= 80 a thread: mma_tiling.resident_warps)
-#define BLOCKS_PER_SM_16 (16 / WARPS)  // ... 16 warps for the 16-row kernels (<= 128: twice the x registers)
+#ifndef MMA_R16_WARPS
+#define MMA_R16_WARPS 16  // diagnostic (mma_gemv.build_cubin r16_warps; never cached or launched by the engine)
+#endif
+#define BLOCKS_PER_SM_16 (MMA_R16_WARPS / WARPS)  // ... 16 warps for the 16-row kernels (<= 128: twice the x registers)
 #define BLOCKS_PER_SM_16_T2 (12 / WARPS)  // ... 12 for those of two tiles a warp (<= 168: twice the codes and sums)
 
 __device__ __forceinline__ void fragments(const uint32_t w, uint32_t (&a)[4]) {
@@ -637,18 +635,6 @@ __device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* c
     }
 }
 
-template <int SETS>
-__device__ __forceinline__ void prefetch_x(const uint4* const (&x_src)[SETS], const int i, const int steps) {
-    // X_PREFETCH: each set's x lines of superstep i into L1 (a lane's pieces 0 and 2 cover the
-    // two 128-byte lines of its row's 256 bytes in either column map), nothing past the last
-    if (i >= steps) return;
-#pragma unroll
-    for (int set = 0; set < SETS; ++set)
-#pragma unroll
-        for (int q = 0; q < 4; q += 2)
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(x_src[set] + (size_t)i * 16 + q * X_STEP));
-}
-
 __device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
     // a superstep's code and scale words folded: the memory-side diagnostics' stand-in for the math
     return c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc.x ^ sc.y;
@@ -843,8 +829,6 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
             if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps);
-            if constexpr (X_PREFETCH > 0)
-                if (!x_ring) prefetch_x<SETS>(x_src, i + X_PREFETCH, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);

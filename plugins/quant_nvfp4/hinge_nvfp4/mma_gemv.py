@@ -136,7 +136,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
                 wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
-                x_prefetch: int = 0) -> bytes:
+                r16_warps: int = 16) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -153,9 +153,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     ``mma_tiling.Tiling``; ``nvfp4_trace.py --row-scale``); ``r16_diag``: a diagnostic build of
     what the 16-row kernels' second set costs, their sums wrong (``R16_DIAGS``: ``MMA_R16_DIAG``;
     ``nvfp4_launch_chain.py``'s ``r16 ...`` variants; never cached or launched by the engine);
-    ``x_prefetch``: an experiment whose register-x forms ask L1 for x's lines that many
-    supersteps ahead (``MMA_X_PREFETCH``; 0 none; the ``xpf ...`` variants; never cached or
-    launched by the engine); needs nvcc on PATH."""
+    ``r16_warps``: the warps a multiprocessor the 16-row kernels' registers are budgeted for
+    (``MMA_R16_WARPS``: 16, 128 registers a thread; the diagnostic 20 or 24 hold them to 102 or
+    80, spilling; never cached or launched by the engine); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -173,8 +173,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     if r16_diag not in R16_DIAGS:
         raise ValueError(f"r16_diag is one of {R16_DIAGS} (0 the GEMV; 1 set 1's x not loaded; 2 set 1's "
                          f"MMAs not issued), not {r16_diag!r}")
-    if x_prefetch not in range(0, MAX_STAGES + 1):
-        raise ValueError(f"x_prefetch is 0 .. {MAX_STAGES} supersteps ahead, not {x_prefetch!r}")
+    if r16_warps not in (16, 20, 24):
+        raise ValueError(f"r16_warps budgets 16 (the GEMV), 20 or 24 warps a multiprocessor, not {r16_warps!r}")
     if trigger not in TRIGGERS:
         raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
     nvcc = shutil.which("nvcc")
@@ -189,7 +189,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
-                               f"-DMMA_X_PREFETCH={x_prefetch}",
+                               f"-DMMA_R16_WARPS={r16_warps}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
