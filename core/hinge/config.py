@@ -248,6 +248,13 @@ class EngineConfig(BaseModel):
         out._defaults = {**self._defaults, **{k: v for k, v in update.items() if k != "device"}}
         return out
 
+    def on_by_device(self, name: str) -> bool:
+        """Setting ``name`` of ``on`` / ``off`` / ``auto`` (``warmup``, ``gc_freeze``): on, or
+        ``auto`` on CUDA (what CUDA's start-up needs and a CPU engine, often one of many in a
+        test's process, does not)."""
+        value = getattr(self, name)
+        return value == "on" or (value == "auto" and self.device == "cuda")
+
     @property
     def resolved_dtype(self) -> str:
         """``auto`` -> float32 on cpu, bfloat16 on cuda (weights and activations; logits, sampling

@@ -39,7 +39,7 @@ def enabled(config: Any) -> bool:
     """``gc_freeze``: ``on``, ``off``, or ``auto`` (on CUDA only: a CPU engine is a test's or a
     reference's, often one of many in a process, where the two collections would cost more
     than the pauses they save)."""
-    return config.gc_freeze == "on" or (config.gc_freeze == "auto" and config.device == "cuda")
+    return config.on_by_device("gc_freeze")
 
 
 def _full_pass_ms() -> float:

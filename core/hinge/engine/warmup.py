@@ -49,7 +49,7 @@ SOLO_LENGTHS = (32, 1)
 
 def enabled(config: Any) -> bool:
     """``warmup``: ``on``, ``off``, or ``auto`` (on CUDA only: CPU has no JIT kernels to compile)."""
-    return config.warmup == "on" or (config.warmup == "auto" and config.device == "cuda")
+    return config.on_by_device("warmup")
 
 
 def prompt(length: int, vocab_size: int, salt: int) -> list[int]:
