@@ -620,19 +620,27 @@ __device__ __forceinline__ void x_sources(const uint16_t* __restrict__ x, const 
 }
 
 template <int SETS>
+__device__ __forceinline__ void load_sets_x(uint4 (&xv)[SETS][4], const uint4* const (&x_src)[SETS],
+                                            const size_t piece) {
+    // each set's x from its source's 16-byte piece ``piece`` on (R16_DIAG 1: set 0's registers
+    // again past set 0)
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        if (R16_DIAG == 1 && set > 0) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) xv[set][j] = xv[0][j];
+        } else {
+            load_x(xv[set], x_src[set] + piece);
+        }
+    }
+}
+
+template <int SETS>
 __device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* const (&x_src)[SETS], const int i,
                                             const int steps) {
     // each set's x of superstep i + 1, loaded while superstep i computes (the last one again
     // past the last: in bounds)
-#pragma unroll
-    for (int set = 0; set < SETS; ++set) {
-        if (R16_DIAG == 1 && set > 0) {  // (the diagnostic: set 0's registers again)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) xn[set][j] = xn[0][j];
-        } else {
-            load_x(xn[set], x_src[set] + (size_t)min(i + 1, steps - 1) * 16);
-        }
-    }
+    load_sets_x<SETS>(xn, x_src, (size_t)min(i + 1, steps - 1) * 16);
 }
 
 __device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
@@ -761,15 +769,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
     uint2 sc[T];
     if (!x_ring) {
-#pragma unroll
-        for (int set = 0; set < SETS; ++set) {  // steps >= 1: gemv skips an empty slice
-            if (R16_DIAG == 1 && set > 0) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) xv[set][j] = xv[0][j];
-            } else {
-                load_x(xv[set], x_src[set]);
-            }
-        }
+        load_sets_x<SETS>(xv, x_src, 0);  // steps >= 1: gemv skips an empty slice
     }
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<T>(row_scale, (last_tile + 1) << 4, tile, lane, scale);
     if (ahead || !streams) {

@@ -47,6 +47,9 @@ ROW_SCALE_READS = ("end", "start", "wait")
 #: ``MMA_R16_DIAG``): 0 the GEMV, 1 set 1's x never loaded (set 0's registers again), 2 set 1's
 #: MMAs not issued (its x loaded and kept as bits): their sums are wrong
 R16_DIAGS = (0, 1, 2)
+#: the warps a multiprocessor a build's 16-row kernels budget registers for (``build_cubin
+#: r16_warps``, ``MMA_R16_WARPS``): 16 the GEMV's (128 a thread), 20 and 24 diagnostics (102, 80)
+R16_WARPS = (16, 20, 24)
 #: ``MmaGemv`` spread: not spread, padded to the multiprocessor's share, or padded the least
 SPREADS = (False, True, "least")
 
@@ -173,7 +176,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     if r16_diag not in R16_DIAGS:
         raise ValueError(f"r16_diag is one of {R16_DIAGS} (0 the GEMV; 1 set 1's x not loaded; 2 set 1's "
                          f"MMAs not issued), not {r16_diag!r}")
-    if r16_warps not in (16, 20, 24):
+    if r16_warps not in R16_WARPS:
         raise ValueError(f"r16_warps budgets 16 (the GEMV), 20 or 24 warps a multiprocessor, not {r16_warps!r}")
     if trigger not in TRIGGERS:
         raise ValueError(f"the MMA GEMV lets the next kernel launch at one of {', '.join(TRIGGERS)}, not {trigger!r}")
