@@ -39,7 +39,7 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
             if key == "few":  # the launch of the fewest rows: the entry's, with the keys named changed
                 assert tiling.few.upto == value.get("upto", 1), shape
                 assert all(getattr(tiling.few.plan, k) == v for k, v in value.items() if k != "upto"), shape
-            elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE, nvfp4_launch_chain.R16_DIAG):
+            elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE, nvfp4_launch_chain.BUILD_OPTIONS):
                 assert getattr(tiling, key) == value, (shape, key)
 
 
@@ -116,7 +116,7 @@ def test_a_plan_named_by_the_variable_is_the_shipped_variant_and_every_variants_
 
 
 def test_a_diagnostic_variant_builds_its_launchers_cubins_with_its_options_and_only_inside(monkeypatch):
-    """The ``r16 ...`` variants (``R16_DIAG``: never in a tilings file) load their launchers from
+    """The ``r16 ...`` variants (``BUILD_OPTIONS``: never in a tilings file) load their launchers from
     ``build_cubin(**options)`` (once a process and option set), made inside ``diagnostic_cubins``;
     outside it, and in a variant without options, the shipped ``cached_cubin`` is back."""
     from hinge_nvfp4 import mma_gemv
@@ -125,8 +125,8 @@ def test_a_diagnostic_variant_builds_its_launchers_cubins_with_its_options_and_o
     monkeypatch.setattr(mma_gemv, "build_cubin", lambda **options: builds.append(options) or b"d")
     monkeypatch.setattr(nvfp4_launch_chain, "DIAGNOSTIC_BUILDS", {})
     shipped = mma_gemv.cached_cubin
-    options = nvfp4_launch_chain.VARIANTS["r16 x once"][nvfp4_launch_chain.R16_DIAG]
-    assert nvfp4_launch_chain.R16_DIAG not in next(iter(nvfp4_launch_chain.variant_plan(
+    options = nvfp4_launch_chain.VARIANTS["r16 x once"][nvfp4_launch_chain.BUILD_OPTIONS]
+    assert nvfp4_launch_chain.BUILD_OPTIONS not in next(iter(nvfp4_launch_chain.variant_plan(
         H100, nvfp4_launch_chain.VARIANTS["r16 x once"]).values()))
     with nvfp4_launch_chain.diagnostic_cubins(options):
         assert mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, row_scale="wait") == b"d"

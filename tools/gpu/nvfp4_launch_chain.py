@@ -50,9 +50,10 @@ MEMORY_ALONE = "memory alone"
 #: build ``mma_gemv.build_cubin(**options)`` of these options: ``r16_diag`` (``R16_DIAGS``: the
 #: 16-row kernels' second set with its x never loaded, or with its MMAs not issued; their sums
 #: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
-#: MMAs). (The thirty-third session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran
-#: at tree 0dbe7a1, slower on every shape, and were removed: docs/nvfp4.md)
-R16_DIAG = "r16 diag"
+#: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers). (The thirty-third
+#: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
+#: every shape, and were removed: docs/nvfp4.md)
+BUILD_OPTIONS = "build options"
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
     "shipped": None,
@@ -153,14 +154,14 @@ VARIANTS = {
     "x16 k8 kw1 t2": {"splits": 8, "r16": {"kwarps": 1, "form": "plain", "tiles": 2}},
     "x16 k4 kw2 t2": {"splits": 4, "r16": {"kwarps": 2, "form": "plain", "tiles": 2}},
     "x16 k4 kw1 t2 bulk": {"splits": 4, "r16": {"kwarps": 1, "form": "bulk", "tiles": 2}},
-    # 16 rows (--ms 16): the second set's x never loaded, or its MMAs not issued (R16_DIAG): if the
+    # 16 rows (--ms 16): the second set's x never loaded, or its MMAs not issued (BUILD_OPTIONS): if the
     # first is as fast as 8 rows, x's loads are what 16 rows cost (thirty-third session)
-    "r16 x once": {R16_DIAG: {"r16_diag": 1}},
-    "r16 one set": {R16_DIAG: {"r16_diag": 2}},
+    "r16 x once": {BUILD_OPTIONS: {"r16_diag": 1}},
+    "r16 one set": {BUILD_OPTIONS: {"r16_diag": 2}},
     # ... and the 16-row kernels held to fewer registers (x once took 80-128 against 117-150):
     # budgeted for 20 or 24 warps a multiprocessor (build_cubin r16_warps; they spill)
-    "r16 regs 20": {R16_DIAG: {"r16_warps": 20}},
-    "r16 regs 24": {R16_DIAG: {"r16_warps": 24}},
+    "r16 regs 20": {BUILD_OPTIONS: {"r16_warps": 20}},
+    "r16 regs 24": {BUILD_OPTIONS: {"r16_warps": 24}},
 }
 
 
@@ -189,7 +190,7 @@ def variant_plan(shipped: dict, change: dict) -> dict:
     """The tilings file of a variant: every shape's shipped entry in a ring of 4 and without its
     form of the fewest rows (``"few"``, unless the change names one), then changed
     (``MEMORY_ALONE`` is not a tiling's: left out)."""
-    change = {key: value for key, value in change.items() if key not in (MEMORY_ALONE, R16_DIAG)}
+    change = {key: value for key, value in change.items() if key not in (MEMORY_ALONE, BUILD_OPTIONS)}
     return {shape: {**{key: value for key, value in entry.items() if key != "few"}, "stages": 4, **change}
             for shape, entry in shipped.items()}
 
@@ -244,10 +245,10 @@ def kernels(tmp: str, variants: dict, columns: tuple = (None,)) -> dict:
                 with open(path, "w") as f:
                     json.dump(variant_plan(shipped, change), f)
                 os.environ["HINGE_NVFP4_MMA_PLAN"] = path
-            diag = (change or {}).get(R16_DIAG)
-            with diagnostic_cubins(diag):
+            options = (change or {}).get(BUILD_OPTIONS)
+            with diagnostic_cubins(options):
                 out[name] = MmaKernel(dequant_rows=NVFP4Options().prefill_dequant_rows)  # as the engine builds it
-            out[name].r16_diag = diag
+            out[name].build_options = options
             alone = (change or {}).get(MEMORY_ALONE)  # the diagnostic form, or None
             out[name].memory_alone = "ring" if alone is True else alone
     os.environ.pop("HINGE_NVFP4_MMA_PLAN", None)
@@ -275,7 +276,7 @@ def main(args) -> None:
         quant = [fp4.quantize_weight(w) for w in ws]
         layers = {}
         for name, kernel in by_variant.items():
-            with diagnostic_cubins(kernel.r16_diag):
+            with diagnostic_cubins(kernel.build_options):
                 layers[name] = layers_of(kernel, quant, n)
         for name, kernel in by_variant.items():
             if kernel.memory_alone:

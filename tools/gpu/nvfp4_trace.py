@@ -41,7 +41,7 @@ from nvfp4_gemm import (  # NOTE: the sibling script
 )
 
 FIELDS = 2 + 2 * 7  #: a record's words (mma_gemv.cu: address, ids, 7 times, 7 clocks)
-TRACE_BUILDS: dict = {}  #: traced_cubins' builds by cached_cubin's arguments and the two options
+TRACE_BUILDS: dict = {}  #: traced_cubins' builds by build_cubin's arguments
 
 
 def traced_cubins(wait_first: bool = False, row_scale: str | None = None):
