@@ -25,7 +25,9 @@
 #   bash tools/gpu/open_issue_checks.sh gc32     # the start-up heap frozen: GPU tests, end to end
 #   bash tools/gpu/open_issue_checks.sh few32b   # ... in rings of 3 or 2, spread otherwise, trigger read
 #   bash tools/gpu/open_issue_checks.sh r16r33   # 16 rows held to fewer registers (x once's confound)
+#   bash tools/gpu/open_issue_checks.sh r16f34   # r16r33, then few32b, on one machine (~8 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
+#   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -299,6 +301,20 @@ r16r33)
     b r16_regs 170 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --shapes qkv down o --variants shipped "r16 regs 20" "r16 regs 24"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/r16_regs.log"
     ;;
+r16f34)
+    # 2026-12-07 (34th; either card, mini site, ~8 min): r16r33, then few32b, one machine
+    ROW_SCALE=wait pdl_cubins 4 3 2 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b r16_regs 170 python3 tools/gpu/nvfp4_launch_chain.py --ms 16 --shapes qkv down o --variants shipped "r16 regs 20" "r16 regs 24"
+    grep -v "^ " "$OUT/r16_regs.log"
+    b few_knobs 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 2 --shapes qkv down o --variants shipped \
+        "no few" "few xring s3" "few xring s2" "few xring spread" "few xring unspread" "few xring read"
+    grep -v "^ " "$OUT/few_knobs.log"
+    plan_without "$OUT/plan-nofew.json" few
+    b e2e_few 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-profile --e2e-plan - "$OUT/plan-nofew.json" \
+        - "$OUT/plan-nofew.json"
+    cat "$OUT/rc.txt"; grep -E "/ bf16|decoding|nvfp4_mma" "$OUT/e2e_few.log"
+    ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
     # rows under the H200's file as it is now (the H100's; the twenty-seventh session measured
@@ -309,6 +325,14 @@ h200c)
     # and down since the thirty-second session: gate_up's is slower there)
     b chain_h200 130 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "few xring 1"
     cat "$OUT/rc.txt" "$OUT/chain_h200.log"
+    ;;
+h200b34)
+    # 2026-12-07 (34th; an H200 only, mini site, ~6 min): h200c, then h200n
+    only_h200 h200b34
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    b chain_h200 130 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "few xring 1"
+    grep -v "^ " "$OUT/chain_h200.log"
+    nvfp4_both_files; cat "$OUT/rc.txt"
     ;;
 h200n)
     # h200y's NVFP4 half alone (the mini site is enough): end to end and back to back under
