@@ -50,7 +50,8 @@ MEMORY_ALONE = "memory alone"
 #: build ``mma_gemv.build_cubin(**options)`` of these options: ``r16_diag`` (``R16_DIAGS``: the
 #: 16-row kernels' second set with its x never loaded, or with its MMAs not issued; their sums
 #: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
-#: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers). (The thirty-third
+#: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers), ``no_wait`` (no
+#: ``griddepcontrol.wait``: what waiting for the launch before costs). (The thirty-third
 #: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
 #: every shape, and were removed: docs/nvfp4.md)
 BUILD_OPTIONS = "build options"
@@ -162,6 +163,9 @@ VARIANTS = {
     # budgeted for 20 or 24 warps a multiprocessor (build_cubin r16_warps; they spill)
     "r16 regs 20": {BUILD_OPTIONS: {"r16_warps": 20}},
     "r16 regs 24": {BUILD_OPTIONS: {"r16_warps": 24}},
+    # every launch never waiting for the one before (build_cubin no_wait: no griddepcontrol.wait,
+    # the sums undefined): the ceiling of any faster handoff than the grid's end (thirty-fourth)
+    "no wait": {BUILD_OPTIONS: {"no_wait": True}},
 }
 
 

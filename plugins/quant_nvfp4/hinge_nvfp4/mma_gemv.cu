@@ -437,6 +437,9 @@ constexpr bool L2_RUN = MMA_L2_RUN;
 #define MMA_WAIT_FIRST 0  // PDL, diagnostic: 1 waits (griddepcontrol.wait) before the prologue's copies
 #endif
 constexpr bool WAIT_FIRST = MMA_WAIT_FIRST;
+#ifndef MMA_NO_WAIT
+#define MMA_NO_WAIT 0  // PDL, diagnostic: 1 never waits (no griddepcontrol.wait: x read while the kernel
+#endif                 // before may still write it): what the wait costs back to back, its sums undefined
 #if L2_PREFETCH == 256
 #define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
 #elif L2_PREFETCH == 128
@@ -586,7 +589,7 @@ __device__ __forceinline__ void wait_for_prerequisites() {
     // the kernel may have started while the one before it runs; it reads x (that kernel's output)
     // and writes anything only after this. Without the launch attribute it returns at once. x is
     // read through coherent loads then (load_x): ptxas moved read-only ones above the wait.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !MMA_NO_WAIT
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }

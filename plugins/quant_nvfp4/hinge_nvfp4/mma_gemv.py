@@ -139,7 +139,7 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
                 wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
-                r16_warps: int = 16) -> bytes:
+                r16_warps: int = 16, no_wait: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -158,7 +158,11 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     ``nvfp4_launch_chain.py``'s ``r16 ...`` variants; never cached or launched by the engine);
     ``r16_warps``: the warps a multiprocessor the 16-row kernels' registers are budgeted for
     (``MMA_R16_WARPS``: 16, 128 registers a thread; the diagnostic 20 or 24 hold them to 102 or
-    80, spilling; never cached or launched by the engine); needs nvcc on PATH."""
+    80, spilling; never cached or launched by the engine); ``no_wait``: a diagnostic ``pdl`` build
+    that never waits for the kernel before (``MMA_NO_WAIT``: no ``griddepcontrol.wait``, x read
+    while that kernel may still write it, the sums undefined; ``nvfp4_launch_chain.py``'s ``no
+    wait`` variant: what the wait costs back to back; never cached or launched by the engine);
+    needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -171,6 +175,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
     if wait_first and not pdl:
         raise ValueError("wait_first moves griddepcontrol.wait, which only a pdl=True build has")
+    if no_wait and (not pdl or wait_first):
+        raise ValueError("no_wait drops griddepcontrol.wait, which only a pdl=True build has (and "
+                         "wait_first moves it): build with pdl=True and wait_first=False")
     if row_scale not in ROW_SCALE_READS:
         raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
     if r16_diag not in R16_DIAGS:
@@ -192,7 +199,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
-                               f"-DMMA_R16_WARPS={r16_warps}",
+                               f"-DMMA_R16_WARPS={r16_warps}", f"-DMMA_NO_WAIT={int(no_wait)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)

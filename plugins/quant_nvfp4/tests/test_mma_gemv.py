@@ -174,6 +174,7 @@ PREBUILT = (
     *({"stages": 4, "columns": "coalesced", **o}
       for o in ({"pdl": True, "prefetch": "run"}, {"pdl": True}, {"prefetch": "run"})),
     {"stages": 4, "pdl": True, "wait_first": True},
+    {"stages": 4, "pdl": True, "no_wait": True},
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
@@ -390,6 +391,25 @@ def test_a_wait_first_build_waits_before_the_rings_first_copy_and_a_build_withou
         assert code.count("ACQBULK") == 1 and code.index("ACQBULK") < code.index("LDGSTS"), name
     with pytest.raises(ValueError, match="pdl=True"):
         nvfp4_mma.build_cubin("sm_90", stages=4, wait_first=True)
+
+
+@needs_nvcc
+def test_a_no_wait_build_never_waits_and_one_without_pdl_is_refused(tmp_path):
+    """``no_wait`` (nvfp4_launch_chain.py's ``no wait`` variant): no kernel of the build waits
+    for the kernel before (no griddepcontrol.wait: ACQBULK), where every GEMV kernel of the PDL
+    build it diagnoses does; there is nothing to drop without PDL."""
+    codes = {}
+    for no_wait in (False, True):
+        cubin = tmp_path / f"k{int(no_wait)}.cubin"
+        cubin.write_bytes(built(stages=4, pdl=True, no_wait=no_wait))
+        codes[no_wait] = sass_by_function(cubin)
+    gemvs = [nvfp4_mma.kernel_name(form, kw, rows) for form in nvfp4_mma.KERNELS
+             for kw in nvfp4_mma.KWARPS for rows in (8, 16)]
+    assert all("ACQBULK" in codes[False][name] for name in gemvs)
+    assert not any("ACQBULK" in code for code in codes[True].values())
+    assert set(codes[True]) == set(codes[False])
+    with pytest.raises(ValueError, match="pdl=True"):
+        nvfp4_mma.build_cubin("sm_90", stages=4, no_wait=True)
 
 
 @needs_nvcc
