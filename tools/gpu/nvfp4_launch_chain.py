@@ -166,6 +166,8 @@ VARIANTS = {
     # every launch never waiting for the one before (build_cubin no_wait: no griddepcontrol.wait,
     # the sums undefined): the ceiling of any faster handoff than the grid's end (thirty-fourth)
     "no wait": {BUILD_OPTIONS: {"no_wait": True}},
+    # ... and the memory side alone so (MEMORY_ALONE): the streaming's own ceiling, no dependency
+    "ring no wait": {MEMORY_ALONE: True, BUILD_OPTIONS: {"no_wait": True}},
 }
 
 
