@@ -51,7 +51,8 @@ MEMORY_ALONE = "memory alone"
 #: 16-row kernels' second set with its x never loaded, or with its MMAs not issued; their sums
 #: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
 #: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers), ``no_wait`` (no
-#: ``griddepcontrol.wait``: what waiting for the launch before costs). (The thirty-third
+#: ``griddepcontrol.wait``: what waiting for the launch before costs), ``x_once`` (x loaded for
+#: a warp's first superstep only: what x's loads cost). (The thirty-third
 #: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
 #: every shape, and were removed: docs/nvfp4.md)
 BUILD_OPTIONS = "build options"
@@ -168,6 +169,12 @@ VARIANTS = {
     "no wait": {BUILD_OPTIONS: {"no_wait": True}},
     # ... and the memory side alone so (MEMORY_ALONE): the streaming's own ceiling, no dependency
     "ring no wait": {MEMORY_ALONE: True, BUILD_OPTIONS: {"no_wait": True}},
+    # x loaded for a warp's first superstep only (build_cubin x_once; the sums wrong), with the
+    # wait and without, and the memory side alone so: what x's loads a superstep cost at 1, 8
+    # and 16 rows (a form that read x once an SM could give back at most that)
+    "x once": {BUILD_OPTIONS: {"x_once": True}},
+    "x once no wait": {BUILD_OPTIONS: {"x_once": True, "no_wait": True}},
+    "ring x once no wait": {MEMORY_ALONE: True, BUILD_OPTIONS: {"x_once": True, "no_wait": True}},
 }
 
 

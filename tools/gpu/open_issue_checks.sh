@@ -27,7 +27,7 @@
 #   bash tools/gpu/open_issue_checks.sh r16r33   # 16 rows held to fewer registers (x once's confound)
 #   bash tools/gpu/open_issue_checks.sh r16f34   # no wait (what the wait costs), r16r33, few32b's chain (~8 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
-#   bash tools/gpu/open_issue_checks.sh ring34   # the GEMV, no wait, memory side alone, both (~3 min)
+#   bash tools/gpu/open_issue_checks.sh ring34   # the GEMV, no wait, memory side alone, both; x once (~6 min)
 #   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -317,12 +317,16 @@ r16f34)
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/few_knobs.log"
     ;;
 ring34)
-    # 2026-12-07 (34th; either card, mini site, ~3 min): each launch's time taken apart at 1 and
+    # 2026-12-07 (34th; either card, mini site, ~6 min): each launch's time taken apart at 1 and
     # 8 rows: the GEMV, without its wait, its memory side alone, and that without the wait
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b ring_no_wait 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 --variants shipped "no wait" ring "ring no wait"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/ring_no_wait.log"
+    grep -v "^ " "$OUT/ring_no_wait.log"
+    # ... and x loaded for a warp's first superstep only: what x's loads cost (~3 min more)
+    b x_once 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" "x once no wait" \
+        "ring x once no wait"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/x_once.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

@@ -440,6 +440,10 @@ constexpr bool WAIT_FIRST = MMA_WAIT_FIRST;
 #ifndef MMA_NO_WAIT
 #define MMA_NO_WAIT 0  // PDL, diagnostic: 1 never waits (no griddepcontrol.wait: x read while the kernel
 #endif                 // before may still write it): what the wait costs back to back, its sums undefined
+#ifndef MMA_X_ONCE
+#define MMA_X_ONCE 0  // diagnostic: 1 loads x for a warp's first superstep only and computes every one
+#endif                // with it (the forms that load x into registers; xring's ring unchanged): what
+constexpr bool X_ONCE = MMA_X_ONCE;  // x's loads a superstep cost, its sums wrong
 #if L2_PREFETCH == 256
 #define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
 #elif L2_PREFETCH == 128
@@ -831,7 +835,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int from = (s + 1) % STAGES;
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
-            if (!x_ring) load_next_x<SETS>(xn, x_src, i, steps);
+            if (!x_ring && !X_ONCE) load_next_x<SETS>(xn, x_src, i, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);
@@ -845,7 +849,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
 #pragma unroll
                 for (int j = 0; j < T; ++j) c0[j] = n0[j], c1[j] = n1[j], sc[j] = nsc[j];
             }
-            if (!x_ring) take_next_x<SETS>(xv, xn);
+            if (!x_ring && !X_ONCE) take_next_x<SETS>(xv, xn);
         }
     }
     marks.mark(5);

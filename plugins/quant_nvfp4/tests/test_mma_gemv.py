@@ -175,6 +175,7 @@ PREBUILT = (
       for o in ({"pdl": True, "prefetch": "run"}, {"pdl": True}, {"prefetch": "run"})),
     {"stages": 4, "pdl": True, "wait_first": True},
     {"stages": 4, "pdl": True, "no_wait": True},
+    {"stages": 4, "pdl": True, "x_once": True},
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
@@ -410,6 +411,33 @@ def test_a_no_wait_build_never_waits_and_one_without_pdl_is_refused(tmp_path):
     assert set(codes[True]) == set(codes[False])
     with pytest.raises(ValueError, match="pdl=True"):
         nvfp4_mma.build_cubin("sm_90", stages=4, no_wait=True)
+
+
+@needs_nvcc
+def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else(tmp_path):
+    """``x_once`` (nvfp4_launch_chain.py's ``x once ...`` variants): every form that loads x into
+    registers in the ring loop (the GEMV forms but xring, and the ring and math diagnostics)
+    issues 4 fewer 16-byte x loads a set a superstep of its unrolled ring (4), its MMAs all there;
+    the xring form (x in its ring) and the register form are the GEMV's."""
+    codes = {}
+    for x_once in (False, True):
+        cubin = tmp_path / f"k{int(x_once)}.cubin"
+        cubin.write_bytes(built(stages=4, pdl=True, x_once=x_once))
+        codes[x_once] = sass_by_function(cubin)
+    loads = {x_once: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
+             for x_once, by_name in codes.items()}
+    for form in (*nvfp4_mma.KERNELS, *nvfp4_mma.DIAGNOSTICS, *nvfp4_mma.ONE_SET):
+        for kw in nvfp4_mma.KWARPS:
+            for rows, tiles in ((8, 1), (16, 1), (16, 2)):
+                if (rows > 8 and form not in nvfp4_mma.KERNELS) or (
+                        tiles == 2 and not nvfp4_mma.two_tiles_built(form, 4, kw)):
+                    continue
+                name = nvfp4_mma.kernel_name(form, kw, rows, tiles)
+                assert codes[True][name].count("HMMA") == codes[False][name].count("HMMA"), name
+                if form in ("xring", *nvfp4_mma.ONE_SET):
+                    assert codes[True][name].split() == codes[False][name].split(), name
+                else:
+                    assert loads[True][name] == loads[False][name] - 4 * 4 * rows // 8, name
 
 
 @needs_nvcc
