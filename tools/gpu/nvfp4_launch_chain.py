@@ -52,7 +52,8 @@ MEMORY_ALONE = "memory alone"
 #: wrong: of a 16-row launch's cost over an 8-row one's, how much is x's loads and how much the
 #: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers), ``no_wait`` (no
 #: ``griddepcontrol.wait``: what waiting for the launch before costs), ``x_once`` (x loaded for
-#: a warp's first superstep only: what x's loads cost). (The thirty-third
+#: a warp's first superstep only: what x's loads cost), ``x_same`` (x loaded every superstep, always
+#: the first one's pieces: L1 hits). (The thirty-third
 #: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
 #: every shape, and were removed: docs/nvfp4.md)
 BUILD_OPTIONS = "build options"
@@ -175,6 +176,9 @@ VARIANTS = {
     "x once": {BUILD_OPTIONS: {"x_once": True}},
     "x once no wait": {BUILD_OPTIONS: {"x_once": True, "no_wait": True}},
     "ring x once no wait": {MEMORY_ALONE: True, BUILD_OPTIONS: {"x_once": True, "no_wait": True}},
+    # x loaded every superstep, always the first one's pieces (build_cubin x_same): L1 hits, so
+    # against "x once", x's L2 traffic apart from its L1 work
+    "x same": {BUILD_OPTIONS: {"x_same": True}},
 }
 
 

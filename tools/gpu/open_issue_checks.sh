@@ -28,6 +28,7 @@
 #   bash tools/gpu/open_issue_checks.sh r16f34   # no wait (what the wait costs), r16r33, few32b's chain (~8 min)
 #   bash tools/gpu/open_issue_checks.sh h200c    # an H200 only: the GEMVs back to back, shipped (~2 min)
 #   bash tools/gpu/open_issue_checks.sh ring34   # the GEMV, no wait, memory side alone, both; x once (~6 min)
+#   bash tools/gpu/open_issue_checks.sh xsame34  # x once against x from the same pieces (~3 min)
 #   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -327,6 +328,15 @@ ring34)
     b x_once 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" "x once no wait" \
         "ring x once no wait"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/x_once.log"
+    ;;
+xsame34)
+    # 2026-12-07 (34th; either card, mini site, ~3 min): x's cost at 8 and 16 rows taken apart:
+    # x loaded once (no x traffic) against x loaded every superstep from the same pieces (its
+    # L1 work, no L2 traffic past the first)
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b x_same 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "x once" "x same"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/x_same.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

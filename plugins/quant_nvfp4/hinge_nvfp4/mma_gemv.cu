@@ -444,6 +444,10 @@ constexpr bool WAIT_FIRST = MMA_WAIT_FIRST;
 #define MMA_X_ONCE 0  // diagnostic: 1 loads x for a warp's first superstep only and computes every one
 #endif                // with it (the forms that load x into registers; xring's ring unchanged): what
 constexpr bool X_ONCE = MMA_X_ONCE;  // x's loads a superstep cost, its sums wrong
+#ifndef MMA_X_SAME
+#define MMA_X_SAME 0  // diagnostic: 1 loads x every superstep as the GEMV does, but always the first
+#endif                // superstep's pieces (L1 hits past the first: x's L2 traffic gone, its L1 work kept)
+constexpr bool X_SAME = MMA_X_SAME;
 #if L2_PREFETCH == 256
 #define COPY_ASYNC "cp.async.cg.shared.global.L2::256B [%0], [%1], 16;"
 #elif L2_PREFETCH == 128
@@ -835,7 +839,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
                 const int from = (s + 1) % STAGES;
                 read_slot<T>(my_codes[from], my_scales[from], lane, n0, n1, nsc);
             }
-            if (!x_ring && !X_ONCE) load_next_x<SETS>(xn, x_src, i, steps);
+            if (!x_ring && !X_ONCE) load_next_x<SETS>(xn, x_src, X_SAME ? -1 : i, steps);
             if constexpr (FORM == RING) {
 #pragma unroll
                 for (int j = 0; j < T; ++j) fold ^= xor_of(c0[j], c1[j], sc[j]);

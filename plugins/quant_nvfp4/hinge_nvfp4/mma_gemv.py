@@ -139,7 +139,8 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
 def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bool = False,
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
                 wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
-                r16_warps: int = 16, no_wait: bool = False, x_once: bool = False) -> bytes:
+                r16_warps: int = 16, no_wait: bool = False, x_once: bool = False,
+                x_same: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -165,7 +166,10 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     ``x_once``: a diagnostic build whose GEMV and ring forms load x for a warp's first superstep
     only and compute every superstep with it (``MMA_X_ONCE``; the xring form's ring of x is
     unchanged; the sums wrong; ``nvfp4_launch_chain.py``'s ``x once ...`` variants: what x's
-    loads a superstep cost; never cached or launched by the engine); needs nvcc on PATH."""
+    loads a superstep cost; never cached or launched by the engine); ``x_same``: likewise, x
+    loaded every superstep as the GEMV loads it but always the first superstep's pieces
+    (``MMA_X_SAME``: L1 hits past the first, so x's L2 traffic is gone and its L1 work kept;
+    ``x same``); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -203,7 +207,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
                                f"-DMMA_R16_WARPS={r16_warps}", f"-DMMA_NO_WAIT={int(no_wait)}",
-                               f"-DMMA_X_ONCE={int(x_once)}",
+                               f"-DMMA_X_ONCE={int(x_once)}", f"-DMMA_X_SAME={int(x_same)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)

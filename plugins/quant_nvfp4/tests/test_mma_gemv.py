@@ -176,6 +176,7 @@ PREBUILT = (
     {"stages": 4, "pdl": True, "wait_first": True},
     {"stages": 4, "pdl": True, "no_wait": True},
     {"stages": 4, "pdl": True, "x_once": True},
+    {"stages": 4, "pdl": True, "x_same": True},
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
@@ -414,18 +415,22 @@ def test_a_no_wait_build_never_waits_and_one_without_pdl_is_refused(tmp_path):
 
 
 @needs_nvcc
-def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else(tmp_path):
+def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_keeps_them(tmp_path):
     """``x_once`` (nvfp4_launch_chain.py's ``x once ...`` variants): every form that loads x into
     registers in the ring loop (the GEMV forms but xring, and the ring and math diagnostics)
     issues 4 fewer 16-byte x loads a set a superstep of its unrolled ring (4), its MMAs all there;
-    the xring form (x in its ring) and the register form are the GEMV's."""
+    the xring form (x in its ring) and the register form are the GEMV's. ``x_same`` (``x same``,
+    every superstep's x loads from the first one's pieces) keeps every load."""
     codes = {}
-    for x_once in (False, True):
-        cubin = tmp_path / f"k{int(x_once)}.cubin"
-        cubin.write_bytes(built(stages=4, pdl=True, x_once=x_once))
-        codes[x_once] = sass_by_function(cubin)
-    loads = {x_once: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
-             for x_once, by_name in codes.items()}
+    for option in (None, "x_once", "x_same"):
+        cubin = tmp_path / f"k{option}.cubin"
+        cubin.write_bytes(built(stages=4, pdl=True, **({option: True} if option else {})))
+        codes[option] = sass_by_function(cubin)
+    loads = {option: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
+             for option, by_name in codes.items()}
+    assert loads["x_same"] == loads[None]
+    codes = {x_once: codes["x_once" if x_once else None] for x_once in (False, True)}
+    loads = {x_once: loads["x_once" if x_once else None] for x_once in (False, True)}
     for form in (*nvfp4_mma.KERNELS, *nvfp4_mma.DIAGNOSTICS, *nvfp4_mma.ONE_SET):
         for kw in nvfp4_mma.KWARPS:
             for rows, tiles in ((8, 1), (16, 1), (16, 2)):
