@@ -420,7 +420,8 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
     registers in the ring loop (the GEMV forms but xring, and the ring and math diagnostics)
     issues 4 fewer 16-byte x loads a set a superstep of its unrolled ring (4), its MMAs all there;
     the xring form (x in its ring) and the register form are the GEMV's. ``x_same`` (``x same``,
-    every superstep's x loads from the first one's pieces) keeps every load."""
+    every superstep's x loads from the first one's pieces) keeps every load but the math
+    diagnostic's."""
     codes = {}
     for option in (None, "x_once", "x_same"):
         cubin = tmp_path / f"k{option}.cubin"
@@ -428,7 +429,9 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
         codes[option] = sass_by_function(cubin)
     loads = {option: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
              for option, by_name in codes.items()}
-    assert loads["x_same"] == loads[None]
+    math = set(nvfp4_mma.kernel_name("math", kw) for kw in nvfp4_mma.KWARPS)  # (no copies in its loop:
+    assert {n: c for n, c in loads["x_same"].items() if n not in math} == {  # nvcc merges the same loads)
+        n: c for n, c in loads[None].items() if n not in math}
     codes = {x_once: codes["x_once" if x_once else None] for x_once in (False, True)}
     loads = {x_once: loads["x_once" if x_once else None] for x_once in (False, True)}
     for form in (*nvfp4_mma.KERNELS, *nvfp4_mma.DIAGNOSTICS, *nvfp4_mma.ONE_SET):
