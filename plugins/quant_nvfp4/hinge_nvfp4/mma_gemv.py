@@ -185,6 +185,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     if no_wait and (not pdl or wait_first):
         raise ValueError("no_wait drops griddepcontrol.wait, which only a pdl=True build has (and "
                          "wait_first moves it): build with pdl=True and wait_first=False")
+    if x_once and x_same:
+        raise ValueError("x_once and x_same are two diagnostics of x's loads (none after the first "
+                         "superstep, or the first one's again): build one at a time")
     if row_scale not in ROW_SCALE_READS:
         raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
     if r16_diag not in R16_DIAGS:

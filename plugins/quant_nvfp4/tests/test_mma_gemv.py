@@ -429,6 +429,8 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
         codes[option] = sass_by_function(cubin)
     loads = {option: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
              for option, by_name in codes.items()}
+    with pytest.raises(ValueError, match="one at a time"):
+        nvfp4_mma.build_cubin("sm_90", x_once=True, x_same=True)
     math = set(nvfp4_mma.kernel_name("math", kw) for kw in nvfp4_mma.KWARPS)  # (no copies in its loop:
     assert {n: c for n, c in loads["x_same"].items() if n not in math} == {  # nvcc merges the same loads)
         n: c for n, c in loads[None].items() if n not in math}
