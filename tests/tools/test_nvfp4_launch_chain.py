@@ -116,9 +116,10 @@ def test_a_plan_named_by_the_variable_is_the_shipped_variant_and_every_variants_
 
 
 def test_a_diagnostic_variant_builds_its_launchers_cubins_with_its_options_and_only_inside(monkeypatch):
-    """The ``r16 ...`` variants (``BUILD_OPTIONS``: never in a tilings file) load their launchers from
-    ``build_cubin(**options)`` (once a process and option set), made inside ``diagnostic_cubins``;
-    outside it, and in a variant without options, the shipped ``cached_cubin`` is back."""
+    """The diagnostic variants (``BUILD_OPTIONS``, e.g. ``r16 x once``, ``no wait``, ``x once``:
+    never in a tilings file) load their launchers from ``build_cubin(**options)`` (once a process
+    and option set), made inside ``diagnostic_cubins``; outside it, and in a variant without
+    options, the shipped ``cached_cubin`` is back."""
     from hinge_nvfp4 import mma_gemv
 
     builds = []

@@ -213,8 +213,8 @@ def variant_plan(shipped: dict, change: dict) -> dict:
 
 
 def diagnostic_cubins(options: dict | None):
-    """Within it, ``mma_gemv.cached_cubin`` gives ``build_cubin(**options)``'s builds
-    (``r16_diag``, ``r16_warps``; in memory, never on disk, one a process and option set:
+    """Within it, ``mma_gemv.cached_cubin`` gives ``build_cubin(**options)``'s builds (a
+    variant's ``BUILD_OPTIONS``; in memory, never on disk, one a process and option set:
     ``DIAGNOSTIC_BUILDS``, ``nvfp4_gemm.cubins_built``): a launcher made inside keeps it; no
     options change nothing."""
     return cubins_built(lambda call: options, DIAGNOSTIC_BUILDS) if options else contextlib.nullcontext()
