@@ -222,6 +222,13 @@ def sass_by_function(cubin: Path) -> dict[str, str]:
     return {part.split()[0]: part for part in cuobjdump("-sass", cubin).split("Function : ")[1:]}
 
 
+def built_sass(tmp_path: Path, **options) -> dict[str, str]:
+    """``built(**options)``'s SASS, a text a kernel (the cubin written under ``tmp_path``)."""
+    cubin = tmp_path / "built.cubin"
+    cubin.write_bytes(built(**options))
+    return sass_by_function(cubin)
+
+
 @needs_nvcc
 @pytest.mark.parametrize("stages, columns", [(2, "contiguous"), (4, "contiguous"), (8, "contiguous"),
                                              (10, "contiguous"), (4, "coalesced")])
@@ -400,11 +407,7 @@ def test_a_no_wait_build_never_waits_and_one_without_pdl_is_refused(tmp_path):
     """``no_wait`` (nvfp4_launch_chain.py's ``no wait`` variant): no kernel of the build waits
     for the kernel before (no griddepcontrol.wait: ACQBULK), where every GEMV kernel of the PDL
     build it diagnoses does; there is nothing to drop without PDL."""
-    codes = {}
-    for no_wait in (False, True):
-        cubin = tmp_path / f"k{int(no_wait)}.cubin"
-        cubin.write_bytes(built(stages=4, pdl=True, no_wait=no_wait))
-        codes[no_wait] = sass_by_function(cubin)
+    codes = {no_wait: built_sass(tmp_path, stages=4, pdl=True, no_wait=no_wait) for no_wait in (False, True)}
     gemvs = [nvfp4_mma.kernel_name(form, kw, rows) for form in nvfp4_mma.KERNELS
              for kw in nvfp4_mma.KWARPS for rows in (8, 16)]
     assert all("ACQBULK" in codes[False][name] for name in gemvs)
@@ -422,11 +425,8 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
     the xring form (x in its ring) and the register form are the GEMV's. ``x_same`` (``x same``,
     every superstep's x loads from the first one's pieces) keeps every load but the math
     diagnostic's."""
-    codes = {}
-    for option in (None, "x_once", "x_same"):
-        cubin = tmp_path / f"k{option}.cubin"
-        cubin.write_bytes(built(stages=4, pdl=True, **({option: True} if option else {})))
-        codes[option] = sass_by_function(cubin)
+    codes = {option: built_sass(tmp_path, stages=4, pdl=True, **({option: True} if option else {}))
+             for option in (None, "x_once", "x_same")}
     loads = {option: {name: len(re.findall(r"\bLDG\.", code)) for name, code in by_name.items()}
              for option, by_name in codes.items()}
     with pytest.raises(ValueError, match="one at a time"):
@@ -434,8 +434,6 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
     math = set(nvfp4_mma.kernel_name("math", kw) for kw in nvfp4_mma.KWARPS)  # (no copies in its loop:
     assert {n: c for n, c in loads["x_same"].items() if n not in math} == {  # nvcc merges the same loads)
         n: c for n, c in loads[None].items() if n not in math}
-    codes = {x_once: codes["x_once" if x_once else None] for x_once in (False, True)}
-    loads = {x_once: loads["x_once" if x_once else None] for x_once in (False, True)}
     for form in (*nvfp4_mma.KERNELS, *nvfp4_mma.DIAGNOSTICS, *nvfp4_mma.ONE_SET):
         for kw in nvfp4_mma.KWARPS:
             for rows, tiles in ((8, 1), (16, 1), (16, 2)):
@@ -443,11 +441,11 @@ def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_kee
                         tiles == 2 and not nvfp4_mma.two_tiles_built(form, 4, kw)):
                     continue
                 name = nvfp4_mma.kernel_name(form, kw, rows, tiles)
-                assert codes[True][name].count("HMMA") == codes[False][name].count("HMMA"), name
+                assert codes["x_once"][name].count("HMMA") == codes[None][name].count("HMMA"), name
                 if form in ("xring", *nvfp4_mma.ONE_SET):
-                    assert codes[True][name].split() == codes[False][name].split(), name
+                    assert codes["x_once"][name].split() == codes[None][name].split(), name
                 else:
-                    assert loads[True][name] == loads[False][name] - 4 * 4 * rows // 8, name
+                    assert loads["x_once"][name] == loads[None][name] - 4 * 4 * rows // 8, name
 
 
 @needs_nvcc
@@ -456,11 +454,8 @@ def test_the_r16_diagnostics_drop_the_second_sets_x_loads_or_its_mmas_and_nothin
     loads x into registers issues 4 fewer x loads (LDG) a superstep of its unrolled ring and 4
     fewer before its loop, its MMAs all there; 2, its second set's 8 MMAs a superstep are not
     issued (an 8-row kernel's count) and its x loads all are. The 8-row kernels are the GEMV's."""
-    builds = {}
-    for diag in (0, 1, 2):
-        cubin = tmp_path / f"k{diag}.cubin"
-        cubin.write_bytes(built(stages=4, pdl=True, columns="coalesced", row_scale="wait", r16_diag=diag))
-        builds[diag] = sass_by_function(cubin)
+    builds = {diag: built_sass(tmp_path, stages=4, pdl=True, columns="coalesced", row_scale="wait", r16_diag=diag)
+              for diag in (0, 1, 2)}
     loads = {diag: {name: len(re.findall(r"\bLDG\.", code)) for name, code in codes.items()}
              for diag, codes in builds.items()}
     mmas = {diag: {name: code.count("HMMA.16816.F32.BF16") for name, code in codes.items()}
@@ -477,7 +472,7 @@ def test_the_r16_diagnostics_drop_the_second_sets_x_loads_or_its_mmas_and_nothin
             assert loads[2][sixteen] == loads[0][sixteen] and mmas[2][sixteen] == mmas[0][eight], sixteen
     with pytest.raises(ValueError, match="r16_diag"):
         nvfp4_mma.build_cubin("sm_90", r16_diag=3)
-    with pytest.raises(ValueError, match="r16_warps"):  # (its builds: lane r16r33, not run yet)
+    with pytest.raises(ValueError, match="r16_warps"):  # (its builds: lane r16r33, run in r16f34)
         nvfp4_mma.build_cubin("sm_90", r16_warps=18)
 
 
