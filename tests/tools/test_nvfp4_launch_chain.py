@@ -39,6 +39,10 @@ def test_every_variant_of_the_h100_file_is_a_tiling_the_kernel_runs(label):
             if key == "few":  # the launch of the fewest rows: the entry's, with the keys named changed
                 assert tiling.few.upto == value.get("upto", 1), shape
                 assert all(getattr(tiling.few.plan, k) == v for k, v in value.items() if k != "upto"), shape
+            elif key == nvfp4_launch_chain.PER_SHAPE:  # this shape's own change
+                assert all(getattr(tiling, k) == v for k, v in value.get(shape, {}).items()), (shape, value)
+            elif key == "r16" and value is None:  # no 16-row launch of its own
+                assert tiling.rows16 is None, shape
             elif key not in ("r16", nvfp4_launch_chain.MEMORY_ALONE, nvfp4_launch_chain.BUILD_OPTIONS):
                 assert getattr(tiling, key) == value, (shape, key)
 
@@ -53,6 +57,15 @@ def test_a_variant_launches_the_fewest_rows_as_the_rest_unless_it_names_their_la
 
 def test_the_h100_file_has_an_eight_warps_a_tile_shape_for_the_deep_variants_to_skip():
     assert WIDE == {"4096x12288"}
+
+
+def test_a_per_shape_change_reaches_its_shape_alone_and_stays_out_of_the_tilings_file():
+    change = {"trigger": "read", nvfp4_launch_chain.PER_SHAPE: {"6144x4096": {"splits": 4}}}
+    plan = nvfp4_launch_chain.variant_plan(H100, change)
+    assert plan["6144x4096"]["splits"] == 4 and plan["6144x4096"]["trigger"] == "read"
+    assert all(plan[shape]["splits"] == H100[shape]["splits"] and plan[shape]["trigger"] == "read"
+               for shape in H100 if shape != "6144x4096")
+    assert all(nvfp4_launch_chain.PER_SHAPE not in entry for entry in plan.values())
 
 
 @pytest.mark.parametrize("label", [label for label, change in nvfp4_launch_chain.VARIANTS.items()
@@ -134,6 +147,7 @@ def test_a_diagnostic_variant_builds_its_launchers_cubins_with_its_options_and_o
         mma_gemv.cached_cubin("sm_90", 4, pdl=True, warps=8, row_scale="wait")
     assert mma_gemv.cached_cubin is shipped
     assert builds == [{"arch": "sm_90", "stages": 4, "prefetch": 0, "pdl": True, "warps": 8,
-                       "columns": mma_gemv.COLUMNS, "trigger": "read", "row_scale": "wait", "r16_diag": 1}]
+                       "columns": mma_gemv.COLUMNS, "trigger": "read", "row_scale": "wait", "wg": False,
+                       "r16_diag": 1}]
     with nvfp4_launch_chain.diagnostic_cubins(None):
         assert mma_gemv.cached_cubin is shipped

@@ -57,9 +57,9 @@ def cubins_built(options, builds: dict):
     from hinge_nvfp4 import mma_gemv
 
     def cubin(arch, stages=4, cache_dir=None, prefetch=None, pdl=False, warps=mma_gemv.WARPS,
-              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end"):  # (cached_cubin's arguments)
+              columns=mma_gemv.COLUMNS, trigger="read", row_scale="end", wg=False):  # (cached_cubin's arguments)
         call = {"arch": arch, "stages": stages, "prefetch": prefetch or 0, "pdl": pdl, "warps": warps,
-                "columns": columns, "trigger": trigger, "row_scale": row_scale}
+                "columns": columns, "trigger": trigger, "row_scale": row_scale, "wg": wg}
         call.update(options(call))
         key = tuple(sorted(call.items()))
         if key not in builds:

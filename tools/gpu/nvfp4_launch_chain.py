@@ -57,6 +57,22 @@ MEMORY_ALONE = "memory alone"
 #: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
 #: every shape, and were removed: docs/nvfp4.md)
 BUILD_OPTIONS = "build options"
+#: a variant's key (never written to its tilings file either): each shape's own further change,
+#: by the file's key (``"6144x4096"``), merged over the variant's change for that shape alone
+PER_SHAPE = "per shape"
+#: the wgmma forms' splits of K a shape (one warp a tile, so K is cut by splits alone): as many
+#: warps as the shipped launches (qkv 1536, gate_up 1536, down 2048, o 1024), and twice that
+WG_SPLITS = {"6144x4096": 4, "24576x4096": 1, "4096x12288": 8, "4096x4096": 4}
+WG_SPLITS_2 = {shape: 2 * splits for shape, splits in WG_SPLITS.items()}
+
+
+def wg_variant(form: str, splits: dict) -> dict:
+    """Every launch in the wgmma form ``form`` (mma_gemv.WG_FORMS: x loaded once a block into
+    shared memory, wgmma's B), K cut in ``splits[shape]``, no 16-row launch of its own (the
+    form's _r16 kernel of the same launcher takes 9 .. 16 rows)."""
+    return {"form": form, "kwarps": 1, "r16": None, PER_SHAPE: {shape: {"splits": n} for shape, n in splits.items()}}
+
+
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
 VARIANTS = {
     "shipped": None,
@@ -179,6 +195,12 @@ VARIANTS = {
     # x loaded every superstep, always the first one's pieces (build_cubin x_same): L1 hits, so
     # against "x once", x's L2 traffic apart from its L1 work
     "x same": {BUILD_OPTIONS: {"x_same": True}},
+    # the wgmma forms (thirty-fifth session): x read once a block, the weights copied as the plain
+    # or the bulk form copies them, in as many warps as shipped or twice as many
+    "wg": wg_variant("wg", WG_SPLITS),
+    "wg bulk": wg_variant("wg_bulk", WG_SPLITS),
+    "wg k2": wg_variant("wg", WG_SPLITS_2),
+    "wg bulk k2": wg_variant("wg_bulk", WG_SPLITS_2),
 }
 
 
@@ -205,10 +227,12 @@ def sweep16_variants(from_rows: int = 9) -> dict:
 
 def variant_plan(shipped: dict, change: dict) -> dict:
     """The tilings file of a variant: every shape's shipped entry in a ring of 4 and without its
-    form of the fewest rows (``"few"``, unless the change names one), then changed
-    (``MEMORY_ALONE`` is not a tiling's: left out)."""
-    change = {key: value for key, value in change.items() if key not in (MEMORY_ALONE, BUILD_OPTIONS)}
-    return {shape: {**{key: value for key, value in entry.items() if key != "few"}, "stages": 4, **change}
+    form of the fewest rows (``"few"``, unless the change names one), then changed, then by its
+    own ``PER_SHAPE`` change (``MEMORY_ALONE`` and ``BUILD_OPTIONS`` are not a tiling's: left out)."""
+    per_shape = change.get(PER_SHAPE, {})
+    change = {key: value for key, value in change.items() if key not in (MEMORY_ALONE, BUILD_OPTIONS, PER_SHAPE)}
+    return {shape: {**{key: value for key, value in entry.items() if key != "few"}, "stages": 4, **change,
+                    **per_shape.get(shape, {})}
             for shape, entry in shipped.items()}
 
 

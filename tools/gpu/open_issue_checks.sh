@@ -30,6 +30,8 @@
 #   bash tools/gpu/open_issue_checks.sh ring34   # the GEMV, no wait, memory side alone, both; x once (~6 min)
 #   bash tools/gpu/open_issue_checks.sh xsame34  # x once against x from the same pieces (~3 min)
 #   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
+#   bash tools/gpu/open_issue_checks.sh wg35     # the wgmma forms: their GPU tests, then back to
+#                                                 # back against shipped at 1, 8, 16 rows (~7 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -337,6 +339,26 @@ xsame34)
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b x_same 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 8 16 --variants shipped "x once" "x same"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/x_same.log"
+    ;;
+wg35)
+    # 2026-12-08 (35th; either card, mini site, ~7 min): the wgmma forms (x loaded once a block
+    # into shared memory, wgmma's B): their GPU tests, then (unless those hung) back to back
+    # against shipped, in as many warps as shipped and twice as many, plain and bulk copies;
+    # their cubins built first, at once
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1 &
+    for cols in contiguous coalesced; do
+        for pdl in False True; do
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=$pdl, columns='$cols', wg=True)" &
+        done
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+    done
+    wait
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b wg_tests 170 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py
+    tail -15 "$OUT/wg_tests.log"
+    grep -q "wg_tests rc=124" "$OUT/rc.txt" ||
+        b wg_chain 330 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg "wg bulk" "wg k2" "wg bulk k2"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_chain.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

@@ -464,6 +464,6 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
                                   warps=mma_gemv.block_warps(kwarps), columns=columns,
                                   trigger=trigger if pdl else "read",  # (no trigger without PDL)
-                                  row_scale=row_scale if pdl else "end")
+                                  row_scale=row_scale if pdl else "end", wg=form in mma_gemv.WG_FORMS)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,
                             rows16_from=rows16_from, spread=spread)

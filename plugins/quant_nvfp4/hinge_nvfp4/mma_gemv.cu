@@ -191,6 +191,18 @@ __device__ __forceinline__ int mma_group(const int u) {
     return COALESCED ? u >> 1 : u >> 2;
 }
 
+__device__ __forceinline__ void scaled_fragment(const uint32_t word, const int u,
+                                                const uint32_t (&row_g)[LANE_GROUPS],
+                                                const uint32_t (&row_g8)[LANE_GROUPS], uint32_t (&a)[4]) {
+    // MMA u's A fragment from the lane's code word u, times its groups' multipliers (rows g, g + 8)
+    fragments(word, a);
+    const int group = mma_group(u);
+    a[0] = mul_bf16x2(a[0], row_g[group]);
+    a[1] = mul_bf16x2(a[1], row_g8[group]);
+    a[2] = mul_bf16x2(a[2], row_g[group]);
+    a[3] = mul_bf16x2(a[3], row_g8[group]);
+}
+
 template <int SETS>
 __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint2 scales,
                                           const uint4 (&xv)[SETS][4], float (&sums)[2][SETS][4]) {
@@ -203,12 +215,7 @@ __device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const 
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
         uint32_t a[4];
-        fragments(words[u], a);
-        const int group = mma_group(u);
-        a[0] = mul_bf16x2(a[0], row_g[group]);
-        a[1] = mul_bf16x2(a[1], row_g8[group]);
-        a[2] = mul_bf16x2(a[2], row_g[group]);
-        a[3] = mul_bf16x2(a[3], row_g8[group]);
+        scaled_fragment(words[u], u, row_g, row_g8, a);
 #pragma unroll
         for (int set = 0; set < SETS; ++set) {
             if (R16_DIAG == 2 && set > 0)  // (the diagnostic: x's words kept, no MMA)
@@ -1076,6 +1083,198 @@ GEMV_KERNELS_KW8(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_xring, XRING)
 GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memory side alone of _kw8
+#endif
+
+#ifndef MMA_WG
+#define MMA_WG 0  // 1: the wgmma forms too (mma_gemv.build_cubin wg=True, for sm_90a; mma_gemv.WG_FORMS)
+#endif
+#if MMA_WG && WARPS == 4
+// The wgmma forms (mma_gemv.WG_FORMS: ``wg``, its weights copied as PLAIN's, ``wg_bulk`` as
+// BULK's): a block is one warpgroup, its four warps four consecutive tiles over the same
+// supersteps (one split of K: blockIdx.y), so that a superstep's x is loaded once a block rather
+// than once a warp. Each warp loads one of a lane's four 16-byte pieces of x (piece w of its rows
+// g and 8 + g: the loads the GEMV's lane makes as its load w) and stores its four words where
+// wgmma reads B (x_stage: word i of set s of lane l at [i][s][l], which is MMA u = i / 2's k half
+// i % 2 for x rows 8s .. 8s + 7 as K-major core matrices of 8 rows of 16 bytes); the warpgroup's
+// eight wgmma m64n(8 SETS)k16 a superstep take A, each warp's decoded fragments of its tile, from
+// registers (mma.sync's A fragment is a warp's 16 rows of wgmma's) and B from shared memory, once
+// for the four tiles. x through the data path: a quarter of the GEMV's loads, and the tensor
+// cores' reads of the stage. One named barrier a superstep: the stage of this superstep written by
+// every warp, the other stage's MMAs (the superstep before) done by every warp, so it is refilled.
+
+__device__ __forceinline__ uint64_t x_descriptor(const uint32_t* at, const int k_half_bytes) {
+    // wgmma's descriptor of B in shared memory, K-major, no swizzle, in 16-byte units: the start,
+    // the leading byte offset (the k half 8 .. 15: k_half_bytes on) and the stride byte offset
+    // (x rows 8 .. 15: 128 bytes on)
+    const uint64_t start = (shared_address(at) & 0x3FFFFu) >> 4;
+    return start | ((uint64_t)(k_half_bytes >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+}
+
+template <int SETS>
+__device__ __forceinline__ void wgmma(float (&d)[4 * SETS], const uint32_t (&a)[4], const uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma<1>(float (&d)[4], const uint32_t (&a)[4], const uint64_t b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma<2>(float (&d)[8], const uint32_t (&a)[4], const uint64_t b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %13, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+template <int SETS>
+__device__ __forceinline__ void load_pieces(uint4 (&xr)[SETS], const uint4* const (&x_src)[SETS], const size_t at,
+                                            const int q) {
+    // the lane's piece q of each set's row, superstep at / 16 (load_x's load q)
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) xr[set] = PDL ? __ldca(x_src[set] + at + q * X_STEP) : __ldg(x_src[set] + at + q * X_STEP);
+}
+
+template <int SETS>
+__device__ __forceinline__ void stage_pieces(uint32_t (&stage)[16][SETS][32], const uint4 (&xr)[SETS], const int q,
+                                             const int lane) {
+    // the pieces' words 4q .. 4q + 3 into the stage (generic stores, then the fence that makes
+    // them visible to wgmma's reads through the async proxy once the barrier is passed)
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        stage[4 * q][set][lane] = xr[set].x;
+        stage[4 * q + 1][set][lane] = xr[set].y;
+        stage[4 * q + 2][set][lane] = xr[set].z;
+        stage[4 * q + 3][set][lane] = xr[set].w;
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+template <int SETS, bool BULK_W>
+__device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
+                                              const uint16_t* __restrict__ x, const int k, const int m,
+                                              const int c_tile, const int c_super, const int s_tile,
+                                              const int s_super, const int tile, const int first, const int steps,
+                                              const int warp, const int lane, float (&acc)[4 * SETS],
+                                              const float* row_scale, const int n, float (&scale)[1][2]) {
+    // the warpgroup's sums over supersteps first .. first + steps - 1 (steps >= 1; the same for
+    // its four warps) of tiles tile (this warp's; a tile past N reads the last tile's weights
+    // again, the caller drops its sums); row_scale given (ROW_SCALE 2): its rows' into scale
+    __shared__ __align__(128) uint32_t x_stage[2][16][SETS][32];
+    __shared__ __align__(128) uint32_t ring_scales[WARPS][STAGES][1][32];
+    __shared__ uint64_t ring_bars[BULK_W ? WARPS : 1][STAGES];
+    const int g = lane >> 2, t = lane & 3;
+    const uint4* const c_block[1] = {codes + tile * c_tile + first * c_super};
+    const uint4* const s_block[1] = {reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super};
+    const uint4* const c_src[1] = {c_block[0] + lane};
+    const uint4* const s_src[1] = {s_block[0] + (lane & 7)};
+    int x_row[SETS];
+    const uint4* x_src[SETS];
+    x_sources<SETS>(x, k, m, first, g, t, x_row, x_src);
+    uint4(*my_codes)[1][2][32] = codes_ring<1>(warp);
+    uint32_t(*my_scales)[1][32] = ring_scales[warp];
+    uint64_t* my_bars = ring_bars[BULK_W ? warp : 0];
+    if constexpr (BULK_W) {
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) barrier_init(&my_bars[s]);
+            barrier_init_fence();
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; ++s)
+                if (s < steps)
+                    bulk_superstep<1>(my_codes[s], my_scales[s], c_block, s_block, s * c_super, s * s_super, &my_bars[s]);
+        }
+        __syncwarp();
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {  // the prologue, weights only: x comes after the wait
+            if (s < steps) copy_supersteps<1>(my_codes[s], my_scales[s], c_src, s_src, s * c_super, s * s_super, lane);
+            commit_copies();
+        }
+    }
+    if constexpr (PDL) wait_for_prerequisites();
+    uint4 xr[SETS];
+    load_pieces<SETS>(xr, x_src, 0, warp);
+    stage_pieces<SETS>(x_stage[0], xr, warp, lane);
+    if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<1>(row_scale, n, tile, lane, scale);
+    if (steps > 1) load_pieces<SETS>(xr, x_src, 16, warp);
+    float d[4 * SETS] = {};
+    // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
+    for (int base = 0; base < steps; base += STAGES) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            const int i = base + s;
+            if (i >= steps) break;
+            if constexpr (BULK_W) {
+                barrier_wait(&my_bars[s], (unsigned)(base / STAGES) & 1u);
+            } else {
+                wait_copies<STAGES - 2>();
+            }
+            __syncwarp();  // superstep i landed for every lane, and every lane read i - 1's slot
+            const uint4 c0 = my_codes[s][0][0][lane], c1 = my_codes[s][0][1][lane];
+            const uint2 sc = lane_scales(my_scales[s][0], lane);
+            const int next = i + STAGES - 1, to = (s + STAGES - 1) % STAGES;
+            if constexpr (BULK_W) {
+                if (lane == 0 && next < steps)
+                    bulk_superstep<1>(my_codes[to], my_scales[to], c_block, s_block, next * c_super, next * s_super,
+                                      &my_bars[to]);
+            } else {
+                if (next < steps)
+                    copy_supersteps<1>(my_codes[to], my_scales[to], c_src, s_src, next * c_super, next * s_super, lane);
+                commit_copies();
+            }
+            const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+            uint32_t row_g[LANE_GROUPS], row_g8[LANE_GROUPS], a[8][4];
+            lane_multipliers(sc, row_g, row_g8);
+#pragma unroll
+            for (int u = 0; u < 8; ++u) scaled_fragment(words[u], u, row_g, row_g8, a[u]);
+            asm volatile("bar.sync 1, 128;" ::: "memory");  // stage i % 2 written, i - 1's MMAs done: all warps
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int u = 0; u < 8; ++u) wgmma<SETS>(d, a[u], x_descriptor(&x_stage[i & 1][2 * u][0][0], SETS * 128));
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            if (i + 1 < steps) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr, warp, lane);
+            if (i + 2 < steps) load_pieces<SETS>(xr, x_src, (size_t)(i + 2) * 16, warp);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // a and d free again
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * SETS; ++i) acc[i] = d[i] * 256.f;  // A was e2m1 * scale * 2^-8
+}
+
+template <int SETS, bool BULK_W>
+__device__ __forceinline__ void gemv_wg(GEMV_PARAMS) {
+    // tiles 4 blockIdx.x .. + 3, a warp each, over split blockIdx.y; the epilogue as the GEMV's
+    // (finish: a tile's splits added by its last warp to finish)
+    if constexpr (PDL && TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tile = blockIdx.x * WARPS + warp, tiles = n >> 4;
+    const int first = blockIdx.y * (groups_per_split >> 3);
+    const int steps = min(groups_per_split >> 3, (k >> 7) - first);  // >= 1: splits = ceil(groups / per split)
+    float acc[4 * SETS] = {};
+    float scale[1][2] = {};
+    if constexpr (ROW_SCALE == 1) early_scales<1>(row_scale, n, tile, lane, scale);
+    accumulate_wg<SETS, BULK_W>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1), first,
+                                steps, warp, lane, acc, ROW_SCALE == 2 ? row_scale : nullptr, n, scale);
+    if constexpr (PDL && !TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (tile >= tiles) return;  // (after the loop's barriers: every warp takes part in them)
+    const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
+    finish<SETS, 1>(e, m, n, tile, lane, 1, acc, scale[0]);
+}
+
+#define WG_KERNEL(name, SETS, BULK_W, BLOCKS)                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS) name(GEMV_PARAMS) {          \
+        gemv_wg<SETS, BULK_W>(GEMV_ARGS);                                                         \
+    }
+WG_KERNEL(nvfp4_mma_gemv_wg, 1, false, BLOCKS_PER_SM)
+WG_KERNEL(nvfp4_mma_gemv_wg_r16, 2, false, BLOCKS_PER_SM_16)
+WG_KERNEL(nvfp4_mma_gemv_wg_bulk, 1, true, BLOCKS_PER_SM)
+WG_KERNEL(nvfp4_mma_gemv_wg_bulk_r16, 2, true, BLOCKS_PER_SM_16)
 #endif
 
 // The weight itself, for x of prefill sizes (mma_gemv.MmaGemv.dequantize, kernels.MmaKernel): from

@@ -79,6 +79,13 @@ ONE_SET = {"regs": "nvfp4_mma_gemv_regs"}
 #: the register form's memory side alone (its loads, a XOR fold for the math; no GEMV), built
 #: beside it: ``nvfp4_launch_chain.py``'s ``regs fold`` variants
 REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
+#: the wgmma forms, built only by ``build_cubin(wg=True)`` (``MMA_WG``, sm_90a; an experiment no
+#: tilings file names yet): a block one warpgroup, its four warps four tiles over one split's
+#: supersteps, x loaded once a block into shared memory (each warp a quarter of it) and read from
+#: there by ``wgmma`` (A the warps' decoded fragments in registers), the weights copied as the
+#: ``plain`` form's (``wg``) or the ``bulk`` form's (``wg_bulk``); one warp a tile, one tile a
+#: warp, K cut by splits alone; up to ``SET_ROWS`` rows and an ``_r16`` kernel
+WG_FORMS = {"wg": "nvfp4_mma_gemv_wg", "wg_bulk": "nvfp4_mma_gemv_wg_bulk"}
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
@@ -120,15 +127,19 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
     ``REGS_DIAGNOSTICS``) with ``kwarps`` warps a tile for x of at most ``rows`` rows
     (``SET_ROWS``, or ``MAX_ROWS``: a ``KERNELS`` form's ``_r16`` kernel, two sets of MMA
     columns), ``tiles`` 16-row tiles a warp (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
-    names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS
+    names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS | WG_FORMS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
+    if form in WG_FORMS and (kwarps != 1 or tiles != 1):
+        raise ValueError(f"the {form} form runs one warp a tile and one tile a warp (K cut by splits), "
+                         f"not {kwarps} warps a tile, {tiles} tiles a warp")
     if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in (*KERNELS, "ring")):
         raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, or {WIDE_WARPS} "
                          f"in its {', '.join(KERNELS)} and ring forms, not {kwarps} ({form})")
-    if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and form not in KERNELS):
+    sixteen = form in KERNELS or form in WG_FORMS  # (forms with an _r16 kernel)
+    if rows not in (SET_ROWS, MAX_ROWS) or (rows > SET_ROWS and not sixteen):
         raise ValueError(f"the MMA GEMV's {form} form is built for {SET_ROWS}"
-                         f"{f' or {MAX_ROWS}' if form in KERNELS else ''} rows of x, not {rows}")
+                         f"{f' or {MAX_ROWS}' if sixteen else ''} rows of x, not {rows}")
     if tiles not in (1, 2) or (tiles == 2 and (rows != MAX_ROWS or form not in T2_FORMS or kwarps == WIDE_WARPS)):
         raise ValueError(f"two tiles a warp are built for {MAX_ROWS} rows in the "
                          f"{' and '.join(T2_FORMS)} forms; got {tiles} tiles, {rows} rows, {form}")
@@ -140,7 +151,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
                 wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
                 r16_warps: int = 16, no_wait: bool = False, x_once: bool = False,
-                x_same: bool = False) -> bytes:
+                x_same: bool = False, wg: bool = False) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -169,7 +180,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     loads a superstep cost; never cached or launched by the engine); ``x_same``: likewise, x
     loaded every superstep as the GEMV loads it but always the first superstep's pieces
     (``MMA_X_SAME``: L1 hits past the first, so x's L2 traffic is gone and its L1 work kept;
-    ``x same``); needs nvcc on PATH."""
+    ``x same``); ``wg``: the ``WG_FORMS`` kernels too (``MMA_WG``: ``wgmma`` is sm_90a's, so
+    ``arch`` sm_90 is built as sm_90a, which runs on sm_90 cards alone; a launcher of a tiling
+    that names a ``WG_FORMS`` form gets this build); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -188,6 +201,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     if x_once and x_same:
         raise ValueError("x_once and x_same are two diagnostics of x's loads (none after the first "
                          "superstep, or the first one's again): build one at a time")
+    if wg and arch not in ("sm_90", "sm_90a"):
+        raise ValueError(f"the wgmma forms are built for sm_90a (Hopper's wgmma), not {arch}")
+    arch = "sm_90a" if wg else arch
     if row_scale not in ROW_SCALE_READS:
         raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
     if r16_diag not in R16_DIAGS:
@@ -210,7 +226,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
                                f"-DMMA_R16_WARPS={r16_warps}", f"-DMMA_NO_WAIT={int(no_wait)}",
-                               f"-DMMA_X_ONCE={int(x_once)}", f"-DMMA_X_SAME={int(x_same)}",
+                               f"-DMMA_X_ONCE={int(x_once)}", f"-DMMA_X_SAME={int(x_same)}", f"-DMMA_WG={int(wg)}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
@@ -227,17 +243,19 @@ def default_cache_dir() -> Path:
 
 def cached_cubin(arch: str, stages: int = 4, cache_dir: Path | None = None,
                  prefetch: int | None = None, pdl: bool = False, warps: int = WARPS,
-                 columns: str = COLUMNS, trigger: str = "read", row_scale: str = "end") -> bytes:
+                 columns: str = COLUMNS, trigger: str = "read", row_scale: str = "end",
+                 wg: bool = False) -> bytes:
     """``build_cubin``, kept on disk under a key of the source and every build option (prefetch
     default ``PREFETCH``; nvcc takes a few seconds; a start-up should not pay it twice)."""
     prefetch = PREFETCH if prefetch is None else prefetch
     options = (f"{arch}:{stages}:{prefetch}:{pdl}:{warps}" + ("" if columns == "contiguous" else f":{columns}")
-               + ("" if trigger == "read" else f":{trigger}") + ("" if row_scale == "end" else f":rs-{row_scale}"))
+               + ("" if trigger == "read" else f":{trigger}") + ("" if row_scale == "end" else f":rs-{row_scale}")
+               + (":wg" if wg else ""))
     key = hashlib.sha256(SOURCE.read_bytes() + options.encode()).hexdigest()[:24]
     path = (cache_dir or default_cache_dir()) / f"mma_gemv-{arch}-{stages}-{key}.cubin"
     if path.exists():
         return path.read_bytes()
-    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, row_scale=row_scale)
+    cubin = build_cubin(arch, stages, prefetch, pdl, warps, columns, trigger=trigger, row_scale=row_scale, wg=wg)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_bytes(cubin)
@@ -292,7 +310,7 @@ class MmaGemv:
             raise ValueError(f"spread is one of {', '.join(map(repr, SPREADS))}, got {spread!r}")
         if tiles16 == 2 and kwarps == WIDE_WARPS:
             raise ValueError(f"two tiles a warp are not built with {WIDE_WARPS} warps a tile")
-        name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS else None
+        name16 = kernel_name(form, kwarps, MAX_ROWS, tiles16) if form in KERNELS or form in WG_FORMS else None
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
         self.columns, self.rows16_from, self.spread = columns, rows16_from, spread

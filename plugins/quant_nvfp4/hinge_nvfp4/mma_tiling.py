@@ -25,6 +25,7 @@ from hinge_nvfp4.mma_gemv import (
     T2_MAX_STAGES,
     TRIGGERS,
     WARPS,
+    WG_FORMS,
     WIDE_MAX_STAGES,
     WIDE_WARPS,
     kwarps_built,
@@ -132,15 +133,16 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         columns, spread, trigger = entry.get("columns"), entry.get("spread"), entry.get("trigger")
         row_scale = entry.get("row_scale")
         if (not kwarps_built(kwarps, stages) or not ring_built(stages) or not 1 <= splits <= groups // 8
-                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET)
-                or (form in ONE_SET and kwarps not in KWARPS)
+                or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET, *WG_FORMS)
+                or (form in ONE_SET and kwarps not in KWARPS) or (form in WG_FORMS and kwarps != 1)
                 or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
                 or spread not in (None, *SPREADS) or trigger not in (None, *TRIGGERS)
                 or row_scale not in (None, *ROW_SCALE_READS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages 2 to {MAX_STAGES}, 1 to {groups // 8} "
-                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))}, "
+                             f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))} "
+                             f"(or {', '.join(WG_FORMS)} at one warp a tile), "
                              f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
                              f"true, false or \"least\", trigger {' or '.join(TRIGGERS)}, row_scale {' or '.join(ROW_SCALE_READS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
@@ -175,11 +177,14 @@ def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
     from_rows = int(entry.get("from", SET_ROWS + 1))
-    if (not kwarps_built(kwarps, stages) or form not in KERNELS or tiles not in (1, 2)
+    wg = form in WG_FORMS  # (one warp a tile, one tile a warp: mma_gemv.WG_FORMS)
+    if (not kwarps_built(kwarps, stages) or (form not in KERNELS and not wg) or tiles not in (1, 2)
+            or (wg and (kwarps, tiles) != (1, 1))
             or (tiles == 2 and not two_tiles_built(form, stages, kwarps)) or not 1 <= from_rows <= SET_ROWS + 1):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
-                         f"forms {', '.join(KERNELS)}, 1 or 2 tiles a warp "
+                         f"forms {', '.join(KERNELS)} (or {', '.join(WG_FORMS)} at one warp and one tile), "
+                         f"1 or 2 tiles a warp "
                          f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
                          f"stages, up to {max(KWARPS)} warps a tile), from 1 to {SET_ROWS + 1} rows on "
                          "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")

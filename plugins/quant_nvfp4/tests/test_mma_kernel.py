@@ -668,9 +668,10 @@ def test_the_coalesced_column_map_is_repacked_and_launched_as_its_cubin_reads_it
 def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
     builds = []
     monkeypatch.setattr(mma_gemv, "build_cubin",
-                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read", row_scale="end":
+                        lambda arch, stages, prefetch, pdl, warps, columns, trigger="read", row_scale="end", wg=False:
                         builds.append((arch, stages, warps, columns) + (() if trigger == "read" else (trigger,))
-                                      + (() if row_scale == "end" else (row_scale,))) or b"cubin")
+                                      + (() if row_scale == "end" else (row_scale,)) + (("wg",) if wg else ()))
+                        or b"cubin")
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 8, tmp_path) == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path) == b"cubin"
@@ -681,10 +682,13 @@ def test_the_cubin_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypa
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="start") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="wait") == b"cubin"
     assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, row_scale="end") == b"cubin"  # the default's file
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, wg=True) == b"cubin"
+    assert mma_gemv.cached_cubin("sm_90", 4, tmp_path, wg=True) == b"cubin"
     assert builds == [("sm_90", 8, 4, "contiguous"), ("sm_90", 4, 4, "contiguous"), ("sm_90", 4, 8, "contiguous"),
                       ("sm_90", 4, 4, "coalesced"), ("sm_90", 4, 4, "contiguous", "start"),
-                      ("sm_90", 4, 4, "contiguous", "start"), ("sm_90", 4, 4, "contiguous", "wait")]
-    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 7 and not list(tmp_path.glob("*.tmp"))
+                      ("sm_90", 4, 4, "contiguous", "start"), ("sm_90", 4, 4, "contiguous", "wait"),
+                      ("sm_90", 4, 4, "contiguous", "wg")]
+    assert len(list(tmp_path.glob("mma_gemv-sm_90-*.cubin"))) == 8 and not list(tmp_path.glob("*.tmp"))
 
 
 @pytest.mark.gpu
