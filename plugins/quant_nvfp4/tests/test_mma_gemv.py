@@ -177,6 +177,7 @@ PREBUILT = (
     {"stages": 4, "pdl": True, "no_wait": True},
     {"stages": 4, "pdl": True, "x_once": True},
     {"stages": 4, "pdl": True, "x_same": True},
+    {"stages": 4, "pdl": True, "wg": True},
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
@@ -415,6 +416,30 @@ def test_a_no_wait_build_never_waits_and_one_without_pdl_is_refused(tmp_path):
     assert set(codes[True]) == set(codes[False])
     with pytest.raises(ValueError, match="pdl=True"):
         nvfp4_mma.build_cubin("sm_90", stages=4, no_wait=True)
+
+
+@needs_nvcc
+def test_a_wg_build_adds_the_wgmma_kernels_and_changes_no_other_kernel(tmp_path):
+    """``wg`` (sm_90a): the ``WG_FORMS`` kernels beside every kernel of the build without it, whose
+    SASS is that build's; a wgmma kernel issues eight HGMMAs a superstep (m64n8 up to 8 rows,
+    m64n16 past), none of mma.sync's HMMAs, one named barrier a superstep (its ring of 4
+    unrolled), x loaded a piece a set a superstep a lane (a quarter of the GEMV's loads), within
+    the GEMV's register budgets (80 a thread; 128 for 16 rows) and without spills."""
+    plain, wg = (built_sass(tmp_path, stages=4, pdl=True, **({"wg": True} if on else {})) for on in (False, True))
+    names = {nvfp4_mma.kernel_name(form, 1, rows) for form in nvfp4_mma.WG_FORMS for rows in (8, 16)}
+    assert set(wg) == set(plain) | names and not names & set(plain)
+    assert all(wg[name].split() == plain[name].split() for name in plain)
+    cubin = tmp_path / "wg.cubin"
+    cubin.write_bytes(built(stages=4, pdl=True, wg=True))
+    resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+    for name in names:
+        sixteen = name.endswith("_r16")
+        hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", wg[name])
+        assert hgmma == ["16" if sixteen else "8"] * 8 * 4 and "HMMA" not in wg[name], name
+        assert len(re.findall(r"BAR\.SYNC\S* 0x1, 0x80", wg[name])) == 4, name
+        assert len(re.findall(r"\bLDG\.E\.128", wg[name])) == (2 if sixteen else 1) * (4 + 2), name  # (+ the prologue's two)
+        registers = int(re.search(r"REG:(\d+)", resources[name]).group(1))
+        assert registers <= (128 if sixteen else 80) and "LOCAL:0" in resources[name], (name, resources[name])
 
 
 @needs_nvcc
