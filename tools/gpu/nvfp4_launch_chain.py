@@ -201,6 +201,10 @@ VARIANTS = {
     "wg bulk": wg_variant("wg_bulk", WG_SPLITS),
     "wg k2": wg_variant("wg", WG_SPLITS_2),
     "wg bulk k2": wg_variant("wg_bulk", WG_SPLITS_2),
+    # ... and x staged once (superstep 0's, every superstep computed from it) or staged every
+    # superstep from superstep 0's pieces (L1 hits): what x's staging costs the wgmma form
+    "wg x once": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"x_once": True}},
+    "wg x same": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"x_same": True}},
 }
 
 

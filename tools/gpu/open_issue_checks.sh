@@ -32,6 +32,7 @@
 #   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
 #   bash tools/gpu/open_issue_checks.sh wg35     # the wgmma forms: their GPU tests, then back to
 #                                                 # back against shipped at 1, 8, 16 rows (~7 min)
+#   bash tools/gpu/open_issue_checks.sh wgx35    # what x costs the wgmma form (x once, x same; ~2 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -359,6 +360,17 @@ wg35)
     grep -q "wg_tests rc=124" "$OUT/rc.txt" ||
         b wg_chain 330 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg "wg bulk" "wg k2" "wg bulk k2"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_chain.log"
+    ;;
+wgx35)
+    # 2026-12-08 (35th; either card, mini site, ~2 min): what the wgmma form's x costs it: x
+    # staged once, or every superstep from the first one's pieces, against the GEMV's x once
+    for cols in contiguous coalesced; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+    done
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b wg_x 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" wg "wg x once" "wg x same"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_x.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16

@@ -1198,11 +1198,14 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
         }
     }
     if constexpr (PDL) wait_for_prerequisites();
+    // (X_ONCE: superstep 0's x staged once and every superstep computed from it; X_SAME: every
+    // superstep's pieces loaded and staged from superstep 0's: the diagnostics' sums are wrong)
+    constexpr size_t X_AT = X_SAME ? 0 : 16;  // a superstep's step through x (uint4s)
     uint4 xr[SETS];
     load_pieces<SETS>(xr, x_src, 0, warp);
     stage_pieces<SETS>(x_stage[0], xr, warp, lane);
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<1>(row_scale, n, tile, lane, scale);
-    if (steps > 1) load_pieces<SETS>(xr, x_src, 16, warp);
+    if (steps > 1 && !X_ONCE) load_pieces<SETS>(xr, x_src, X_AT, warp);
     float d[4 * SETS] = {};
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -1236,10 +1239,11 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
             asm volatile("bar.sync 1, 128;" ::: "memory");  // stage i % 2 written, i - 1's MMAs done: all warps
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int u = 0; u < 8; ++u) wgmma<SETS>(d, a[u], x_descriptor(&x_stage[i & 1][2 * u][0][0], SETS * 128));
+            for (int u = 0; u < 8; ++u)
+                wgmma<SETS>(d, a[u], x_descriptor(&x_stage[X_ONCE ? 0 : i & 1][2 * u][0][0], SETS * 128));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            if (i + 1 < steps) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr, warp, lane);
-            if (i + 2 < steps) load_pieces<SETS>(xr, x_src, (size_t)(i + 2) * 16, warp);
+            if (i + 1 < steps && !X_ONCE) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr, warp, lane);
+            if (i + 2 < steps && !X_ONCE) load_pieces<SETS>(xr, x_src, (size_t)(i + 2) * X_AT, warp);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // a and d free again
         }
     }
