@@ -592,6 +592,24 @@ __device__ __forceinline__ void bulk_superstep(uint4 (&codes)[T][2][32], uint32_
     }
 }
 
+template <int T>
+__device__ __forceinline__ void bulk_prologue(uint4 (*codes)[T][2][32], uint32_t (*scales)[T][32],
+                                              const uint4* const (&c_block)[T], const uint4* const (&s_block)[T],
+                                              const int c_step, const int s_step, const int steps, uint64_t* bars,
+                                              const int lane) {
+    // the bulk ring's start: lane 0 sets up its STAGES barriers and copies supersteps 0 ..
+    // STAGES - 2 (those there are), the warp past it together
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) barrier_init(&bars[s]);
+        barrier_init_fence();
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s)
+            if (s < steps) bulk_superstep<T>(codes[s], scales[s], c_block, s_block, s * c_step, s * s_step, &bars[s]);
+    }
+    __syncwarp();
+}
+
 __device__ __forceinline__ void barrier_wait(uint64_t* bar, const unsigned parity) {
     asm volatile(
         "{\n .reg .pred done;\n WAIT:\n"
@@ -737,19 +755,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
     uint32_t(*my_scales)[T][32] = ring_scales[warp];
     uint4* my_x = x_slots + (size_t)warp * STAGES * m * 16 + lane_piece(t, 0);  // + (slot * m + row) * 16
     uint64_t* my_bars = ring_bars[bulk ? warp : 0];
-    if constexpr (bulk) {
-        if (lane == 0) {
-#pragma unroll
-            for (int s = 0; s < STAGES; ++s) barrier_init(&my_bars[s]);
-            barrier_init_fence();
-#pragma unroll
-            for (int s = 0; s < STAGES - 1; ++s)
-                if (s < steps)
-                    bulk_superstep<T>(my_codes[s], my_scales[s], c_block, s_block, s * c_step,
-                                      s * s_step, &my_bars[s]);
-        }
-        __syncwarp();
-    }
+    if constexpr (bulk) bulk_prologue<T>(my_codes, my_scales, c_block, s_block, c_step, s_step, steps, my_bars, lane);
     if constexpr (PDL) {
         // the prologue: supersteps 0 .. STAGES - 2 in flight, their weights first (copy group 0
         // holds them all: waiting for group i still means superstep i's weights have landed),
@@ -1180,16 +1186,7 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
     uint32_t(*my_scales)[1][32] = ring_scales[warp];
     uint64_t* my_bars = ring_bars[BULK_W ? warp : 0];
     if constexpr (BULK_W) {
-        if (lane == 0) {
-#pragma unroll
-            for (int s = 0; s < STAGES; ++s) barrier_init(&my_bars[s]);
-            barrier_init_fence();
-#pragma unroll
-            for (int s = 0; s < STAGES - 1; ++s)
-                if (s < steps)
-                    bulk_superstep<1>(my_codes[s], my_scales[s], c_block, s_block, s * c_super, s * s_super, &my_bars[s]);
-        }
-        __syncwarp();
+        bulk_prologue<1>(my_codes, my_scales, c_block, s_block, c_super, s_super, steps, my_bars, lane);
     } else {
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {  // the prologue, weights only: x comes after the wait
