@@ -79,8 +79,9 @@ ONE_SET = {"regs": "nvfp4_mma_gemv_regs"}
 #: the register form's memory side alone (its loads, a XOR fold for the math; no GEMV), built
 #: beside it: ``nvfp4_launch_chain.py``'s ``regs fold`` variants
 REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
-#: the wgmma forms, built only by ``build_cubin(wg=True)`` (``MMA_WG``, sm_90a; an experiment no
-#: tilings file names yet): a block one warpgroup, its four warps four tiles over one split's
+#: the wgmma forms, built only by ``build_cubin(wg=True)`` (``MMA_WG``, sm_90a; measured slower
+#: than the shipped launches on every shape, docs/nvfp4.md, thirty-fifth session, so no shipped
+#: tilings file names them): a block one warpgroup, its four warps four tiles over one split's
 #: supersteps, x loaded once a block into shared memory (each warp a quarter of it) and read from
 #: there by ``wgmma`` (A the warps' decoded fragments in registers), the weights copied as the
 #: ``plain`` form's (``wg``) or the ``bulk`` form's (``wg_bulk``); one warp a tile, one tile a
@@ -123,10 +124,11 @@ def block_warps(kwarps: int) -> int:
 
 
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
-    """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET``, ``DIAGNOSTICS`` or
-    ``REGS_DIAGNOSTICS``) with ``kwarps`` warps a tile for x of at most ``rows`` rows
-    (``SET_ROWS``, or ``MAX_ROWS``: a ``KERNELS`` form's ``_r16`` kernel, two sets of MMA
-    columns), ``tiles`` 16-row tiles a warp (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
+    """The cubin's function of ``form`` (``KERNELS``, ``ONE_SET``, ``DIAGNOSTICS``,
+    ``REGS_DIAGNOSTICS`` or ``WG_FORMS``, the last at one warp a tile) with ``kwarps`` warps a
+    tile for x of at most ``rows`` rows (``SET_ROWS``, or ``MAX_ROWS``: a ``KERNELS`` or
+    ``WG_FORMS`` form's ``_r16`` kernel, two sets of MMA columns), ``tiles`` 16-row tiles a warp
+    (2: ``_t2``, 16 rows and ``T2_FORMS`` only)."""
     names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS | WG_FORMS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
