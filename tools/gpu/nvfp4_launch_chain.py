@@ -205,6 +205,9 @@ VARIANTS = {
     # superstep from superstep 0's pieces (L1 hits): what x's staging costs the wgmma form
     "wg x once": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"x_once": True}},
     "wg x same": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"x_same": True}},
+    # ... and in rings of 8: a warp's weights further ahead, against the block's lockstep
+    "wg deep": {**wg_variant("wg", WG_SPLITS), "stages": 8},
+    "wg bulk deep": {**wg_variant("wg_bulk", WG_SPLITS), "stages": 8},
 }
 
 

@@ -363,13 +363,17 @@ wg35)
     ;;
 wgx35)
     # 2026-12-08 (35th; either card, mini site, ~2 min): what the wgmma form's x costs it: x
-    # staged once, or every superstep from the first one's pieces, against the GEMV's x once
+    # staged once, or every superstep from the first one's pieces, against the GEMV's x once;
+    # and its weights in rings of 8
     for cols in contiguous coalesced; do
-        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+        for stages in 4 8; do
+            python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', $stages, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+        done
     done
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b wg_x 200 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" wg "wg x once" "wg x same"
+    b wg_x 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" wg "wg x once" "wg x same" \
+        "wg deep" "wg bulk deep"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_x.log"
     ;;
 h200c)
