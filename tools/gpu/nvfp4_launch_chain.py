@@ -53,7 +53,7 @@ MEMORY_ALONE = "memory alone"
 #: MMAs), ``r16_warps`` (``R16_WARPS``: those kernels held to fewer registers), ``no_wait`` (no
 #: ``griddepcontrol.wait``: what waiting for the launch before costs), ``x_once`` (x loaded for
 #: a warp's first superstep only: what x's loads cost), ``x_same`` (x loaded every superstep, always
-#: the first one's pieces: L1 hits). (The thirty-third
+#: the first one's pieces: L1 hits), ``wg_x_ahead`` (the wgmma forms' x further ahead). (The thirty-third
 #: session's ``x_prefetch`` builds, x's lines asked into L1 ahead, ran at tree 0dbe7a1, slower on
 #: every shape, and were removed: docs/nvfp4.md)
 BUILD_OPTIONS = "build options"
@@ -208,6 +208,8 @@ VARIANTS = {
     # ... and in rings of 8: a warp's weights further ahead, against the block's lockstep
     "wg deep": {**wg_variant("wg", WG_SPLITS), "stages": 8},
     "wg bulk deep": {**wg_variant("wg_bulk", WG_SPLITS), "stages": 8},
+    # ... and x loaded two supersteps ahead of its staging (one: as built)
+    "wg x ahead": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"wg_x_ahead": 2}},
 }
 
 

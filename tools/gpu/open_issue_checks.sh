@@ -373,7 +373,7 @@ wgx35)
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     b wg_x 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" wg "wg x once" "wg x same" \
-        "wg deep" "wg bulk deep"
+        "wg deep" "wg bulk deep" "wg x ahead"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_x.log"
     ;;
 h200c)

@@ -1094,6 +1094,9 @@ GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memor
 #ifndef MMA_WG
 #define MMA_WG 0  // 1: the wgmma forms too (mma_gemv.build_cubin wg=True, for sm_90a; mma_gemv.WG_FORMS)
 #endif
+#ifndef MMA_WG_X_AHEAD
+#define MMA_WG_X_AHEAD 1  // supersteps the wgmma forms load x ahead of staging it (build_cubin wg_x_ahead)
+#endif
 #if MMA_WG && WARPS == 4
 // The wgmma forms (mma_gemv.WG_FORMS: ``wg``, its weights copied as PLAIN's, ``wg_bulk`` as
 // BULK's): a block is one warpgroup, its four warps four consecutive tiles over the same
@@ -1197,12 +1200,17 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
     if constexpr (PDL) wait_for_prerequisites();
     // (X_ONCE: superstep 0's x staged once and every superstep computed from it; X_SAME: every
     // superstep's pieces loaded and staged from superstep 0's: the diagnostics' sums are wrong)
+    // x of superstep j in xr[j % XA] from XA supersteps before it is staged (at superstep j - 1)
     constexpr size_t X_AT = X_SAME ? 0 : 16;  // a superstep's step through x (uint4s)
-    uint4 xr[SETS];
-    load_pieces<SETS>(xr, x_src, 0, warp);
-    stage_pieces<SETS>(x_stage[0], xr, warp, lane);
+    constexpr int XA = MMA_WG_X_AHEAD;
+    static_assert(XA == 1 || (XA == 2 && STAGES % 2 == 0), "x 1 superstep ahead, or 2 in an even ring");
+    uint4 xr[XA][SETS];
+    load_pieces<SETS>(xr[0], x_src, 0, warp);
+    stage_pieces<SETS>(x_stage[0], xr[0], warp, lane);
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<1>(row_scale, n, tile, lane, scale);
-    if (steps > 1 && !X_ONCE) load_pieces<SETS>(xr, x_src, X_AT, warp);
+#pragma unroll
+    for (int j = 1; j <= XA; ++j)
+        if (steps > j && !X_ONCE) load_pieces<SETS>(xr[j % XA], x_src, j * X_AT, warp);
     float d[4 * SETS] = {};
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -1239,8 +1247,9 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
             for (int u = 0; u < 8; ++u)
                 wgmma<SETS>(d, a[u], x_descriptor(&x_stage[X_ONCE ? 0 : i & 1][2 * u][0][0], SETS * 128));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            if (i + 1 < steps && !X_ONCE) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr, warp, lane);
-            if (i + 2 < steps && !X_ONCE) load_pieces<SETS>(xr, x_src, (size_t)(i + 2) * X_AT, warp);
+            if (i + 1 < steps && !X_ONCE) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr[(i + 1) % XA], warp, lane);
+            if (i + 1 + XA < steps && !X_ONCE)
+                load_pieces<SETS>(xr[(i + 1) % XA], x_src, (size_t)(i + 1 + XA) * X_AT, warp);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // a and d free again
         }
     }

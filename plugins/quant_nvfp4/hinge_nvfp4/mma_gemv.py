@@ -153,7 +153,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                 warps: int = WARPS, columns: str = COLUMNS, trace: bool = False, trigger: str = "read",
                 wait_first: bool = False, row_scale: str = "end", r16_diag: int = 0,
                 r16_warps: int = 16, no_wait: bool = False, x_once: bool = False,
-                x_same: bool = False, wg: bool = False) -> bytes:
+                x_same: bool = False, wg: bool = False, wg_x_ahead: int = 1) -> bytes:
     """``mma_gemv.cu`` compiled by nvcc for ``arch``, its cp.async ring ``stages`` supersteps
     deep (2 .. ``MAX_STAGES``), its copies asking L2 to fetch ``prefetch`` bytes around each
     (``L2_PREFETCH``: 0 for no hint, 64, 128, 256), ``pdl``: for programmatic dependent launch
@@ -184,7 +184,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     (``MMA_X_SAME``: L1 hits past the first, so x's L2 traffic is gone and its L1 work kept;
     ``x same``); ``wg``: the ``WG_FORMS`` kernels too (``MMA_WG``: ``wgmma`` is sm_90a's, so
     ``arch`` sm_90 is built as sm_90a, which runs on sm_90 cards alone; a launcher of a tiling
-    that names a ``WG_FORMS`` form gets this build); needs nvcc on PATH."""
+    that names a ``WG_FORMS`` form gets this build); ``wg_x_ahead``: the supersteps those forms
+    load x ahead of staging it (``MMA_WG_X_AHEAD``: 1, or 2 in an even ring; a diagnostic of x's
+    latency, never cached); needs nvcc on PATH."""
     if warps not in (WARPS, WIDE_WARPS) or (warps == WIDE_WARPS and stages > WIDE_MAX_STAGES):
         raise ValueError(f"the MMA GEMV is built with {WARPS} warps a block, or {WIDE_WARPS} with rings of "
                          f"at most {WIDE_MAX_STAGES} stages; got {warps} warps, {stages} stages")
@@ -205,6 +207,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                          "superstep, or the first one's again): build one at a time")
     if wg and arch not in ("sm_90", "sm_90a"):
         raise ValueError(f"the wgmma forms are built for sm_90a (Hopper's wgmma), not {arch}")
+    if wg_x_ahead not in (1, 2) or (wg_x_ahead == 2 and stages % 2):
+        raise ValueError(f"the wgmma forms load x 1 superstep ahead, or 2 in a ring of an even depth; "
+                         f"got {wg_x_ahead} in a ring of {stages}")
     arch = "sm_90a" if wg else arch
     if row_scale not in ROW_SCALE_READS:
         raise ValueError(f"the MMA GEMV reads its row_scale at one of {', '.join(ROW_SCALE_READS)}, not {row_scale!r}")
@@ -228,7 +233,7 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
                                f"-DMMA_R16_WARPS={r16_warps}", f"-DMMA_NO_WAIT={int(no_wait)}",
-                               f"-DMMA_X_ONCE={int(x_once)}", f"-DMMA_X_SAME={int(x_same)}", f"-DMMA_WG={int(wg)}",
+                               f"-DMMA_X_ONCE={int(x_once)}", f"-DMMA_X_SAME={int(x_same)}", f"-DMMA_WG={int(wg)}", f"-DMMA_WG_X_AHEAD={wg_x_ahead}",
                                "-o", str(out),
                                str(SOURCE)],
                               capture_output=True, text=True)
