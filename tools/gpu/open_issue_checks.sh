@@ -32,7 +32,8 @@
 #   bash tools/gpu/open_issue_checks.sh h200b34  # an H200 only: h200c, then h200n (~6 min)
 #   bash tools/gpu/open_issue_checks.sh wg35     # the wgmma forms: their GPU tests, then back to
 #                                                 # back against shipped at 1, 8, 16 rows (~7 min)
-#   bash tools/gpu/open_issue_checks.sh wgx35    # what x costs the wgmma form (x once, x same; ~2 min)
+#   bash tools/gpu/open_issue_checks.sh wgx35    # what x costs the wgmma form (x once, x same; ran
+#                                                 # out of time after qkv); wgx35b: the rest (~4 min)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -372,9 +373,23 @@ wgx35)
     done
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    # (ran 2026-12-08 at 2d6ae99: out of its 240 s after qkv, each diagnostic cubin built in the
+    # timed script, ~40 s each; wgx35b times what it left)
     b wg_x 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped "x once" wg "wg x once" "wg x same" \
         "wg deep" "wg bulk deep" "wg x ahead"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_x.log"
+    ;;
+wgx35b)
+    # what wgx35 left (either card, mini site, ~4 min): x staged once or from the first
+    # superstep's pieces on down and o, x from the first superstep's pieces on gate_up
+    for cols in contiguous coalesced; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+    done
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b wg_x2 330 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --shapes gate_up down o --variants shipped wg \
+        "wg x once" "wg x same"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_x2.log"
     ;;
 h200c)
     # 2026-12-07 (30th; an H200 only, mini site, ~2 min): the GEMVs back to back at 1, 8 and 16
