@@ -18,8 +18,15 @@ made for the same):
   2 v for v = 0 .. 3 (p = t // 2), which lanes t = 2 p and 2 p + 1 share: lane (g, 2 p + h)'s
   word holds rows g, g + 8 of groups p + 4 h, then p + 4 h + 2, and each reads the pair's two
   words (one 8-byte load).
+- ``natural`` (the repack and its emulation only: no kernel reads it yet, ``REPACK_MAPS``):
+  MMA u's k half h is columns 16 u + 8 h .. + 7 of the superstep, lane t's of them 2 t, 2 t + 1,
+  so that each 16-byte row of an 8 x 8 core matrix of the MMA's B operand is 16 contiguous bytes
+  of x, as a copy of x straight into shared memory for ``wgmma`` needs it (docs/nvfp4.md, "What a
+  next wgmma form would need"). MMA u lies in group 8 S + u: a lane's columns touch all eight
+  groups of its two rows, and word 4 g + 2 rs + j of a block holds row g + 8 rs's codes of groups
+  4 j .. 4 j + 3 (a row's four lanes read the same 16 bytes).
 
-(N / 16, K / 128, 32) scale words either way. A scale code is the
+(N / 16, K / 128, 32) scale words in every map. A scale code is the
 scale's exponent + 21 (5 bits) and 3 mantissa bits, every e4m3 magnitude exactly (subnormals as
 normals): the kernel makes it the bf16 scale * 2^118 in two operations. A block whose scale is 0
 gets its codes zeroed (its weights are 0 anyway: every code times a finite multiplier stays 0),
@@ -35,6 +42,9 @@ import torch
 SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
 LAYOUTS = ("tile", "super", "interleaved")  #: the weights' memory orders (``in_order``)
 COLUMN_MAPS = ("contiguous", "coalesced")  #: which columns a lane's MMAs take (module docstring)
+#: the maps the repack makes and ``emulate`` reads: ``COLUMN_MAPS``, which the kernels read, and
+#: ``natural``, which none reads yet (module docstring)
+REPACK_MAPS = (*COLUMN_MAPS, "natural")
 COLUMNS = "contiguous"  #: the column map ``repack`` makes and ``mma_gemv.build_cubin`` builds for unless told
 
 #: bit places of fragment register r's element ``half`` in a word: (mantissa, exponent bit 0,
@@ -60,8 +70,8 @@ def _check_shape(n: int, k: int) -> None:
 
 
 def _check_columns(columns: str) -> None:
-    if columns not in COLUMN_MAPS:
-        raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(COLUMN_MAPS)}")
+    if columns not in REPACK_MAPS:
+        raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(REPACK_MAPS)}")
 
 
 def column_index(columns: str = COLUMNS) -> torch.Tensor:
@@ -71,6 +81,8 @@ def column_index(columns: str = COLUMNS) -> torch.Tensor:
     t, u, c = torch.arange(4)[:, None, None], torch.arange(8)[None, :, None], torch.arange(4)[None, None, :]
     if columns == "contiguous":
         return 32 * t + 4 * u + c
+    if columns == "natural":
+        return 16 * u + 8 * (c >> 1) + 2 * t + (c & 1)
     return 32 * (u >> 1) + 8 * t + 4 * (u & 1) + c
 
 
@@ -115,6 +127,9 @@ def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048, columns: str = 
     if columns == "contiguous":  # column = 128 S + 32 t + 4 u + 2 cp + half
         c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 8, 2, 2)  # i rs g S t u cp half
         c = c.permute(0, 3, 2, 4, 5, 6, 1, 7)  # i S g t u cp rs half
+    elif columns == "natural":  # column = 128 S + 16 u + 8 cp + 2 t + half
+        c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 8, 2, 4, 2)  # i rs g S u cp t half
+        c = c.permute(0, 3, 2, 6, 4, 5, 1, 7)  # i S g t u cp rs half
     else:  # column = 128 S + 32 v + 8 t + 4 w + 2 cp + half, u = 2 v + w
         c = nibbles(packed).view(n // 16, 2, 8, k // SUPERSTEP, 4, 4, 2, 2, 2)  # i rs g S v t w cp half
         c = c.permute(0, 3, 2, 5, 4, 6, 7, 1, 8).reshape(n // 16, k // SUPERSTEP, 8, 4, 8, 2, 2, 2)
@@ -148,6 +163,9 @@ def repack_scales(scales: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
     if columns == "contiguous":  # lane 4 g + t, byte 2 q + rs: group 8 S + 2 t + q
         code = code.view(n // 16, 2, 8, groups // 8, 4, 2)  # i rs g S t q
         code = code.permute(0, 3, 2, 4, 5, 1)
+    elif columns == "natural":  # word 4 g + 2 rs + j, byte b: row g + 8 rs's group 8 S + 4 j + b
+        code = code.view(n // 16, 2, 8, groups // 8, 2, 4)  # i rs g S j b
+        code = code.permute(0, 3, 2, 1, 4, 5)  # i S g rs j b
     else:  # lane 4 g + 2 p + h, byte 2 q + rs: group 8 S + 4 h + 2 q + p
         code = code.view(n // 16, 2, 8, groups // 8, 2, 2, 2)  # i rs g S h q p
         code = code.permute(0, 3, 2, 6, 4, 5, 1)  # i S g p h q rs
@@ -185,6 +203,10 @@ def lane_scale_codes(scale_codes: torch.Tensor, columns: str = COLUMNS) -> torch
     _check_columns(columns)
     tiles, supers = scale_codes.shape[:2]
     sc = scale_codes.to(torch.int64).reshape(tiles, supers, 8, 4) & 0xFFFFFFFF  # i S g t
+    if columns == "natural":  # MMA u's group u: word 2 rs + u // 4 of the row's four, byte u % 4
+        u = torch.arange(8, device=sc.device)
+        codes = torch.stack([(sc[..., 2 * rs + (u >> 2)] >> (8 * (u & 3))) & 0xFF for rs in range(2)], -1)  # i S g u rs
+        return codes[:, :, :, None].expand(tiles, supers, 8, 4, 8, 2)
     t, u = torch.arange(4)[:, None], torch.arange(8)[None, :]
     if columns == "contiguous":  # the lane's own word: group u // 4, byte 2 (u // 4) + rs
         source, byte = t.expand(4, 8), (2 * (u >> 2)).expand(4, 8)

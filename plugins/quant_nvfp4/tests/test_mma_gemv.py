@@ -43,7 +43,7 @@ def reference(packed, scales, x):
     return x.double() @ (value * scale).t()
 
 
-@pytest.mark.parametrize("columns", layout.COLUMN_MAPS)
+@pytest.mark.parametrize("columns", layout.REPACK_MAPS)
 @pytest.mark.parametrize("m", [1, 3, 8])
 def test_the_repacked_fragments_decoded_as_the_kernel_does_give_the_reference_gemv(m, columns):
     packed, scales = weights(48, 256, seed=m)
@@ -60,7 +60,8 @@ def test_a_repack_read_in_the_other_column_map_is_a_different_gemv():
     # reads it) is far from the reference
     packed, scales = weights(16, 128, seed=5)
     x = torch.randn(1, 128, generator=torch.Generator().manual_seed(9)).bfloat16()
-    for made, read in (("contiguous", "coalesced"), ("coalesced", "contiguous")):
+    for made, read in (("contiguous", "coalesced"), ("coalesced", "contiguous"), ("coalesced", "natural"),
+                       ("natural", "coalesced")):
         words, codes = layout.repack(packed, scales, made)
         want = reference(packed, scales, x)
         assert (layout.emulate(words, codes, x, read) - want).abs().max() > 0.1 * want.abs().max()
@@ -78,11 +79,24 @@ def test_the_coalesced_map_gives_a_rows_four_lanes_64_contiguous_bytes_a_load_an
     assert groups[0] == groups[1] == {0, 2, 4, 6} and groups[2] == groups[3] == {1, 3, 5, 7}
     contiguous = layout.column_index("contiguous")
     assert all(contiguous[t].flatten().tolist() == list(range(32 * t, 32 * t + 32)) for t in range(4))
-    with pytest.raises(ValueError, match="no column map 'rows' of the MMA GEMV; the maps are contiguous, coalesced"):
+    with pytest.raises(ValueError, match="no column map 'rows' of the MMA GEMV; the maps are contiguous, coalesced, natural"):
         layout.repack(*weights(16, 128), "rows")
 
 
-@pytest.mark.parametrize("columns", layout.COLUMN_MAPS)
+def test_the_natural_map_makes_each_k_half_of_an_mma_eight_contiguous_columns_in_its_own_group():
+    # what a copy of x straight into wgmma's B needs: MMA u's k half h (lanes t = 0 .. 3, two
+    # columns each, in k order) is columns 16u + 8h .. + 7, so a core-matrix row is 16 contiguous
+    # bytes of x; MMA u is scale group u; no kernel is built for it yet
+    idx = layout.column_index("natural")
+    for u in range(8):
+        for h in range(2):
+            assert idx[:, u, 2 * h:2 * h + 2].flatten().tolist() == list(range(16 * u + 8 * h, 16 * u + 8 * h + 8))
+    assert all(set((idx[t, u] // 16).tolist()) == {u} for t in range(4) for u in range(8))
+    with pytest.raises(ValueError, match="built for the column maps contiguous, coalesced, not 'natural'"):
+        nvfp4_mma.build_cubin("sm_90", columns="natural")
+
+
+@pytest.mark.parametrize("columns", layout.REPACK_MAPS)
 def test_every_code_decodes_to_its_e2m1_value_in_its_fragment_place(columns):
     # one tile, one superstep, unit scales: element (r, c) = (r + c) % 16
     r, c = torch.meshgrid(torch.arange(16), torch.arange(128), indexing="ij")
