@@ -1110,6 +1110,8 @@ GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memor
 // for the four tiles. x through the data path: a quarter of the GEMV's loads, and the tensor
 // cores' reads of the stage. One named barrier a superstep: the stage of this superstep written by
 // every warp, the other stage's MMAs (the superstep before) done by every warp, so it is refilled.
+// Measured slower than the GEMV on every shape (H100; x's staging through registers and K in
+// splits: docs/nvfp4.md, thirty-fifth session); no shipped tilings file names it.
 
 __device__ __forceinline__ uint64_t x_descriptor(const uint32_t* at, const int k_half_bytes) {
     // wgmma's descriptor of B in shared memory, K-major, no swizzle, in 16-byte units: the start,
