@@ -627,11 +627,16 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #endif
 }
 
+__device__ __forceinline__ uint4 x_piece(const uint4* at) {
+    // one 16-byte piece of x. PDL: x is no read-only data: the kernel before may still be
+    // writing it when this one starts, and read-only (non-coherent) loads may be scheduled above
+    // the wait
+    return PDL ? __ldca(at) : __ldg(at);
+}
+
 __device__ __forceinline__ void load_x(uint4 (&xv)[4], const uint4* row) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = PDL ? __ldca(row + i * X_STEP) : __ldg(row + i * X_STEP);  // PDL: x is no
-    // read-only data: the kernel before may still be writing it when this one starts, and
-    // read-only (non-coherent) loads may be scheduled above the wait
+    for (int i = 0; i < 4; ++i) xv[i] = x_piece(row + i * X_STEP);
 }
 
 #define GEMV_PARAMS                                                                              \
@@ -1148,7 +1153,7 @@ __device__ __forceinline__ void load_pieces(uint4 (&xr)[SETS], const uint4* cons
                                             const int q) {
     // the lane's piece q of each set's row, superstep at / 16 (load_x's load q)
 #pragma unroll
-    for (int set = 0; set < SETS; ++set) xr[set] = PDL ? __ldca(x_src[set] + at + q * X_STEP) : __ldg(x_src[set] + at + q * X_STEP);
+    for (int set = 0; set < SETS; ++set) xr[set] = x_piece(x_src[set] + at + q * X_STEP);
 }
 
 template <int SETS>
