@@ -66,11 +66,20 @@ WG_SPLITS = {"6144x4096": 4, "24576x4096": 1, "4096x12288": 8, "4096x4096": 4}
 WG_SPLITS_2 = {shape: 2 * splits for shape, splits in WG_SPLITS.items()}
 
 
-def wg_variant(form: str, splits: dict) -> dict:
+def wg_variant(form: str, splits: dict, kwarps: int = 1, columns: str | None = None) -> dict:
     """Every launch in the wgmma form ``form`` (mma_gemv.WG_FORMS: x loaded once a block into
-    shared memory, wgmma's B), K cut in ``splits[shape]``, no 16-row launch of its own (the
-    form's _r16 kernel of the same launcher takes 9 .. 16 rows)."""
-    return {"form": form, "kwarps": 1, "r16": None, PER_SHAPE: {shape: {"splits": n} for shape, n in splits.items()}}
+    shared memory, wgmma's B), K cut in ``splits[shape]`` and shared by ``kwarps`` warpgroups a
+    block (past one: the natural build's), no 16-row launch of its own (the form's _r16 kernel of
+    the same launcher takes 9 .. 16 rows); ``columns``: the repack's column map (``natural``: x
+    copied into shared memory as it lies, beside the weights)."""
+    return {"form": form, "kwarps": kwarps, "r16": None, **({"columns": columns} if columns else {}),
+            PER_SHAPE: {shape: {"splits": n} for shape, n in splits.items()}}
+
+
+#: the natural wgmma forms' splits of K a shape at 2 and 4 warpgroups a block (K shared by a
+#: block's warpgroups rather than cut by splits: as many warps as ``WG_SPLITS``' launches)
+WG_SPLITS_KW2 = {shape: max(1, splits // 2) for shape, splits in WG_SPLITS.items()}
+WG_SPLITS_KW4 = {shape: max(1, splits // 4) for shape, splits in WG_SPLITS.items()}
 
 
 #: label -> the change to every shape's tuned entry (None: the shipped file as it is)
@@ -210,6 +219,14 @@ VARIANTS = {
     "wg bulk deep": {**wg_variant("wg_bulk", WG_SPLITS), "stages": 8},
     # ... and x loaded two supersteps ahead of its staging (one: as built)
     "wg x ahead": {**wg_variant("wg", WG_SPLITS), BUILD_OPTIONS: {"wg_x_ahead": 2}},
+    # the natural build's wgmma forms (thirty-sixth session, not yet timed): x copied into the
+    # warpgroup's ring of stages as it lies, with the weights' copies and as far ahead, in the
+    # splits of "wg" ("wgn"), and K shared by 2 or 4 warpgroups a block instead of splits
+    "wgn": wg_variant("wg", WG_SPLITS, 1, "natural"),
+    "wgn bulk": wg_variant("wg_bulk", WG_SPLITS, 1, "natural"),
+    "wgn kw2": wg_variant("wg", WG_SPLITS_KW2, 2, "natural"),
+    "wgn kw4": wg_variant("wg", WG_SPLITS_KW4, 4, "natural"),
+    "wgn bulk kw4": wg_variant("wg_bulk", WG_SPLITS_KW4, 4, "natural"),
 }
 
 

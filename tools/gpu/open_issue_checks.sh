@@ -34,6 +34,9 @@
 #                                                 # back against shipped at 1, 8, 16 rows (~7 min)
 #   bash tools/gpu/open_issue_checks.sh wgx35    # what x costs the wgmma form (x once, x same; ran
 #                                                 # out of time after qkv); wgx35b: the rest (~4 min)
+#   bash tools/gpu/open_issue_checks.sh wgn36    # the natural build's wgmma forms (x copied as it
+#                                                 # lies, K shared by warpgroups): GPU tests, then
+#                                                 # back to back at 1, 8, 16 rows (~8 min; not run)
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -361,6 +364,29 @@ wg35)
     grep -q "wg_tests rc=124" "$OUT/rc.txt" ||
         b wg_chain 330 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg "wg bulk" "wg k2" "wg bulk k2"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_chain.log"
+    ;;
+wgn36)
+    # 2026-12-08 (36th, written, not run; either card, mini site, ~8 min): the natural build's
+    # wgmma forms (x copied into the warpgroup's stages as it lies, beside the weights; K shared
+    # by 2 or 4 warpgroups a block): their GPU tests and the natural dequantization, then (unless
+    # the tests hung) back to back against shipped and the register-staged wg; cubins built first
+    ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1 &
+    for pdl in False True; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=$pdl, columns='natural', wg=True)" &
+    done
+    for cols in contiguous coalesced natural; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='$cols', trigger='start', row_scale='wait', wg=True)" &
+    done
+    wait
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b wgn_tests 240 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k "natural or gated"
+    tail -15 "$OUT/wgn_tests.log"
+    b wgn_dequant 90 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack"
+    tail -5 "$OUT/wgn_dequant.log"
+    grep -q "wgn_tests rc=124" "$OUT/rc.txt" ||
+        b wgn_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg wgn "wgn bulk" \
+            "wgn kw2" "wgn kw4" "wgn bulk kw4"
+    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wgn_chain.log"
     ;;
 wgx35)
     # 2026-12-08 (35th; either card, mini site, ~2 min): what the wgmma form's x costs it: x

@@ -447,7 +447,7 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
     """The kernel for this GPU's architecture, a ring ``stages`` deep, ``kwarps`` warps a tile
     and copies asking L2 for ``prefetch`` bytes (``pdl``: built and launched for programmatic
     dependent launch; ``tiles16`` tiles a warp at 9 .. 16 rows; the cubin of as many warps a
-    block as ``kwarps`` needs: ``mma_gemv.block_warps``; for weights in column map ``columns``;
+    block as ``kwarps`` needs: ``mma_gemv.cubin_warps``; for weights in column map ``columns``;
     its 16-row kernel from ``rows16_from`` rows on; ``spread``: its blocks spread evenly over the
     multiprocessors; ``trigger``: when it lets the kernel after it launch; ``row_scale``: when
     it reads its epilogue's row_scale, ``mma_gemv.ROW_SCALE_READS``, "end" without PDL), built or
@@ -462,7 +462,7 @@ def _mma_launcher(stages: int, kwarps: int, form: str, prefetch: int, pdl: bool 
                          f"multiplies and bulk copies are Hopper's), this GPU has {major}.{minor}; "
                          "use kernel=triton")
     cubin = mma_gemv.cached_cubin(f"sm_{major}{minor}", stages=stages, prefetch=prefetch, pdl=pdl,
-                                  warps=mma_gemv.block_warps(kwarps), columns=columns,
+                                  warps=mma_gemv.cubin_warps(kwarps, form), columns=columns,
                                   trigger=trigger if pdl else "read",  # (no trigger without PDL)
                                   row_scale=row_scale if pdl else "end", wg=form in mma_gemv.WG_FORMS)
     return mma_gemv.MmaGemv(cubin, form, stages, kwarps, pdl, tiles16=tiles16, columns=columns,

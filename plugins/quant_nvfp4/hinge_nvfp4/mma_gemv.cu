@@ -68,7 +68,20 @@ constexpr bool TRIGGER_START = MMA_TRIGGER_START;
 #define MMA_COALESCED 0  // the column map (header): 0 contiguous, 1 coalesced (mma_gemv.build_cubin columns)
 #endif
 constexpr bool COALESCED = MMA_COALESCED;
-constexpr int LANE_GROUPS = COALESCED ? 4 : 2;  // scale groups a lane's columns lie in (each of its rows)
+#ifndef MMA_NATURAL
+#define MMA_NATURAL 0  // 1: the natural column map (mma_gemv.build_cubin columns="natural", with wg=True):
+#endif                 // MMA u's k half h = columns 16u + 8h .. + 7 of the superstep, lane t's 2t, 2t + 1
+// of them, so that x is copied into wgmma's B stage as it lies in memory (the wgmma forms, below);
+// a lane's columns touch all eight scale groups of its rows. The mma.sync kernels cannot read it
+// (their x operand would be sixteen 4-byte pieces a lane): a natural build holds the wgmma forms
+// and the dequantizing kernels alone
+constexpr bool NATURAL = MMA_NATURAL;
+constexpr int LANE_GROUPS = NATURAL ? 8 : COALESCED ? 4 : 2;  // scale groups a lane's columns lie in (each of its rows)
+#if MMA_NATURAL
+typedef uint4 LaneScales;  // a lane's scale words of a block (lane_scales): natural, words 4g .. 4g + 3
+#else
+typedef uint2 LaneScales;  // its own (contiguous; .y unused) or its pair's two (coalesced)
+#endif
 constexpr int X_STEP = COALESCED ? 4 : 1;       // 16-byte pieces between a lane's x loads of a superstep
 
 #ifndef MMA_R16_DIAG
@@ -176,19 +189,28 @@ __device__ __forceinline__ uint32_t x_word(const uint4 (&xv)[4], const int i) {
     return (i & 3) == 0 ? v.x : (i & 3) == 1 ? v.y : (i & 3) == 2 ? v.z : v.w;
 }
 
-__device__ __forceinline__ void lane_multipliers(const uint2 scales, uint32_t (&row_g)[LANE_GROUPS],
+__device__ __forceinline__ void lane_multipliers(const LaneScales scales, uint32_t (&row_g)[LANE_GROUPS],
                                                  uint32_t (&row_g8)[LANE_GROUPS]) {
     // the multipliers of a lane's groups (rows g, g + 8): group v's codes are bytes 2 (v % 2),
-    // 2 (v % 2) + 1 of word v / 2 (scales.y: the pair's second word, coalesced only)
+    // 2 (v % 2) + 1 of word v / 2 (scales.y: the pair's second word, coalesced only); natural:
+    // byte v % 4 of word v / 4 (row g: .x, .y) and of word 2 + v / 4 (row g + 8: .z, .w)
+#if MMA_NATURAL
+#pragma unroll
+    for (int v = 0; v < LANE_GROUPS; ++v) {
+        row_g[v] = multiplier(v < 4 ? scales.x : scales.y, v & 3);
+        row_g8[v] = multiplier(v < 4 ? scales.z : scales.w, v & 3);
+    }
+#else
 #pragma unroll
     for (int v = 0; v < LANE_GROUPS; ++v) row_g[v] = multiplier((v >> 1) ? scales.y : scales.x, 2 * (v & 1));
 #pragma unroll
     for (int v = 0; v < LANE_GROUPS; ++v) row_g8[v] = multiplier((v >> 1) ? scales.y : scales.x, 2 * (v & 1) + 1);
+#endif
 }
 
 __device__ __forceinline__ int mma_group(const int u) {
     // which of the lane's groups MMA u's columns lie in
-    return COALESCED ? u >> 1 : u >> 2;
+    return NATURAL ? u : COALESCED ? u >> 1 : u >> 2;
 }
 
 __device__ __forceinline__ void scaled_fragment(const uint32_t word, const int u,
@@ -204,7 +226,7 @@ __device__ __forceinline__ void scaled_fragment(const uint32_t word, const int u
 }
 
 template <int SETS>
-__device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const uint2 scales,
+__device__ __forceinline__ void superstep(const uint4 c0, const uint4 c1, const LaneScales scales,
                                           const uint4 (&xv)[SETS][4], float (&sums)[2][SETS][4]) {
     // eight decoded A fragments, each into SETS MMAs (set s: x rows 8s .. 8s + 7); one set's
     // even and odd MMAs into two accumulators (sums[0], sums[1]: two dependency chains, not
@@ -328,12 +350,24 @@ __device__ __forceinline__ void early_scales(const float* row_scale, const int n
             scale[j][h] = tile + j < (n >> 4) ? __ldcg(row_scale + value_row(tile + j, lane, 2 * h)) : 0.f;
 }
 
+__device__ __forceinline__ float* ring_floats(float* rings, const int warp) {
+    // a warp's ring of codes as floats, which its main loop is done with: the static rings
+    // (codes_ring), or ``rings``, the first of a block's rings of STAGES KiB in dynamic shared
+    // memory (the natural build's wgmma forms: WgRings; that build has no static rings)
+#if MMA_NATURAL
+    return rings + warp * STAGES * 256;
+#else
+    return rings != nullptr ? rings + warp * STAGES * 256 : reinterpret_cast<float*>(codes_ring<1>(warp));
+#endif
+}
+
 template <int SETS, int T>
 __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int n, const int tile,
                                        const int lane, const int kw, float (&acc)[4 * SETS],
-                                       const float (&scale)[2]) {
+                                       const float (&scale)[2], float* rings = nullptr) {
     // lane (g, t) holds of set s's D (row g, columns 2t, 2t + 1) and (row g + 8, ...): W rows,
-    // x rows 8s + 2t, 8s + 2t + 1 (value i: set i / 4, row g + 8 (i / 2 % 2), column i % 2)
+    // x rows 8s + 2t, 8s + 2t + 1 (value i: set i / 4, row g + 8 (i / 2 % 2), column i % 2);
+    // a gated pair's values meet in the warps' rings (ring_floats: ``rings`` or the static ones)
     constexpr int V = 4 * SETS;
     const bool direct = e.out != nullptr && gridDim.y == 1;
     int rows[V], cols[V];
@@ -381,7 +415,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
         // tokens/s with it, 364.7 with this; docs/nvfp4.md, twelfth session)
         const int warp = threadIdx.x >> 5, slot = (tile % (WARPS / kw)) >> 1, id = 1 + WARPS / kw + slot;
         if ((tile & 1) == 0) {
-            float* mine = reinterpret_cast<float*>(codes_ring<1>(warp));
+            float* mine = ring_floats(rings, warp);
             __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
 #pragma unroll
             for (int i = 0; i < V; ++i) mine[i * 32 + lane] = y[i];
@@ -389,7 +423,7 @@ __device__ __forceinline__ void finish(const Epilogue& e, const int m, const int
             return;
         }
         asm volatile("bar.sync %0, 64;" ::"r"(id) : "memory");
-        const float* gates = reinterpret_cast<const float*>(codes_ring<1>(warp - kw));
+        const float* gates = ring_floats(rings, warp - kw);
 #pragma unroll
         for (int i = 0; i < V; ++i)
             if (cols[i] < m) store_gated(e, half, pair, cols[i], rows[i], gates[i * 32 + lane], y[i]);
@@ -516,21 +550,29 @@ __device__ __forceinline__ void copy_supersteps(uint4 (&codes)[T][2][32], uint32
     for (int j = 0; j < T; ++j) copy_superstep(codes[j], scales[j], c_src[j] + at_c, s_src[j] + at_s, lane);
 }
 
-__device__ __forceinline__ uint2 lane_scales(const uint32_t* words, const int lane) {
+__device__ __forceinline__ LaneScales lane_scales(const uint32_t* words, const int lane) {
     // a lane's scale words of a (tile, superstep) block's 32: its own (contiguous; .y unused), or
-    // its pair's two (coalesced: one 8-byte load)
+    // its pair's two (coalesced: one 8-byte load), or its row's four (natural: one 16-byte load)
+#if MMA_NATURAL
+    return reinterpret_cast<const uint4*>(words)[lane >> 2];
+#else
     return COALESCED ? reinterpret_cast<const uint2*>(words)[lane >> 1] : make_uint2(words[lane], 0u);
+#endif
 }
 
-__device__ __forceinline__ uint2 lane_scales_l2(const uint32_t* words, const int lane) {
+__device__ __forceinline__ LaneScales lane_scales_l2(const uint32_t* words, const int lane) {
     // lane_scales from global memory through L2 (ld.global.cg, as the codes: a read-only
     // non-coherent load may be scheduled past griddepcontrol.wait, ptxas put the REGS form's there)
+#if MMA_NATURAL
+    return __ldcg(reinterpret_cast<const uint4*>(words) + (lane >> 2));
+#else
     return COALESCED ? __ldcg(reinterpret_cast<const uint2*>(words) + (lane >> 1)) : make_uint2(__ldcg(words + lane), 0u);
+#endif
 }
 
 template <int T>
 __device__ __forceinline__ void read_slot(const uint4 (&codes)[T][2][32], const uint32_t (&scales)[T][32],
-                                          const int lane, uint4 (&c0)[T], uint4 (&c1)[T], uint2 (&sc)[T]) {
+                                          const int lane, uint4 (&c0)[T], uint4 (&c1)[T], LaneScales (&sc)[T]) {
     // a lane's codes and scale words of a ring slot, each of T tiles
 #pragma unroll
     for (int j = 0; j < T; ++j) c0[j] = codes[j][0][lane], c1[j] = codes[j][1][lane], sc[j] = lane_scales(scales[j], lane);
@@ -684,7 +726,7 @@ __device__ __forceinline__ void load_next_x(uint4 (&xn)[SETS][4], const uint4* c
     load_sets_x<SETS>(xn, x_src, (size_t)min(i + 1, steps - 1) * 16);
 }
 
-__device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const uint2 sc) {
+__device__ __forceinline__ uint32_t xor_of(const uint4 c0, const uint4 c1, const LaneScales sc) {
     // a superstep's code and scale words folded: the memory-side diagnostics' stand-in for the math
     return c0.x ^ c0.y ^ c0.z ^ c0.w ^ c1.x ^ c1.y ^ c1.z ^ c1.w ^ sc.x ^ sc.y;
 }
@@ -796,7 +838,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
         marks.mark(2);
     }
     uint4 xv[SETS][4], xn[SETS][4], c0[T], c1[T];
-    uint2 sc[T];
+    LaneScales sc[T];
     if (!x_ring) {
         load_sets_x<SETS>(xv, x_src, 0);  // steps >= 1: gemv skips an empty slice
     }
@@ -850,7 +892,7 @@ __device__ __forceinline__ void accumulate(const uint4* __restrict__ codes,
             }
             if (!bulk) commit_copies();
             uint4 n0[T], n1[T];
-            uint2 nsc[T] = {};
+            LaneScales nsc[T] = {};
             if (ahead && i + 1 < steps) {
                 wait_copies<STAGES - 2>();  // superstep i + 1 has landed
                 __syncwarp();
@@ -910,7 +952,7 @@ __device__ __forceinline__ void accumulate_regs(const uint4* __restrict__ codes,
     float sums[2][SETS][4] = {};
     uint32_t fold = 0u;  // FOLD's stand-in for the math
     uint4 xv[SETS][4], xn[SETS][4], c0[REG_STEPS], c1[REG_STEPS];
-    uint2 sc[REG_STEPS];
+    LaneScales sc[REG_STEPS];
 #pragma unroll
     for (int r = 0; r < REG_STEPS; ++r) {
         const int i = min(r, steps - 1);  // past the last: its own again (cached, unused)
@@ -1059,6 +1101,7 @@ __device__ __forceinline__ void gemv(GEMV_PARAMS) {
     GEMV_KERNEL(name##_kw2_r16_t2, FORM, 2, 2, 2, BLOCKS_PER_SM_16_T2)                           \
     GEMV_KERNEL(name##_kw4_r16_t2, FORM, 4, 2, 2, BLOCKS_PER_SM_16_T2)
 
+#if !MMA_NATURAL  // (the mma.sync kernels read the contiguous and coalesced maps alone)
 GEMV_KERNELS(nvfp4_mma_gemv, PLAIN)
 GEMV_KERNELS(nvfp4_mma_gemv_ahead, AHEAD)
 GEMV_KERNELS(nvfp4_mma_gemv_xring, XRING)
@@ -1096,6 +1139,8 @@ GEMV_KERNELS_KW8(nvfp4_mma_gemv_bulk, BULK)
 GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memory side alone of _kw8
 #endif
 
+#endif  // !MMA_NATURAL
+
 #ifndef MMA_WG
 #define MMA_WG 0  // 1: the wgmma forms too (mma_gemv.build_cubin wg=True, for sm_90a; mma_gemv.WG_FORMS)
 #endif
@@ -1118,34 +1163,36 @@ GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memor
 // Measured slower than the GEMV on every shape (H100; x's staging through registers and K in
 // splits: docs/nvfp4.md, thirty-fifth session); no shipped tilings file names it.
 
-__device__ __forceinline__ uint64_t x_descriptor(const uint32_t* at, const int k_half_bytes) {
-    // wgmma's descriptor of B in shared memory, K-major, no swizzle, in 16-byte units: the start,
-    // the leading byte offset (the k half 8 .. 15: k_half_bytes on) and the stride byte offset
-    // (x rows 8 .. 15: 128 bytes on)
-    const uint64_t start = (shared_address(at) & 0x3FFFFu) >> 4;
-    return start | ((uint64_t)(k_half_bytes >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+__device__ __forceinline__ uint32_t x_descriptor(const uint32_t* at, const int k_half_bytes) {
+    // the low word of wgmma's descriptor of B in shared memory, K-major, no swizzle, in 16-byte
+    // units: the start (bits 0..13) and the leading byte offset (the k half 8 .. 15: k_half_bytes
+    // on; bits 16..29); its high word is X_DESCRIPTOR_HIGH. A 32-bit word, so that a stage's and a
+    // MMA's offsets are one add (the start cannot carry past its 14 bits below 256 KiB)
+    return ((shared_address(at) & 0x3FFFFu) >> 4) | ((uint32_t)(k_half_bytes >> 4) << 16);
 }
+#define X_DESCRIPTOR_HIGH "8"  // the stride byte offset (x rows 8 .. 15: 128 bytes on), no swizzle
 
 template <int SETS>
-__device__ __forceinline__ void wgmma(float (&d)[4 * SETS], const uint32_t (&a)[4], const uint64_t b);
+__device__ __forceinline__ void wgmma(float (&d)[4 * SETS], const uint32_t (&a)[4], const uint32_t b);
 
 template <>
-__device__ __forceinline__ void wgmma<1>(float (&d)[4], const uint32_t (&a)[4], const uint64_t b) {
+__device__ __forceinline__ void wgmma<1>(float (&d)[4], const uint32_t (&a)[4], const uint32_t b) {
+    // B's descriptor: low word ``b`` (x_descriptor), high word X_DESCRIPTOR_HIGH
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %9, 0;\n"
-        " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}"
+        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %9, 0;\n mov.b64 desc, {%8, " X_DESCRIPTOR_HIGH "};\n"
+        " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, desc, p, 1, 1, 0;\n}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1));
 }
 
 template <>
-__device__ __forceinline__ void wgmma<2>(float (&d)[8], const uint32_t (&a)[4], const uint64_t b) {
+__device__ __forceinline__ void wgmma<2>(float (&d)[8], const uint32_t (&a)[4], const uint32_t b) {
     asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %13, 0;\n"
+        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %13, 0;\n mov.b64 desc, {%12, " X_DESCRIPTOR_HIGH "};\n"
         " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}"
+        "{%8, %9, %10, %11}, desc, p, 1, 1, 0;\n}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1));
 }
 
 template <int SETS>
@@ -1171,6 +1218,33 @@ __device__ __forceinline__ void stage_pieces(uint32_t (&stage)[16][SETS][32], co
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+__device__ __forceinline__ void decode_superstep(const uint4 c0, const uint4 c1, const LaneScales sc, uint32_t (&a)[8][4]) {
+    // a warp's eight A fragments of a superstep (its codes and scale words), scaled (superstep's decode)
+    const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    uint32_t row_g[LANE_GROUPS], row_g8[LANE_GROUPS];
+    lane_multipliers(sc, row_g, row_g8);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) scaled_fragment(words[u], u, row_g, row_g8, a[u]);
+}
+
+template <int SETS>
+__device__ __forceinline__ uint32_t stage_descriptor(const uint32_t (*stages)[16][SETS][32], const int stage) {
+    // x_descriptor of a ring's stage ``stage`` (its core matrix 0): the ring's first, the stage's
+    // offset added in 16-byte units (a constant where the stage is)
+    return x_descriptor(&stages[0][0][0][0], SETS * 128) + (uint32_t)(stage * 16 * SETS * 128 >> 4);
+}
+
+template <int SETS>
+__device__ __forceinline__ void issue_wgmmas(float (&d)[4 * SETS], const uint32_t (&a)[8][4], const uint32_t stage) {
+    // the superstep's eight wgmmas, B from the stage of descriptor ``stage`` (core matrix i: MMA
+    // i / 2's k half i % 2, 2 SETS 128 bytes a MMA on), committed
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < 8; ++u) wgmma<SETS>(d, a[u], stage + (uint32_t)(u * 2 * SETS * 128 >> 4));
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+#if !MMA_NATURAL
 template <int SETS, bool BULK_W>
 __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
                                               const uint16_t* __restrict__ x, const int k, const int m,
@@ -1232,7 +1306,7 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
             }
             __syncwarp();  // superstep i landed for every lane, and every lane read i - 1's slot
             const uint4 c0 = my_codes[s][0][0][lane], c1 = my_codes[s][0][1][lane];
-            const uint2 sc = lane_scales(my_scales[s][0], lane);
+            const LaneScales sc = lane_scales(my_scales[s][0], lane);
             const int next = i + STAGES - 1, to = (s + STAGES - 1) % STAGES;
             if constexpr (BULK_W) {
                 if (lane == 0 && next < steps)
@@ -1243,17 +1317,10 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
                     copy_supersteps<1>(my_codes[to], my_scales[to], c_src, s_src, next * c_super, next * s_super, lane);
                 commit_copies();
             }
-            const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-            uint32_t row_g[LANE_GROUPS], row_g8[LANE_GROUPS], a[8][4];
-            lane_multipliers(sc, row_g, row_g8);
-#pragma unroll
-            for (int u = 0; u < 8; ++u) scaled_fragment(words[u], u, row_g, row_g8, a[u]);
+            uint32_t a[8][4];
+            decode_superstep(c0, c1, sc, a);
             asm volatile("bar.sync 1, 128;" ::: "memory");  // stage i % 2 written, i - 1's MMAs done: all warps
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-                wgmma<SETS>(d, a[u], x_descriptor(&x_stage[X_ONCE ? 0 : i & 1][2 * u][0][0], SETS * 128));
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            issue_wgmmas<SETS>(d, a, stage_descriptor<SETS>(x_stage, X_ONCE ? 0 : i & 1));
             if (i + 1 < steps && !X_ONCE) stage_pieces<SETS>(x_stage[(i + 1) & 1], xr[(i + 1) % XA], warp, lane);
             if (i + 1 + XA < steps && !X_ONCE)
                 load_pieces<SETS>(xr[(i + 1) % XA], x_src, (size_t)(i + 1 + XA) * X_AT, warp);
@@ -1264,34 +1331,207 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
     for (int i = 0; i < 4 * SETS; ++i) acc[i] = d[i] * 256.f;  // A was e2m1 * scale * 2^-8
 }
 
-template <int SETS, bool BULK_W>
-__device__ __forceinline__ void gemv_wg(GEMV_PARAMS) {
-    // tiles 4 blockIdx.x .. + 3, a warp each, over split blockIdx.y; the epilogue as the GEMV's
-    // (finish: a tile's splits added by its last warp to finish)
-    if constexpr (PDL && TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = blockIdx.x * WARPS + warp, tiles = n >> 4;
-    const int first = blockIdx.y * (groups_per_split >> 3);
-    const int steps = min(groups_per_split >> 3, (k >> 7) - first);  // >= 1: splits = ceil(groups / per split)
-    float acc[4 * SETS] = {};
-    float scale[1][2] = {};
-    if constexpr (ROW_SCALE == 1) early_scales<1>(row_scale, n, tile, lane, scale);
-    accumulate_wg<SETS, BULK_W>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1), first,
-                                steps, warp, lane, acc, ROW_SCALE == 2 ? row_scale : nullptr, n, scale);
-    if constexpr (PDL && !TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (tile >= tiles) return;  // (after the loop's barriers: every warp takes part in them)
-    const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
-    finish<SETS, 1>(e, m, n, tile, lane, 1, acc, scale[0]);
+#endif  // !MMA_NATURAL
+
+#if MMA_NATURAL
+// The natural build's wgmma forms: the weights stream into each warp's ring as above, and x is
+// copied into the warpgroup's ring of stages beside them, STAGES - 1 supersteps ahead, as it lies
+// in memory: in the natural column map core matrix p of a set is piece p (columns 8p .. 8p + 7)
+// of its eight x rows, so thread (p, g) = (thread / 8, thread % 8) of the warpgroup copies piece p
+// of rows g and 8 + g (rows past m zeros) with one 16-byte cp.async each, to row g of core
+// matrix (p, set); a warp's copies read 64 contiguous bytes of
+// eight rows and write 512 contiguous bytes. KG warpgroups a block (``_kw2``, ``_kw4``: a tile's KG
+// warps, one a warpgroup) take the KG runs of the split's supersteps and add their sums in
+// shared memory, warpgroup 0 finishing (no splits needed to spread K). Everything in dynamic
+// shared memory (WgRings; mma_gemv.wg_shared_bytes sizes it).
+
+template <int SETS, int KG>
+struct WgRings {
+    // a block's dynamic shared memory: each warp's ring of codes and of scale words (the static
+    // rings' layout: a warp's codes ring is where ring_floats finds it), each warpgroup's ring of
+    // x stages, each warp's barriers (the bulk form's), in that order
+    static constexpr int CODE_BYTES = 4 * KG * STAGES * 1024, SCALE_BYTES = 4 * KG * STAGES * 128;
+    static constexpr int X_BYTES = KG * STAGES * 16 * SETS * 128;
+    uint4 (*codes)[STAGES][1][2][32];
+    uint32_t (*scales)[STAGES][1][32];
+    uint32_t (*x)[STAGES][16][SETS][32];
+    uint64_t (*bars)[STAGES];
+    __device__ __forceinline__ explicit WgRings(unsigned char* base)
+        : codes(reinterpret_cast<uint4 (*)[STAGES][1][2][32]>(base)),
+          scales(reinterpret_cast<uint32_t (*)[STAGES][1][32]>(base + CODE_BYTES)),
+          x(reinterpret_cast<uint32_t (*)[STAGES][16][SETS][32]>(base + CODE_BYTES + SCALE_BYTES)),
+          bars(reinterpret_cast<uint64_t (*)[STAGES]>(base + CODE_BYTES + SCALE_BYTES + X_BYTES)) {}
+};
+
+template <int SETS>
+__device__ __forceinline__ void copy_x_stage(uint32_t (&stage)[16][SETS][32], const uint4* const (&x_src)[SETS],
+                                             const size_t at, const int g, const int p, const int m) {
+    // thread (p, g)'s pieces of a superstep's x (``at``: its first piece) into a stage; a row past
+    // m is zeros, read from nowhere (cp.async's source size 0: every copy issued, none in a branch)
+#pragma unroll
+    for (int set = 0; set < SETS; ++set) {
+        const unsigned dst = shared_address(&stage[p][set][4 * g]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     ::"r"(dst), "l"(x_src[set] + at), "r"(8 * set + g < m ? 16 : 0) : "memory");
+    }
 }
 
-#define WG_KERNEL(name, SETS, BULK_W, BLOCKS)                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS, BLOCKS) name(GEMV_PARAMS) {          \
-        gemv_wg<SETS, BULK_W>(GEMV_ARGS);                                                         \
+template <int SETS, bool BULK_W, int KG>
+__device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
+                                               const uint16_t* __restrict__ x, const int k, const int m,
+                                               const int c_tile, const int c_super, const int s_tile,
+                                               const int s_super, const int tile, const int first, const int steps,
+                                               const int warp, const int lane, float (&acc)[4 * SETS],
+                                               const float* row_scale, const int n, float (&scale)[1][2],
+                                               const WgRings<SETS, KG>& rings) {
+    // the warpgroup's sums over supersteps first .. first + steps - 1 (steps >= 1; the same for its
+    // four warps) of tile ``tile`` (this warp's; past N the last tile again, the caller drops its
+    // sums); row_scale given (ROW_SCALE 2): its rows' into scale
+    const int group = warp >> 2, thread = threadIdx.x & 127, g = thread & 7, p = thread >> 3;
+    const uint4* const c_block[1] = {codes + tile * c_tile + first * c_super};
+    const uint4* const s_block[1] = {reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super};
+    const uint4* const c_src[1] = {c_block[0] + lane};
+    const uint4* const s_src[1] = {s_block[0] + (lane & 7)};
+    const uint4* x_src[SETS];  // piece p of row 8 set + g, superstep first
+#pragma unroll
+    for (int set = 0; set < SETS; ++set)
+        x_src[set] = reinterpret_cast<const uint4*>(x + (size_t)min(8 * set + g, m - 1) * k) + (size_t)first * 16 + p;
+    uint4(*my_codes)[1][2][32] = rings.codes[warp];
+    uint32_t(*my_scales)[1][32] = rings.scales[warp];
+    uint32_t(*stage)[16][SETS][32] = rings.x[group];
+    uint64_t* my_bars = rings.bars[warp];
+    // the prologue: supersteps 0 .. STAGES - 2 of the weights (before griddepcontrol.wait), then,
+    // once the kernels before have finished, of x, a copy group a superstep (group 0 holds every
+    // weight copy of the prologue: waiting for group i still means superstep i's have landed)
+    if constexpr (BULK_W) {
+        bulk_prologue<1>(my_codes, my_scales, c_block, s_block, c_super, s_super, steps, my_bars, lane);
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s)
+            if (s < steps) copy_supersteps<1>(my_codes[s], my_scales[s], c_src, s_src, s * c_super, s * s_super, lane);
     }
-WG_KERNEL(nvfp4_mma_gemv_wg, 1, false, BLOCKS_PER_SM)
-WG_KERNEL(nvfp4_mma_gemv_wg_r16, 2, false, BLOCKS_PER_SM_16)
-WG_KERNEL(nvfp4_mma_gemv_wg_bulk, 1, true, BLOCKS_PER_SM)
-WG_KERNEL(nvfp4_mma_gemv_wg_bulk_r16, 2, true, BLOCKS_PER_SM_16)
+    if constexpr (PDL) wait_for_prerequisites();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) copy_x_stage<SETS>(stage[s], x_src, (size_t)s * 16, g, p, m);
+        commit_copies();  // an empty group past the last superstep keeps the wait count uniform
+    }
+    if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<1>(row_scale, n, tile, lane, scale);
+    const unsigned barrier = 1 + group;  // the warpgroup's named barrier (0 is __syncthreads')
+    float d[4 * SETS] = {};
+    // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
+    for (int base = 0; base < steps; base += STAGES) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            const int i = base + s;
+            if (i >= steps) break;
+            if constexpr (BULK_W) barrier_wait(&my_bars[s], (unsigned)(base / STAGES) & 1u);
+            wait_copies<STAGES - 2>();  // this thread's copies of superstep i have landed
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // its x, for wgmma's reads
+            __syncwarp();  // every lane's, and every lane read superstep i - 1's slot
+            const uint4 c0 = my_codes[s][0][0][lane], c1 = my_codes[s][0][1][lane];
+            const LaneScales sc = lane_scales(my_scales[s][0], lane);
+            const int next = i + STAGES - 1, to = (s + STAGES - 1) % STAGES;
+            uint32_t a[8][4];
+            decode_superstep(c0, c1, sc, a);
+            // every thread's x of superstep i has landed, every warp's MMAs of i - 1 are done: the
+            // stage they read is refilled with superstep next's, and this warp's slot of i - 1
+            // (read before the __syncwarp above) with its weights, in one branch
+            asm volatile("bar.sync %0, 128;" ::"r"(barrier) : "memory");
+            if (next < steps) {
+                if constexpr (BULK_W) {
+                    if (lane == 0)
+                        bulk_superstep<1>(my_codes[to], my_scales[to], c_block, s_block, next * c_super,
+                                          next * s_super, &my_bars[to]);
+                } else {
+                    copy_supersteps<1>(my_codes[to], my_scales[to], c_src, s_src, next * c_super, next * s_super, lane);
+                }
+                copy_x_stage<SETS>(stage[to], x_src, (size_t)next * 16, g, p, m);
+            }
+            commit_copies();
+            issue_wgmmas<SETS>(d, a, stage_descriptor<SETS>(stage, s));
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // a and d free again
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * SETS; ++i) acc[i] = d[i] * 256.f;  // A was e2m1 * scale * 2^-8
+}
+#endif  // MMA_NATURAL
+
+template <int SETS, bool BULK_W, int KG>
+__device__ __forceinline__ void gemv_wg(GEMV_PARAMS) {
+    // tiles 4 blockIdx.x .. + 3, a warp each of each of KG warpgroups (KG > 1: natural builds),
+    // over split blockIdx.y, warpgroup j its j-th run of the split's supersteps; the sums of a
+    // tile's KG warps added in shared memory in warpgroup order, then the epilogue as the GEMV's
+    // (finish: a tile's splits added by its last warp to finish)
+    static_assert(KG == 1 || NATURAL, "warpgroups share K in the natural build's forms alone");
+    if constexpr (PDL && TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = KG == 1 ? 0 : warp >> 2;
+    const int tile = blockIdx.x * 4 + (KG == 1 ? warp : warp & 3), tiles = n >> 4;
+    const int split_first = blockIdx.y * (groups_per_split >> 3);
+    const int split_steps = min(groups_per_split >> 3, (k >> 7) - split_first);  // >= 1: splits = ceil(groups / per split)
+    const int run = (split_steps + KG - 1) / KG;
+    const int first = split_first + group * run;
+    const int steps = min(run, split_steps - group * run);  // <= 0: a warpgroup past a short split
+    float acc[4 * SETS] = {};
+    float scale[1][2] = {};
+    if constexpr (ROW_SCALE == 1) {
+        if (group == 0) early_scales<1>(row_scale, n, tile, lane, scale);
+    }
+    const float* late_scale = ROW_SCALE == 2 && group == 0 ? row_scale : nullptr;
+#if MMA_NATURAL
+    extern __shared__ __align__(128) unsigned char wg_shared[];
+    const WgRings<SETS, KG> rings(wg_shared);
+    float* handoff = reinterpret_cast<float*>(rings.codes[0]);  // (ring_floats: the rings are dynamic)
+    if (steps > 0)
+        accumulate_wgn<SETS, BULK_W, KG>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1),
+                                         first, steps, warp, lane, acc, late_scale, n, scale, rings);
+#else
+    float* handoff = nullptr;  // (ring_floats: the static rings)
+    accumulate_wg<SETS, BULK_W>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1), first,
+                                steps, warp, lane, acc, late_scale, n, scale);
+#endif
+    if constexpr (PDL && !TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if constexpr (KG > 1) {
+        // warpgroups 1 .. KG - 1 leave their sums in their warps' code rings (their loops are done
+        // with them: every copy landed and was read), warpgroup 0 adds them in order
+        if (group > 0) {
+            float* mine = ring_floats(handoff, warp);
+            __syncwarp();  // every lane's reads of the ring are done (lane l writes others' codes)
+#pragma unroll
+            for (int i = 0; i < 4 * SETS; ++i) mine[i * 32 + lane] = acc[i];
+        }
+        __syncthreads();
+        if (group > 0) return;
+#pragma unroll
+        for (int j = 1; j < KG; ++j) {
+            const float* theirs = ring_floats(handoff, warp + 4 * j);
+#pragma unroll
+            for (int i = 0; i < 4 * SETS; ++i) acc[i] += theirs[i * 32 + lane];
+        }
+    }
+    if (tile >= tiles) return;  // (after the loop's barriers: every warp takes part in them)
+    const Epilogue e{part, row_scale, bias, out, counters, pair_tiles, gated};
+    finish<SETS, 1>(e, m, n, tile, lane, 1, acc, scale[0], handoff);
+}
+
+// the wgmma kernels (mma_gemv.WG_FORMS), a warpgroup a block, or in the natural build KG = 2 or 4
+// (``_kw2``, ``_kw4``: registers for as many warps a multiprocessor as one warpgroup's blocks)
+#define WG_KERNEL(name, SETS, BULK_W, KG, BLOCKS)                                                \
+    extern "C" __global__ void __launch_bounds__(128 * KG, BLOCKS) name(GEMV_PARAMS) {            \
+        gemv_wg<SETS, BULK_W, KG>(GEMV_ARGS);                                                     \
+    }
+#define WG_KERNELS(name, BULK_W, KG, SUFFIX)                                                     \
+    WG_KERNEL(name##SUFFIX, 1, BULK_W, KG, BLOCKS_PER_SM / KG)                                   \
+    WG_KERNEL(name##SUFFIX##_r16, 2, BULK_W, KG, BLOCKS_PER_SM_16 / KG)
+WG_KERNELS(nvfp4_mma_gemv_wg, false, 1, )
+WG_KERNELS(nvfp4_mma_gemv_wg_bulk, true, 1, )
+#if MMA_NATURAL
+WG_KERNELS(nvfp4_mma_gemv_wg, false, 2, _kw2)
+WG_KERNELS(nvfp4_mma_gemv_wg, false, 4, _kw4)
+WG_KERNELS(nvfp4_mma_gemv_wg_bulk, true, 2, _kw2)
+WG_KERNELS(nvfp4_mma_gemv_wg_bulk, true, 4, _kw4)
+#endif
 #endif
 
 // The weight itself, for x of prefill sizes (mma_gemv.MmaGemv.dequantize, kernels.MmaKernel): from
@@ -1321,7 +1561,7 @@ struct DequantArgs {
 };
 
 __device__ __forceinline__ void load_block(const DequantArgs& a, const int tile, const int s, const int lane,
-                                           uint4& c0, uint4& c1, uint2& sc) {
+                                           uint4& c0, uint4& c1, LaneScales& sc) {
     const uint4* c = a.codes + (size_t)tile * a.c_tile + (size_t)s * a.c_super;
     c0 = c[lane];
     c1 = c[32 + lane];
@@ -1330,9 +1570,10 @@ __device__ __forceinline__ void load_block(const DequantArgs& a, const int tile,
 }
 
 __device__ __forceinline__ void decode_block(const DequantArgs& a, const int tile, const int lane, const uint4 c0,
-                                             const uint4 c1, const uint2 sc, uint32_t (&packed)[2][16]) {
+                                             const uint4 c1, const LaneScales sc, uint32_t (&packed)[2][16]) {
     // packed[rs][j]: row g + 8 rs, the lane's columns of MMA j / 2, cp = j % 2 (columns 2cp,
-    // 2cp + 1 of its four) as bf16x2: packed[rs][4q .. 4q + 3] are piece lane_piece(t, q) of the row
+    // 2cp + 1 of its four) as bf16x2: packed[rs][4q .. 4q + 3] are piece lane_piece(t, q) of the
+    // row (natural: packed[rs][j] is word t of piece j; store_lane_row)
     const int g = lane >> 2;
     const uint32_t words[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     uint32_t mult[2][LANE_GROUPS];  // rows g, g + 8
@@ -1354,6 +1595,19 @@ __device__ __forceinline__ void decode_block(const DequantArgs& a, const int til
     }
 }
 
+__device__ __forceinline__ void store_lane_row(uint4* pieces, const uint32_t (&packed)[16], const int t) {
+    // a lane's columns of one row of a (tile, superstep) block (decode_block's packed[rs]) into the
+    // row's 16 pieces at ``pieces``: four whole pieces (lane_piece), or natural word t of each piece
+#if MMA_NATURAL
+#pragma unroll
+    for (int j = 0; j < 16; ++j) reinterpret_cast<uint32_t*>(pieces + j)[t] = packed[j];
+#else
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        pieces[lane_piece(t, q)] = make_uint4(packed[4 * q], packed[4 * q + 1], packed[4 * q + 2], packed[4 * q + 3]);
+#endif
+}
+
 #define DEQUANT_PARAMS                                                                           \
     const uint4 *__restrict__ codes, const uint32_t *__restrict__ scales, int n, int k, int c_tile, \
         int c_super, int s_tile, int s_super, const float *__restrict__ row_scale,               \
@@ -1368,18 +1622,14 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant(DEQUA
     const int tile = (int)(block / supers), s = (int)(block % supers);
     if (tile >= n / 16) return;
     uint4 c0, c1;
-    uint2 sc;
+    LaneScales sc;
     load_block(a, tile, s, lane, c0, c1, sc);
     uint32_t packed[2][16];
     decode_block(a, tile, lane, c0, c1, sc, packed);
 #pragma unroll
-    for (int rs = 0; rs < 2; ++rs) {
-        uint4* dst = reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, tile * 16 + g + 8 * rs) * k +
-                                              s * 128);
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            dst[lane_piece(t, q)] = make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
-    }
+    for (int rs = 0; rs < 2; ++rs)
+        store_lane_row(reinterpret_cast<uint4*>(out + (size_t)paired_row(pair_tiles, tile * 16 + g + 8 * rs) * k + s * 128),
+                       packed[rs], t);
 }
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_staged(DEQUANT_PARAMS) {
@@ -1390,7 +1640,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_stage
     const long blocks = (long)(n / 16) * supers;
     const long first = ((long)blockIdx.x * WARPS + warp) * DQ_BLOCKS;
     uint4 c0[DQ_BLOCKS], c1[DQ_BLOCKS];
-    uint2 sc[DQ_BLOCKS];
+    LaneScales sc[DQ_BLOCKS];
 #pragma unroll
     for (int j = 0; j < DQ_BLOCKS; ++j)  // every load first: DQ_BLOCKS blocks in flight a warp
         if (first + j < blocks)
@@ -1402,11 +1652,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) nvfp4_mma_dequant_stage
         uint32_t packed[2][16];
         decode_block(a, tile, lane, c0[j], c1[j], sc[j], packed);
 #pragma unroll
-        for (int rs = 0; rs < 2; ++rs)
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-                stage[warp][g + 8 * rs][lane_piece(t, q)] =
-                    make_uint4(packed[rs][4 * q], packed[rs][4 * q + 1], packed[rs][4 * q + 2], packed[rs][4 * q + 3]);
+        for (int rs = 0; rs < 2; ++rs) store_lane_row(stage[warp][g + 8 * rs], packed[rs], t);
         __syncwarp();
 #pragma unroll
         for (int i = 0; i < 8; ++i) {  // rows 2i, 2i + 1: 16 lanes a row, 16 bytes a lane

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from hinge_nvfp4.mma_layout import COLUMN_MAPS, COLUMNS, SUPERSTEP, block_strides
+from hinge_nvfp4.mma_layout import COLUMN_MAPS, COLUMNS, REPACK_MAPS, SUPERSTEP, block_strides
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 16  #: rows of x: the MMA's B columns, in sets of ``SET_ROWS``
@@ -85,8 +85,15 @@ REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
 #: supersteps, x loaded once a block into shared memory (each warp a quarter of it) and read from
 #: there by ``wgmma`` (A the warps' decoded fragments in registers), the weights copied as the
 #: ``plain`` form's (``wg``) or the ``bulk`` form's (``wg_bulk``); one warp a tile, one tile a
-#: warp, K cut by splits alone; up to ``SET_ROWS`` rows and an ``_r16`` kernel
+#: warp, K cut by splits alone; up to ``SET_ROWS`` rows and an ``_r16`` kernel. Built for the
+#: ``natural`` column map (``build_cubin(columns="natural", wg=True)``: a cubin of these forms and
+#: the dequantizing kernels alone) they copy x into shared memory as it lies in memory, with the
+#: weights' copies and as far ahead, and ``WG_KWARPS`` warpgroups a block may share K (``_kw2``,
+#: ``_kw4``: a tile's warps, one a warpgroup, their sums added in shared memory), all their
+#: shared memory dynamic (``wg_shared_bytes``); not timed yet
 WG_FORMS = {"wg": "nvfp4_mma_gemv_wg", "wg_bulk": "nvfp4_mma_gemv_wg_bulk"}
+WG_KWARPS = (1, 2, 4)  #: warps a tile (warpgroups a block) of the natural build's wgmma forms
+NATURAL = "natural"  #: the column map the wgmma forms alone read (``mma_layout.REPACK_MAPS``)
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
 #: the forms built with two tiles a warp at 16 rows (``_t2``: x's fragments feed both tiles),
 #: in cubins of rings at most ``T2_MAX_STAGES`` deep (two tiles' rings in 48 KiB)
@@ -118,9 +125,49 @@ def kwarps_built(kwarps: int, stages: int) -> bool:
     return kwarps in KWARPS or (kwarps == WIDE_WARPS and stages <= WIDE_MAX_STAGES)
 
 
-def block_warps(kwarps: int) -> int:
-    """Warps a block of the cubin that holds the kernels of ``kwarps`` warps a tile."""
-    return WIDE_WARPS if kwarps == WIDE_WARPS else WARPS
+def block_warps(kwarps: int, form: str = "plain") -> int:
+    """Warps a block of ``form``'s kernel of ``kwarps`` warps a tile: a ``WG_FORMS`` block is
+    ``kwarps`` warpgroups of four tiles, any other a block of the cubin that holds it
+    (``cubin_warps``)."""
+    return 4 * kwarps if form in WG_FORMS else cubin_warps(kwarps, form)
+
+
+def cubin_warps(kwarps: int, form: str = "plain") -> int:
+    """``build_cubin``'s ``warps`` of the cubin that holds ``form``'s kernel of ``kwarps`` warps a
+    tile: ``WIDE_WARPS`` for eight, else ``WARPS`` (the wgmma forms' too, at any ``kwarps``)."""
+    return WIDE_WARPS if kwarps == WIDE_WARPS and form not in WG_FORMS else WARPS
+
+
+def wg_shared_bytes(kwarps: int, stages: int, rows: int) -> int:
+    """Dynamic shared memory of a block of the natural build's wgmma kernel of ``kwarps``
+    warpgroups, rings of ``stages``, for x of up to ``rows`` rows (mma_gemv.cu's ``WgRings``):
+    each warp's rings of codes and scale words (1152 bytes a superstep) and barriers (8 bytes a
+    slot), each warpgroup's ring of x stages (2 KiB a set of eight rows a superstep)."""
+    sets = 2 if rows > SET_ROWS else 1
+    return kwarps * stages * (4 * (1024 + 128 + 8) + sets * 2048)
+
+
+WG_MAX_SHARED = 232448  #: dynamic shared memory a Hopper block may ask for (227 KiB)
+
+
+def check_columns(form: str, kwarps: int, columns: str, stages: int | None = None) -> None:
+    """Refuses ``form`` at ``kwarps`` warps a tile over weights in column map ``columns`` (rings
+    of ``stages``, where given) where no cubin holds it: the natural map is read by the wgmma
+    forms alone, their warpgroups share K in its build alone, and a block's rings must fit a
+    Hopper block's shared memory (``wg_shared_bytes`` at 16 rows)."""
+    if columns not in REPACK_MAPS:
+        raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(REPACK_MAPS)}")
+    if columns == NATURAL and form not in WG_FORMS:
+        raise ValueError(f"the {NATURAL} column map is read by the wgmma forms alone ({', '.join(WG_FORMS)}), "
+                         f"not {form}: name one of them, or repack in {' or '.join(COLUMN_MAPS)}")
+    if form in WG_FORMS and kwarps != 1 and columns != NATURAL:
+        raise ValueError(f"the {form} form's warpgroups share K ({kwarps} warps a tile) in the {NATURAL} "
+                         f"column map alone, not {columns}: repack in {NATURAL}, or take one warp a tile")
+    if columns == NATURAL and stages is not None and wg_shared_bytes(kwarps, stages, MAX_ROWS) > WG_MAX_SHARED:
+        fits = max(s for s in range(1, stages) if wg_shared_bytes(kwarps, s, MAX_ROWS) <= WG_MAX_SHARED)
+        raise ValueError(f"the {form} form at {kwarps} warps a tile in rings of {stages} asks "
+                         f"{wg_shared_bytes(kwarps, stages, MAX_ROWS)} bytes of shared memory a block at 16 rows, "
+                         f"more than a Hopper block's {WG_MAX_SHARED}: take rings of at most {fits}")
 
 
 def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1) -> str:
@@ -132,8 +179,9 @@ def kernel_name(form: str, kwarps: int = 1, rows: int = SET_ROWS, tiles: int = 1
     names = KERNELS | ONE_SET | DIAGNOSTICS | REGS_DIAGNOSTICS | WG_FORMS
     if form not in names:
         raise ValueError(f"no form {form!r} of the MMA GEMV; the forms are {', '.join(names)}")
-    if form in WG_FORMS and (kwarps != 1 or tiles != 1):
-        raise ValueError(f"the {form} form runs one warp a tile and one tile a warp (K cut by splits), "
+    if form in WG_FORMS and (kwarps not in WG_KWARPS or tiles != 1):
+        raise ValueError(f"the {form} form runs {', '.join(map(str, WG_KWARPS))} warps a tile (one a "
+                         f"warpgroup; past one in the {NATURAL} build) and one tile a warp, "
                          f"not {kwarps} warps a tile, {tiles} tiles a warp")
     if kwarps not in KWARPS + (WIDE_WARPS,) or (kwarps == WIDE_WARPS and form not in (*KERNELS, "ring")):
         raise ValueError(f"the MMA GEMV runs {', '.join(map(str, KWARPS))} warps a tile, or {WIDE_WARPS} "
@@ -160,7 +208,9 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
     (``MMA_PDL``: the weights' first copies before ``griddepcontrol.wait``, x after it, through
     coherent loads; sm_90 and later), ``warps`` a block (``WARPS``, or ``WIDE_WARPS``: the ``_kw8``
     kernels, rings of at most ``WIDE_MAX_STAGES``), for weights repacked in column map ``columns``
-    (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``); ``trace``: a diagnostic build whose warps
+    (``MMA_COALESCED``; ``mma_layout.COLUMN_MAPS``, or ``NATURAL`` with ``wg``: ``MMA_NATURAL``, a
+    cubin of the ``WG_FORMS`` kernels, at 1, 2 and 4 warpgroups a block, and the dequantizing
+    kernels alone); ``trace``: a diagnostic build whose warps
     record their timelines (``MMA_TRACE``; ``tools/gpu/nvfp4_trace.py``; never cached or
     launched by the engine); ``trigger``: when a ``pdl`` build lets the kernel after it launch
     (``TRIGGERS``); ``wait_first``: a diagnostic ``pdl`` build whose cp.async forms wait before
@@ -195,8 +245,12 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
                          f"memory), got {stages}")
     if prefetch not in PREFETCHES:
         raise ValueError(f"the copies' L2 prefetch is one of {PREFETCHES} bytes, got {prefetch}")
-    if columns not in COLUMN_MAPS:
-        raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(COLUMN_MAPS)}, not {columns!r}")
+    if columns not in REPACK_MAPS:
+        raise ValueError(f"the MMA GEMV is built for the column maps {', '.join(REPACK_MAPS)}, not {columns!r}")
+    if columns == NATURAL and (not wg or x_once or x_same or wg_x_ahead != 1):
+        raise ValueError(f"a {NATURAL} build holds the wgmma forms alone (wg=True), which copy x into "
+                         "shared memory as it lies: x_once, x_same and wg_x_ahead (diagnostics of x "
+                         "staged through registers) do not apply")
     if wait_first and not pdl:
         raise ValueError("wait_first moves griddepcontrol.wait, which only a pdl=True build has")
     if no_wait and (not pdl or wait_first):
@@ -229,7 +283,8 @@ def build_cubin(arch: str = "sm_90", stages: int = 4, prefetch: int = 0, pdl: bo
         done = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-O3", f"-DSTAGES={stages}",
                                f"-DL2_PREFETCH={0 if prefetch == 'run' else prefetch}", f"-DMMA_L2_RUN={int(prefetch == 'run')}",
                                f"-DMMA_PDL={int(pdl)}",
-                               f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}", f"-DMMA_TRACE={int(trace)}",
+                               f"-DWARPS={warps}", f"-DMMA_COALESCED={int(columns == 'coalesced')}",
+                               f"-DMMA_NATURAL={int(columns == NATURAL)}", f"-DMMA_TRACE={int(trace)}",
                                f"-DMMA_TRIGGER_START={int(trigger == 'start')}", f"-DMMA_WAIT_FIRST={int(wait_first)}",
                                f"-DMMA_ROW_SCALE={ROW_SCALE_READS.index(row_scale)}", f"-DMMA_R16_DIAG={r16_diag}",
                                f"-DMMA_R16_WARPS={r16_warps}", f"-DMMA_NO_WAIT={int(no_wait)}",
@@ -275,7 +330,8 @@ class MmaGemv:
     launched on torch's current stream (so a CUDA graph captures it). ``stages``: the cubin's
     ring depth, which the xring form needs to size its dynamic shared memory; ``kwarps``: warps
     a 16-row tile (``KWARPS``: a block of ``WARPS`` holds ``WARPS // kwarps`` tiles; or
-    ``WIDE_WARPS``: a block a tile, from a cubin built with ``warps=WIDE_WARPS``). A GEMV
+    ``WIDE_WARPS``: a block a tile, from a cubin built with ``warps=WIDE_WARPS``; a ``WG_FORMS``
+    block is four tiles of ``kwarps`` warpgroups, ``block_warps``). A GEMV
     form loads two functions: x of up to ``SET_ROWS`` rows, and of up to ``MAX_ROWS``
     (``_r16``); a launch takes the one for its rows. ``carveout``: the share of the unified L1
     and shared memory (percent, 0 .. 100) the kernels prefer as shared memory, a hint to the
@@ -304,10 +360,12 @@ class MmaGemv:
                  tiles16: int = 1, columns: str = COLUMNS, rows16_from: int = SET_ROWS + 1,
                  spread: bool | str = False) -> None:
         name = kernel_name(form, kwarps)
+        check_columns(form, kwarps, columns, stages)
         if not 1 <= rows16_from <= SET_ROWS + 1:
             raise ValueError(f"the 16-row kernel takes from 1 to {SET_ROWS + 1} rows of x on, not {rows16_from}")
-        if form == "xring" and stages is None:
-            raise ValueError("the xring form sizes its ring of x by the cubin's stages: pass stages")
+        if (form == "xring" or columns == NATURAL) and stages is None:
+            raise ValueError(f"the {form} form{' (natural)' if columns == NATURAL else ''} sizes its shared "
+                             "memory by the cubin's stages: pass stages")
         if carveout is not None and not 0 <= carveout <= 100:
             raise ValueError(f"the shared memory carveout is a percentage, 0 to 100, got {carveout}")
         if tiles16 == 2 and (stages is None or stages > T2_MAX_STAGES):
@@ -321,7 +379,7 @@ class MmaGemv:
         self.form, self.stages, self.kwarps, self.pdl, self.carveout, self.tiles16 = (
             form, stages, kwarps, pdl, carveout, tiles16)
         self.columns, self.rows16_from, self.spread = columns, rows16_from, spread
-        self.warps = block_warps(kwarps)  #: warps a block: the cubin must be built with as many
+        self.warps = block_warps(kwarps, form)  #: warps a block (the cubin built with ``cubin_warps``)
         self.cuda = ctypes.CDLL("libcuda.so.1")
         self._counters: torch.Tensor | None = None  #: split counters (``reserve_counters``)
         self._make_arguments()
@@ -359,7 +417,7 @@ class MmaGemv:
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         """A GEMV function of x of up to ``rows`` rows, with this launcher's attributes set."""
         function = self._lookup(name)
-        dynamic = self.x_ring_bytes(rows)
+        dynamic = self.dynamic_bytes(rows, rows > SET_ROWS)
         if self.spread:  # room for any spread launch's padding (the carveout the driver's choice:
             # preferring all of it to shared memory cost down's 16-row launch 15.1 -> 23.1 us on an
             # H100, its x read through a smaller L1)
@@ -392,22 +450,28 @@ class MmaGemv:
             "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return value.value
 
-    def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int) -> int:
-        """The dynamic shared memory of a spread launch of ``blocks`` blocks over ``m`` rows of x:
-        at least the xring form's ring of x, and as much as keeps a multiprocessor to
+    def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int, sixteen: bool = False) -> int:
+        """The dynamic shared memory of a spread launch of ``blocks`` blocks over ``m`` rows of x
+        (``sixteen``: by the 16-row kernel): at least its own (``dynamic_bytes``), and as much as keeps a multiprocessor to
         ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks_bytes``) where registers and the
         rings alone would let it hold more; worked out once a (function, blocks, m)."""
         key = (function.value, blocks, m)
         if key not in self._spread_bytes:
             d = self._device
             self._spread_bytes[key] = spread_blocks_bytes(
-                -(-blocks // d["sms"]), self.x_ring_bytes(m), self._static_bytes(function), d,
+                -(-blocks // d["sms"]), self.dynamic_bytes(m, sixteen), self._static_bytes(function), d,
                 lambda dynamic: self._resident_blocks(function, dynamic), least=self.spread == "least")
         return self._spread_bytes[key]
 
-    def x_ring_bytes(self, m: int) -> int:
-        """Dynamic shared memory of a launch over ``m`` rows of x (0 but for the xring form)."""
-        return self.warps * self.stages * m * X_RING_BYTES if self.form == "xring" else 0
+    def dynamic_bytes(self, m: int, sixteen: bool = False) -> int:
+        """Dynamic shared memory of a launch over ``m`` rows of x (``sixteen``: by the 16-row
+        kernel): the xring form's ring of x, the natural build's wgmma forms' every ring
+        (``wg_shared_bytes``), else 0."""
+        if self.form == "xring":
+            return self.warps * self.stages * m * X_RING_BYTES
+        if self.columns == NATURAL:
+            return wg_shared_bytes(self.kwarps, self.stages, MAX_ROWS if sixteen else SET_ROWS)
+        return 0
 
     def _make_torch_context_current(self) -> None:
         """The driver API loads into this thread's current context: torch's primary context, made
@@ -495,7 +559,9 @@ class MmaGemv:
         grid = (-(-(n // 16) // (tiles * self.warps // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
-        shared = self.spread_bytes(function, grid[0] * grid[1], m) if self.spread else self.x_ring_bytes(m)
+        sixteen = rows > SET_ROWS
+        shared = (self.spread_bytes(function, grid[0] * grid[1], m, sixteen) if self.spread
+                  else self.dynamic_bytes(m, sixteen))
         if self.pdl and early:
             key = (grid, shared, stream.value)
             if key not in self._configs:  # a few (grid, stream) a launcher: built once each

@@ -18,11 +18,11 @@ made for the same):
   2 v for v = 0 .. 3 (p = t // 2), which lanes t = 2 p and 2 p + 1 share: lane (g, 2 p + h)'s
   word holds rows g, g + 8 of groups p + 4 h, then p + 4 h + 2, and each reads the pair's two
   words (one 8-byte load).
-- ``natural`` (the repack and its emulation only: no kernel reads it yet, ``REPACK_MAPS``):
-  MMA u's k half h is columns 16 u + 8 h .. + 7 of the superstep, lane t's of them 2 t, 2 t + 1,
-  so that each 16-byte row of an 8 x 8 core matrix of the MMA's B operand is 16 contiguous bytes
-  of x, as a copy of x straight into shared memory for ``wgmma`` needs it (docs/nvfp4.md, "What a
-  next wgmma form would need"). MMA u lies in group 8 S + u: a lane's columns touch all eight
+- ``natural`` (``REPACK_MAPS``; read by the wgmma forms of a natural build alone,
+  ``mma_gemv.check_columns``): MMA u's k half h is columns 16 u + 8 h .. + 7 of the superstep,
+  lane t's of them 2 t, 2 t + 1, so that each 16-byte row of an 8 x 8 core matrix of the MMA's B
+  operand is 16 contiguous bytes of x, as a copy of x straight into shared memory for ``wgmma``
+  needs it (docs/nvfp4.md, "What a next wgmma form would need"). MMA u lies in group 8 S + u: a lane's columns touch all eight
   groups of its two rows, and word 4 g + 2 rs + j of a block holds row g + 8 rs's codes of groups
   4 j .. 4 j + 3 (a row's four lanes read the same 16 bytes).
 
@@ -41,9 +41,9 @@ import torch
 
 SUPERSTEP = 128  #: columns of K a superstep: eight MMAs
 LAYOUTS = ("tile", "super", "interleaved")  #: the weights' memory orders (``in_order``)
-COLUMN_MAPS = ("contiguous", "coalesced")  #: which columns a lane's MMAs take (module docstring)
-#: the maps the repack makes and ``emulate`` reads: ``COLUMN_MAPS``, which the kernels read, and
-#: ``natural``, which none reads yet (module docstring)
+COLUMN_MAPS = ("contiguous", "coalesced")  #: which columns a lane's MMAs take, as every kernel reads them (module docstring)
+#: the maps the repack makes and ``emulate`` reads: ``COLUMN_MAPS``, which every kernel reads, and
+#: ``natural``, which the wgmma forms of a natural build alone read (module docstring)
 REPACK_MAPS = (*COLUMN_MAPS, "natural")
 COLUMNS = "contiguous"  #: the column map ``repack`` makes and ``mma_gemv.build_cubin`` builds for unless told
 

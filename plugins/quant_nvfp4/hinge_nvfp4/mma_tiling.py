@@ -26,13 +26,15 @@ from hinge_nvfp4.mma_gemv import (
     TRIGGERS,
     WARPS,
     WG_FORMS,
+    WG_KWARPS,
     WIDE_MAX_STAGES,
     WIDE_WARPS,
+    check_columns,
     kwarps_built,
     ring_built,
     two_tiles_built,
 )
-from hinge_nvfp4.mma_layout import COLUMN_MAPS, LAYOUTS, SUPERSTEP
+from hinge_nvfp4.mma_layout import COLUMNS, LAYOUTS, REPACK_MAPS, SUPERSTEP
 
 
 def groups_per_split(groups: int, splits: int) -> int:
@@ -134,24 +136,25 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
         row_scale = entry.get("row_scale")
         if (not kwarps_built(kwarps, stages) or not ring_built(stages) or not 1 <= splits <= groups // 8
                 or layout not in (None, *LAYOUTS) or form not in (None, *KERNELS, *ONE_SET, *WG_FORMS)
-                or (form in ONE_SET and kwarps not in KWARPS) or (form in WG_FORMS and kwarps != 1)
-                or prefetch not in (None, *PREFETCHES) or columns not in (None, *COLUMN_MAPS)
+                or (form in ONE_SET and kwarps not in KWARPS) or (form in WG_FORMS and kwarps not in WG_KWARPS)
+                or prefetch not in (None, *PREFETCHES) or columns not in (None, *REPACK_MAPS)
                 or spread not in (None, *SPREADS) or trigger not in (None, *TRIGGERS)
                 or row_scale not in (None, *ROW_SCALE_READS)):
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} is not one the kernel "
                              f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
                              f"stages 2 to {MAX_STAGES}, 1 to {groups // 8} "
                              f"splits, layouts {', '.join(LAYOUTS)}, forms {', '.join((*KERNELS, *ONE_SET))} "
-                             f"(or {', '.join(WG_FORMS)} at one warp a tile), "
-                             f"prefetch of {PREFETCHES}, column maps {', '.join(COLUMN_MAPS)}, spread "
+                             f"(or {', '.join(WG_FORMS)} at {', '.join(map(str, WG_KWARPS))} warps a tile), "
+                             f"prefetch of {PREFETCHES}, column maps {', '.join(REPACK_MAPS)}, spread "
                              f"true, false or \"least\", trigger {' or '.join(TRIGGERS)}, row_scale {' or '.join(ROW_SCALE_READS)} "
                              "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+        columns_of(entry, n, k, form, kwarps, stages)
         if form in ONE_SET and "r16" not in entry:
             raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry} takes the {form} form, built "
                              f"for up to {SET_ROWS} rows of x alone: give it an \"r16\" entry naming "
                              f"the launch of 9 .. 16 rows (a form of {', '.join(KERNELS)})")
         per_split = groups_per_split(groups, splits)
-        rows16 = rows16_of(entry.get("r16"), n, k, stages)
+        rows16 = rows16_of(entry.get("r16"), n, k, stages, columns)
         return Tiling(-(-groups // per_split), per_split, kwarps, stages, layout, form, prefetch, rows16,
                       columns, spread, trigger, row_scale, few_of(entry, n, k, num_sms, rows16))
     tiles, supers = n // 16, k // SUPERSTEP
@@ -169,25 +172,37 @@ def tiling(n: int, k: int, num_sms: int, tuned: dict | None = None) -> Tiling:
     return Tiling(-(-groups // per_split), per_split, kwarps, STAGES)
 
 
-def rows16_of(entry: dict | None, n: int, k: int, stages: int) -> Rows16 | None:
+def columns_of(entry: dict, n: int, k: int, form: str | None, kwarps: int, stages: int) -> None:
+    """Refuses a tuned entry (or its ``"r16"``) whose ``form`` at ``kwarps`` warps a tile cannot
+    read its ``"columns"`` (``mma_gemv.check_columns``; no columns: the kernel's own, never
+    natural; no form: the kernel's, a ``KERNELS`` form)."""
+    try:
+        check_columns(form or "plain", kwarps, entry.get("columns") or COLUMNS, stages)
+    except ValueError as err:
+        raise ValueError(f"the tuned MMA GEMV tiling of {n}x{k} {entry}: {err} (re-run "
+                         "nvfp4_mma_probe.py --plan-json, or drop the entry)") from None
+
+
+def rows16_of(entry: dict | None, n: int, k: int, stages: int, columns: str | None = None) -> Rows16 | None:
     """A tuned file's ``"r16": {"kwarps": .., "form": .., "tiles": .., "from": ..}`` of the N x K
-    weight whose ring is ``stages`` deep, checked against what the kernel builds (``from``: the
-    fewest rows it takes, default 9)."""
+    weight whose ring is ``stages`` deep and whose repack is in ``columns``, checked against
+    what the kernel builds (``from``: the fewest rows it takes, default 9)."""
     if entry is None:
         return None
     kwarps, form, tiles = int(entry["kwarps"]), entry["form"], int(entry.get("tiles", 1))
     from_rows = int(entry.get("from", SET_ROWS + 1))
-    wg = form in WG_FORMS  # (one warp a tile, one tile a warp: mma_gemv.WG_FORMS)
+    wg = form in WG_FORMS  # (one tile a warp, a warp a warpgroup: mma_gemv.WG_FORMS)
     if (not kwarps_built(kwarps, stages) or (form not in KERNELS and not wg) or tiles not in (1, 2)
-            or (wg and (kwarps, tiles) != (1, 1))
+            or (wg and (kwarps not in WG_KWARPS or tiles != 1))
             or (tiles == 2 and not two_tiles_built(form, stages, kwarps)) or not 1 <= from_rows <= SET_ROWS + 1):
         raise ValueError(f"the tuned 16-row MMA GEMV launch of {n}x{k} {entry} is not one the kernel "
                          f"runs: kwarps of {KWARPS} (or {WIDE_WARPS} with rings of <= {WIDE_MAX_STAGES}), "
-                         f"forms {', '.join(KERNELS)} (or {', '.join(WG_FORMS)} at one warp and one tile), "
+                         f"forms {', '.join(KERNELS)} (or {', '.join(WG_FORMS)} at one tile a warp), "
                          f"1 or 2 tiles a warp "
                          f"(2 in the {' and '.join(T2_FORMS)} forms with rings of <= {T2_MAX_STAGES} "
                          f"stages, up to {max(KWARPS)} warps a tile), from 1 to {SET_ROWS + 1} rows on "
                          "(re-run nvfp4_mma_probe.py --plan-json, or drop the entry)")
+    columns_of({"columns": columns, "r16": entry}, n, k, form, kwarps, stages)
     return Rows16(kwarps, form, tiles, from_rows)
 
 

@@ -86,14 +86,16 @@ def test_the_coalesced_map_gives_a_rows_four_lanes_64_contiguous_bytes_a_load_an
 def test_the_natural_map_makes_each_k_half_of_an_mma_eight_contiguous_columns_in_its_own_group():
     # what a copy of x straight into wgmma's B needs: MMA u's k half h (lanes t = 0 .. 3, two
     # columns each, in k order) is columns 16u + 8h .. + 7, so a core-matrix row is 16 contiguous
-    # bytes of x; MMA u is scale group u; no kernel is built for it yet
+    # bytes of x; MMA u is scale group u; the wgmma forms alone are built for it
     idx = layout.column_index("natural")
     for u in range(8):
         for h in range(2):
             assert idx[:, u, 2 * h:2 * h + 2].flatten().tolist() == list(range(16 * u + 8 * h, 16 * u + 8 * h + 8))
     assert all(set((idx[t, u] // 16).tolist()) == {u} for t in range(4) for u in range(8))
-    with pytest.raises(ValueError, match="built for the column maps contiguous, coalesced, not 'natural'"):
+    with pytest.raises(ValueError, match="a natural build holds the wgmma forms alone"):
         nvfp4_mma.build_cubin("sm_90", columns="natural")
+    with pytest.raises(ValueError, match="built for the column maps contiguous, coalesced, natural, not 'rows'"):
+        nvfp4_mma.build_cubin("sm_90", columns="rows")
 
 
 @pytest.mark.parametrize("columns", layout.REPACK_MAPS)
@@ -192,6 +194,7 @@ PREBUILT = (
     {"stages": 4, "pdl": True, "x_once": True},
     {"stages": 4, "pdl": True, "x_same": True},
     {"stages": 4, "pdl": True, "wg": True},
+    {"stages": 4, "pdl": True, "wg": True, "columns": "natural"},
     *({"stages": 4, "pdl": True, "columns": "coalesced", "row_scale": r} for r in nvfp4_mma.ROW_SCALE_READS),
     {"stages": 4, "pdl": True, "columns": "coalesced", "trace": True},
     *({"stages": 4, "pdl": True, "trigger": t} for t in nvfp4_mma.TRIGGERS),
@@ -457,6 +460,43 @@ def test_a_wg_build_adds_the_wgmma_kernels_and_changes_no_other_kernel(tmp_path)
 
 
 @needs_nvcc
+def test_a_natural_build_holds_the_wgmma_forms_at_one_to_four_warpgroups_copying_x_beside_the_weights(tmp_path):
+    """``columns="natural"`` (with ``wg``): the ``WG_FORMS`` kernels at ``WG_KWARPS`` warpgroups a
+    block and the dequantizing kernels, nothing else. A wgmma kernel issues eight HGMMAs a
+    superstep of its unrolled ring of 4 (m64n8 up to 8 rows, m64n16 past) and loads no x into
+    registers: x is copied by cp.async (LDGSTS), a set a thread a superstep (rows past m zeros,
+    read from nowhere: no branch), in the prologue's 3 supersteps and each of the ring's 4,
+    beside the weights' three copies a lane (``wg``; the bulk form's weights are bulk copies,
+    UBLKCP); one proxy fence and one warpgroup barrier a
+    superstep; no stack, no local memory, no static shared memory past the 1 KiB the card
+    reserves (all of it dynamic: ``wg_shared_bytes``), registers within the launch bounds (80 a
+    thread at 24 warps a multiprocessor, 128 at 16)."""
+    code = built_sass(tmp_path, stages=4, pdl=True, wg=True, columns="natural")
+    names = {nvfp4_mma.kernel_name(form, kw, rows) for form in nvfp4_mma.WG_FORMS
+             for kw in nvfp4_mma.WG_KWARPS for rows in (8, 16)}
+    assert set(code) == names | set(nvfp4_mma.DEQUANTS.values())
+    cubin = tmp_path / "natural.cubin"
+    cubin.write_bytes(built(stages=4, pdl=True, wg=True, columns="natural"))
+    resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
+    for name in names:
+        sets, bulk = (2 if name.endswith("_r16") else 1), "_bulk" in name
+        kw = int(re.search(r"_kw(\d)", name).group(1)) if "_kw" in name else 1
+        assert re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", code[name]) == [str(8 * sets)] * 8 * 4, name
+        assert "HMMA" not in code[name] and not re.search(r"\bLDG\.E\S*\.128", code[name]), name
+        copies = len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128", code[name]))
+        assert copies == (3 + 4) * (sets + (0 if bulk else 3)), (name, copies)
+        assert ("UBLKCP" in code[name]) == bulk, name
+        assert len(re.findall(r"BAR\.SYNC\S* R\d+, 0x80", code[name])) == 4, name
+        assert len(re.findall(r"FENCE\.VIEW\.ASYNC\.S", code[name])) >= 4, name
+        assert ("BAR.SYNC.DEFER_BLOCKING 0x0" in code[name]) == (kw > 1), name  # the warpgroups' sums added
+        usage = resources[name]
+        registers = int(re.search(r"REG:(\d+)", usage).group(1))
+        budget = 65536 // (32 * 4 * kw * max(1, (6 if sets == 1 else 4) // kw))
+        assert registers <= min(budget, 255), (name, usage)
+        assert "STACK:0" in usage and "LOCAL:0" in usage and "SHARED:1024 " in usage + " ", (name, usage)
+
+
+@needs_nvcc
 def test_an_x_once_build_drops_the_loops_x_loads_and_nothing_else_and_x_same_keeps_them(tmp_path):
     """``x_once`` (nvfp4_launch_chain.py's ``x once ...`` variants): every form that loads x into
     registers in the ring loop (the GEMV forms but xring, and the ring and math diagnostics)
@@ -631,8 +671,8 @@ def stand_in_launcher(driver, function=None, function16=None, kwarps=1, pdl=Fals
     """An ``MmaGemv`` without CUDA (the driver stood in for, no cubin loaded): the plain form, a
     ring of 4, ``fields`` (attributes) over the defaults, its parameter blocks built."""
     gemv = object.__new__(nvfp4_mma.MmaGemv)
-    defaults = dict(form="plain", stages=4, warps=nvfp4_mma.block_warps(kwarps), tiles16=1, rows16_from=9,
-                    _counters=None, spread=False)
+    defaults = dict(form="plain", stages=4, warps=nvfp4_mma.block_warps(kwarps, fields.get("form", "plain")),
+                    tiles16=1, rows16_from=9, _counters=None, spread=False, columns=layout.COLUMNS)
     for name, value in (defaults | fields).items():
         setattr(gemv, name, value)
     gemv.cuda, gemv.function, gemv.function16, gemv.kwarps, gemv.pdl = driver, function, function16, kwarps, pdl
@@ -674,6 +714,32 @@ def test_a_pdl_launcher_launches_with_the_attribute_and_a_plain_one_without(monk
              out=torch.empty(1, 64, dtype=torch.bfloat16))
     assert calls == [("ex", [1, 1, 1], 6), ("plain", [1, 1, 1], 128), ("plain", [4, 1, 1], 128),
                      ("plain", [4, 1, 1], 256)]
+
+
+def test_a_natural_wgmma_launch_is_a_block_of_kwarps_warpgroups_asking_its_rings_as_dynamic_shared_memory(monkeypatch):
+    # 8 tiles: two blocks of four tiles at any kwarps, 128 kwarps threads each; the 8- and 16-row
+    # kernels ask wg_shared_bytes of their sets of x (the register-staged build asks none)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 0}))
+    calls = []
+
+    class FakeDriver:
+        def cuLaunchKernel(self, function, *args):  # noqa: N802 - the driver's name
+            calls.append((function, list(args[:3]), args[3], args[6]))
+            return 0
+
+    packed, scales = weights(128, 256)
+    words, codes = layout.repack(packed, scales, "natural")
+    for kwarps in nvfp4_mma.WG_KWARPS:
+        gemv = stand_in_launcher(FakeDriver(), "eight", "sixteen", kwarps, form="wg", columns="natural")
+        for m in (3, 12):
+            gemv(words, codes, torch.zeros(m, 256, dtype=torch.bfloat16), None, 16, row_scale=torch.ones(128),
+                 out=torch.empty(m, 128, dtype=torch.bfloat16))
+        assert calls[-2:] == [("eight", [2, 1, 1], 128 * kwarps, nvfp4_mma.wg_shared_bytes(kwarps, 4, 8)),
+                              ("sixteen", [2, 1, 1], 128 * kwarps, nvfp4_mma.wg_shared_bytes(kwarps, 4, 16))]
+    staged = stand_in_launcher(FakeDriver(), "eight", "sixteen", 1, form="wg", columns="coalesced")
+    staged(layout.repack(packed, scales, "coalesced")[0], codes, torch.zeros(1, 256, dtype=torch.bfloat16), None, 16,
+           row_scale=torch.ones(128), out=torch.empty(1, 128, dtype=torch.bfloat16))
+    assert calls[-1] == ("eight", [2, 1, 1], 128, 0)
 
 
 def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(monkeypatch):
@@ -811,8 +877,12 @@ def test_an_unknown_form_and_an_xring_launcher_without_its_stages_are_refused_be
         nvfp4_mma.kernel_name("xring", 1, 16, tiles=2)
     with pytest.raises(ValueError, match="at most 4 stages; got stages 8"):
         nvfp4_mma.MmaGemv(b"", "plain", 8, tiles16=2)
-    with pytest.raises(ValueError, match="xring form sizes its ring of x by the cubin's stages"):
+    with pytest.raises(ValueError, match="xring form sizes its shared memory by the cubin's stages"):
         nvfp4_mma.MmaGemv(b"", "xring")
+    with pytest.raises(ValueError, match="the wg form \\(natural\\) sizes its shared memory by the cubin's stages"):
+        nvfp4_mma.MmaGemv(b"", "wg", columns="natural")
+    with pytest.raises(ValueError, match="natural column map is read by the wgmma forms alone"):
+        nvfp4_mma.MmaGemv(b"", "bulk", 4, columns="natural")
     with pytest.raises(ValueError, match="carveout is a percentage, 0 to 100, got 120"):
         nvfp4_mma.MmaGemv(b"", "plain", 4, carveout=120)
 

@@ -1121,7 +1121,7 @@ def test_a_failed_nvcc_build_says_what_nvcc_said_and_what_to_use_instead(monkeyp
 
 @pytest.mark.gpu
 def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_dequantization():
-    # every memory order and column map, a paired [gate | up] too: MmaGemv.dequantize ==
+    # every memory order and column map (natural on an sm_90 card), a paired [gate | up] too: MmaGemv.dequantize ==
     # triton_gemm.dequantize_weight == the reference rounded to nearest even, bit for bit
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -1130,6 +1130,9 @@ def test_cuda_the_weight_dequantized_from_the_repack_has_the_bits_of_the_triton_
     major, minor = torch.cuda.get_device_capability()
     gemvs = {columns: mma_gemv.MmaGemv(mma_gemv.cached_cubin(f"sm_{major}{minor}", 4, columns=columns), "plain", 4,
                                        columns=columns) for columns in mma_layout.COLUMN_MAPS}
+    if (major, minor) == (9, 0):  # the natural map's dequantization (its build is sm_90a's: wgmma)
+        natural = mma_gemv.cached_cubin("sm_90", 4, columns="natural", wg=True)
+        gemvs["natural"] = mma_gemv.MmaGemv(natural, "wg", 4, columns="natural")
     for n, k in QWEN3_8B + [(96, 384), (32, 640)]:  # (32, 640): 10 blocks, the staged form's last warp has 2
         _, packed, scales, row_scale, _ = problem(1, n, k, dtype=torch.bfloat16, seed=n + 1, device="cuda")
         scales.view(torch.uint8)[0, :3] = torch.tensor([0, 0x7E, 0x01], dtype=torch.uint8)  # 0, 448, subnormal

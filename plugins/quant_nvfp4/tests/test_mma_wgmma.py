@@ -1,7 +1,8 @@
 """The wgmma forms of the MMA GEMV (``mma_gemv.WG_FORMS``, built by ``build_cubin(wg=True)``):
-a block one warpgroup, x loaded once a block into shared memory and read there by ``wgmma``.
-Their names and where a tilings file may name them (CPU), and their sums against the reference
-(an sm_90 GPU)."""
+a block one warpgroup, x loaded once a block into shared memory and read there by ``wgmma``; in
+the natural column map's build, x copied there as it lies and K shared by 2 or 4 warpgroups.
+Their names and where a tilings file may name them (CPU), their SASS (nvcc), and their sums
+against the reference (an sm_90 GPU)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,37 @@ from test_triton_gemm import problem
 from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling, reference
 
 
-def test_the_wgmma_forms_take_one_warp_a_tile_and_have_a_sixteen_row_kernel():
+def test_the_wgmma_forms_take_a_warp_a_warpgroup_one_tile_a_warp_and_have_a_sixteen_row_kernel():
     assert mma_gemv.kernel_name("wg") == "nvfp4_mma_gemv_wg"
     assert mma_gemv.kernel_name("wg_bulk", rows=mma_gemv.MAX_ROWS) == "nvfp4_mma_gemv_wg_bulk_r16"
-    with pytest.raises(ValueError, match="the wg form runs one warp a tile and one tile a warp"):
-        mma_gemv.kernel_name("wg", 4)
-    with pytest.raises(ValueError, match="the wg_bulk form runs one warp a tile and one tile a warp"):
+    assert mma_gemv.kernel_name("wg", 2) == "nvfp4_mma_gemv_wg_kw2"
+    assert mma_gemv.kernel_name("wg_bulk", 4, mma_gemv.MAX_ROWS) == "nvfp4_mma_gemv_wg_bulk_kw4_r16"
+    with pytest.raises(ValueError, match="the wg form runs 1, 2, 4 warps a tile .* not 8 warps a tile"):
+        mma_gemv.kernel_name("wg", 8)
+    with pytest.raises(ValueError, match="the wg_bulk form runs 1, 2, 4 warps a tile .* 2 tiles a warp"):
         mma_gemv.kernel_name("wg_bulk", 1, mma_gemv.MAX_ROWS, 2)
+    # a block is kwarps warpgroups of four tiles, from a cubin of WARPS warps whatever kwarps
+    assert [mma_gemv.block_warps(kw, "wg") for kw in mma_gemv.WG_KWARPS] == [4, 8, 16]
+    assert [mma_gemv.cubin_warps(kw, "wg_bulk") for kw in mma_gemv.WG_KWARPS] == [4, 4, 4]
+    assert (mma_gemv.block_warps(8), mma_gemv.cubin_warps(8), mma_gemv.block_warps(4)) == (8, 8, 4)
+
+
+def test_the_natural_map_is_read_by_the_wgmma_forms_alone_which_share_k_in_warpgroups_there_alone():
+    mma_gemv.check_columns("wg", 4, "natural", 4)
+    mma_gemv.check_columns("wg_bulk", 1, "coalesced")
+    with pytest.raises(ValueError, match="natural column map is read by the wgmma forms alone .*not plain"):
+        mma_gemv.check_columns("plain", 1, "natural")
+    with pytest.raises(ValueError, match="wg form's warpgroups share K .2 warps a tile. in the natural column map alone"):
+        mma_gemv.check_columns("wg", 2, "coalesced")
+    with pytest.raises(ValueError, match="no column map 'rows'"):
+        mma_gemv.check_columns("wg", 1, "rows")
+    # a block's rings fit a Hopper block's 227 KiB: four warpgroups in rings of 4, not 8
+    assert mma_gemv.wg_shared_bytes(4, 4, 16) == 4 * 4 * (4 * 1160 + 2 * 2048) <= mma_gemv.WG_MAX_SHARED
+    assert mma_gemv.wg_shared_bytes(1, 4, 8) == 4 * (4 * 1160 + 2048)
+    with pytest.raises(ValueError, match="279552 bytes .* more than a Hopper block's 232448: take rings of at most 6"):
+        mma_gemv.check_columns("wg", 4, "natural", 8)
+    with pytest.raises(ValueError, match="a natural build holds the wgmma forms alone .*x_once"):
+        mma_gemv.build_cubin("sm_90", columns="natural", wg=True, x_once=True)
 
 
 def test_a_tilings_file_may_name_a_wgmma_form_at_one_warp_a_tile_for_any_rows():
@@ -28,10 +53,28 @@ def test_a_tilings_file_may_name_a_wgmma_form_at_one_warp_a_tile_for_any_rows():
     assert (plan.form, plan.kwarps, plan.splits, plan.rows16) == ("wg", 1, 4, None)
     sixteen = {"splits": 1, "kwarps": 4, "stages": 4, "r16": {"kwarps": 1, "form": "wg_bulk", "from": 1}}
     assert mma_tiling.tiling(6144, 4096, 132, {"6144x4096": sixteen}).rows16 == mma_tiling.Rows16(1, "wg_bulk", 1, 1)
-    with pytest.raises(ValueError, match=r"forms .* \(or wg, wg_bulk at one warp a tile\)"):
+    with pytest.raises(ValueError, match=r"forms .* \(or wg, wg_bulk at 1, 2, 4 warps a tile\)"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 8, "stages": 4}})
+    with pytest.raises(ValueError, match=r"\(or wg, wg_bulk at one tile a warp\)"):
+        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**sixteen, "r16": {"kwarps": 2, "form": "wg", "tiles": 2}}})
+    with pytest.raises(ValueError, match=r"6144x4096 .*warpgroups share K \(4 warps a tile\) in the natural"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 4}})
-    with pytest.raises(ValueError, match=r"\(or wg, wg_bulk at one warp and one tile\)"):
-        mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**sixteen, "r16": {"kwarps": 2, "form": "wg"}}})
+
+
+def test_a_tilings_file_may_name_the_natural_map_for_wgmma_launches_alone_at_any_row_count():
+    entry = {"splits": 1, "kwarps": 4, "stages": 4, "form": "wg_bulk", "columns": "natural",
+             "r16": {"kwarps": 2, "form": "wg"}, "few": {"upto": 1, "form": "wg", "kwarps": 1}}
+    plan = mma_tiling.tiling(6144, 4096, 132, {"6144x4096": entry})
+    assert (plan.form, plan.kwarps, plan.columns, plan.rows16) == ("wg_bulk", 4, "natural", mma_tiling.Rows16(2, "wg", 1))
+    assert (plan.few.plan.form, plan.few.plan.kwarps, plan.few.plan.columns) == ("wg", 1, "natural")
+    without = {key: value for key, value in entry.items() if key not in ("r16", "few")}
+    for wrong, why in (({"form": "bulk"}, "read by the wgmma forms alone .*not bulk"),
+                       ({"r16": {"kwarps": 4, "form": "plain"}}, "read by the wgmma forms alone .*not plain"),
+                       ({"few": {"form": "xring"}}, "read by the wgmma forms alone .*not xring"),
+                       ({"stages": 8}, "take rings of at most 6"),
+                       ({"columns": "coalesced"}, "share K \\(4 warps a tile\\) in the natural column map alone")):
+        with pytest.raises(ValueError, match=why):
+            mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**without, **wrong}})
 
 
 def test_the_wgmma_build_is_refused_for_a_card_other_than_hopper_naming_it():
@@ -39,64 +82,115 @@ def test_the_wgmma_build_is_refused_for_a_card_other_than_hopper_naming_it():
         mma_gemv.build_cubin("sm_100", wg=True)
 
 
+def test_a_natural_tilings_file_runs_a_layer_through_the_natural_repack_at_every_row_count(tmp_path, monkeypatch):
+    # the engine's kernel with the natural map's launches (emulated): the layer repacked in it,
+    # its GEMVs of 1 .. 16 rows and its prefill's weight (dequantized from the repack) equal the
+    # reference
+    import json
+
+    from test_mma_kernel import EmulatedLauncher, assert_rows_match_the_reference, layer_of
+
+    from hinge_nvfp4.kernels import MmaKernel
+
+    entry = {"splits": 2, "kwarps": 2, "stages": 4, "form": "wg", "columns": "natural",
+             "r16": {"kwarps": 4, "form": "wg_bulk"}}
+    (tmp_path / "plan.json").write_text(json.dumps({"128x4096": entry}))
+    monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
+    kernel = MmaKernel(gemv=EmulatedLauncher("natural"), num_sms=132, dequant_rows=32)
+    layer, x, packed, scales, bias = layer_of(128, 4096, rows=40)
+    kernel.prepare_linear(layer, packed, scales)
+    assert torch.equal(layer.nvfp4_mma_words, mma_layout.repack(packed, scales, "natural")[0])
+    assert [key[1:3] + key[5:6] for key in kernel._gemvs] == [(2, "wg", "natural"), (4, "wg_bulk", "natural")]
+    assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 3, 8, 9, 16, 40))
+    assert [call[0] for call in kernel._gemvs[next(iter(kernel._gemvs))].calls][-1] == "dequantize"
+    with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the layer is repacked in 'natural'"):
+        MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132).prepare_linear(layer, packed, scales)
+
+
 def _sm90() -> None:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (wgmma is sm_90a's)")
+
+
+#: (N, K, groups a split): qkv in 4 splits, down in 8; 3 tiles (the block's fourth warp past N: it
+#: reads the last tile's weights and drops its sums) of 20 supersteps in splits of 8, 8, 4; 25
+#: tiles of 2 supersteps in one split (past one warp a tile, warpgroups with no superstep)
+SHAPES = ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16))
+
+
+def _equals_the_reference(gemv, shapes, columns, seed, label) -> None:
+    """``gemv`` over each of ``shapes`` in every memory order at 1 / 3 / 8 / 9 / 16 rows within 1%
+    of the reference, and a captured 13-row launch equal to the eager one over new x."""
+    for n, k, per_split in shapes:
+        x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k + seed, device="cuda")
+        gemv.reserve_counters(n // 16, torch.device("cuda"))
+        for order in mma_layout.LAYOUTS:
+            weight = (*mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order), row_scale, bias)
+            for rows in (1, 3, 8, 9, 16):
+                xr = x[:rows].contiguous()
+                got = _launch(gemv, xr, weight, per_split)
+                want = reference.linear(xr, packed, scales, row_scale, bias)
+                err = (got.float() - want.float()).abs().max() / want.float().abs().max()
+                assert err < 1e-2, (*label, n, k, order, rows, float(err))
+        static = x[:13].contiguous()  # the 16-row kernel, captured, over new x each replay
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = _launch(gemv, static, weight, per_split)
+        for _ in range(2):
+            static.copy_(torch.randn_like(static))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(captured, _launch(gemv, static, weight, per_split)), (*label, n, k)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
 @pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
 def test_cuda_a_wgmma_form_equals_the_reference_in_every_layout_split_and_row_count_eager_and_in_a_graph(form, columns):
-    # qkv in 4 splits, down in 8; 3 tiles (the block's fourth warp past N: it reads the last
-    # tile's weights and drops its sums) of 20 supersteps in splits of 8, 8, 4; 25 tiles of 2
-    # supersteps in one split. 1 .. 8 rows: the m64n8 kernel, 9 .. 16 the m64n16 one
+    # 1 .. 8 rows: the m64n8 kernel, 9 .. 16 the m64n16 one
     _sm90()
     for pdl in (False, True):
         cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=pdl, columns=columns, wg=True)
         gemv = mma_gemv.MmaGemv(cubin, form, 4, 1, pdl, columns=columns)
-        for n, k, per_split in ((6144, 4096, 64), (4096, 12288, 96), (48, 2560, 64), (400, 256, 16)):
-            x, packed, scales, row_scale, bias = problem(16, n, k, dtype=torch.bfloat16, seed=k + pdl, device="cuda")
-            gemv.reserve_counters(n // 16, torch.device("cuda"))
-            for order in mma_layout.LAYOUTS:
-                weight = (*mma_layout.in_order(*mma_layout.repack(packed, scales, columns), order), row_scale, bias)
-                for rows in (1, 3, 8, 9, 16):
-                    xr = x[:rows].contiguous()
-                    got = _launch(gemv, xr, weight, per_split)
-                    want = reference.linear(xr, packed, scales, row_scale, bias)
-                    err = (got.float() - want.float()).abs().max() / want.float().abs().max()
-                    assert err < 1e-2, (form, columns, pdl, n, k, order, rows, float(err))
-            static = x[:13].contiguous()  # the 16-row kernel, captured, over new x each replay
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                captured = _launch(gemv, static, weight, per_split)
-            for _ in range(2):
-                static.copy_(torch.randn_like(static))
-                graph.replay()
-                torch.cuda.synchronize()
-                assert torch.equal(captured, _launch(gemv, static, weight, per_split)), (form, pdl, n, k)
+        _equals_the_reference(gemv, SHAPES, columns, pdl, (form, columns, pdl))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwarps", mma_gemv.WG_KWARPS)
+@pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
+def test_cuda_a_natural_wgmma_form_equals_the_reference_at_one_two_and_four_warpgroups_a_block(form, kwarps):
+    # x copied into the stages as it lies, K shared by the block's warpgroups (and by splits);
+    # qkv and down in one split too (K all in the block); PDL and not
+    _sm90()
+    for pdl in (False, True):
+        cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=pdl, columns="natural", trigger="start" if pdl else "read",
+                                      row_scale="wait" if pdl else "end", wg=True)
+        gemv = mma_gemv.MmaGemv(cubin, form, 4, kwarps, pdl, columns="natural")
+        shapes = SHAPES + ((6144, 4096, 256), (4096, 12288, 768))
+        _equals_the_reference(gemv, shapes, "natural", pdl, (form, kwarps, pdl))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
-def test_cuda_a_gated_wgmma_gemv_gives_the_bits_of_its_gemv_then_silu_mul(form):
+@pytest.mark.parametrize("columns, kwarps", [("coalesced", 1), ("natural", 1), ("natural", 2)])
+def test_cuda_a_gated_wgmma_gemv_gives_the_bits_of_its_gemv_then_silu_mul(form, columns, kwarps):
     # gate_up's shape in one split (a pair's tiles meet in the block) and a small one in 3 splits
     # (through part and the pair counters)
     _sm90()
     from hinge.layers.fast_triton.silu_mul import silu_mul
 
-    cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=True, columns="coalesced", wg=True)
-    gemv = mma_gemv.MmaGemv(cubin, form, 4, 1, True, columns="coalesced")
+    cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=True, columns=columns, wg=True)
+    gemv = mma_gemv.MmaGemv(cubin, form, 4, kwarps, True, columns=columns)
     for n, k, per_split in ((24576, 4096, 256), (192, 2560, 64)):
         x, packed, scales, row_scale, _ = problem(16, n, k, dtype=torch.bfloat16, seed=n, device="cuda")
         order = mma_layout.pair_rows(n).cuda()
-        words, codes = mma_layout.repack(packed[order], scales[order], "coalesced")
+        words, codes = mma_layout.repack(packed[order], scales[order], columns)
         gemv.reserve_counters(n // 16 + n // 32, torch.device("cuda"))
         for rows in (1, 8, 11, 16):
             xr = x[:rows].contiguous()
             plain = _launch(gemv, xr, (words, codes, row_scale[order], None), per_split, paired=True)
             want = reference.linear(xr, packed, scales, row_scale, None)
             err = (plain.float() - want.float()).abs().max() / want.float().abs().max()
-            assert err < 1e-2, (form, n, k, rows, float(err))
+            assert err < 1e-2, (form, columns, kwarps, n, k, rows, float(err))
             gated = _launch(gemv, xr, (words, codes, row_scale[order], None), per_split, paired=True, gated=True)
-            assert torch.equal(gated, silu_mul(plain)), (form, n, k, rows)
+            assert torch.equal(gated, silu_mul(plain)), (form, columns, kwarps, n, k, rows)
