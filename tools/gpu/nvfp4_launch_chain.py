@@ -227,6 +227,12 @@ VARIANTS = {
     "wgn kw2": wg_variant("wg", WG_SPLITS_KW2, 2, "natural"),
     "wgn kw4": wg_variant("wg", WG_SPLITS_KW4, 4, "natural"),
     "wgn bulk kw4": wg_variant("wg_bulk", WG_SPLITS_KW4, 4, "natural"),
+    # ... with x copied by TMA (one thread's two copies a superstep onto a barrier a stage, no
+    # proxy fence): whether the per-thread copies' fence costs the cp.async form its lead
+    "wgn tma": wg_variant("wg_tma", WG_SPLITS, 1, "natural"),
+    "wgn tma kw2": wg_variant("wg_tma", WG_SPLITS_KW2, 2, "natural"),
+    "wgn tma kw4": wg_variant("wg_tma", WG_SPLITS_KW4, 4, "natural"),
+    "wgn bulk tma kw4": wg_variant("wg_bulk_tma", WG_SPLITS_KW4, 4, "natural"),
 }
 
 

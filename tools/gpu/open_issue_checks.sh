@@ -35,8 +35,9 @@
 #   bash tools/gpu/open_issue_checks.sh wgx35    # what x costs the wgmma form (x once, x same; ran
 #                                                 # out of time after qkv); wgx35b: the rest (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wgn36    # the natural build's wgmma forms (x copied as it
-#                                                 # lies, K shared by warpgroups): GPU tests, then
-#                                                 # back to back at 1, 8, 16 rows (~8 min; not run)
+#                                                 # lies, by cp.async or TMA; K shared by warpgroups):
+#                                                 # GPU tests (~7 min); wgn36c: back to back at 1, 8,
+#                                                 # 16 rows (~5 min); neither run yet
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -365,11 +366,12 @@ wg35)
         b wg_chain 330 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg "wg bulk" "wg k2" "wg bulk k2"
     cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wg_chain.log"
     ;;
-wgn36)
-    # 2026-12-08 (36th, written, not run; either card, mini site, ~8 min): the natural build's
-    # wgmma forms (x copied into the warpgroup's stages as it lies, beside the weights; K shared
-    # by 2 or 4 warpgroups a block): their GPU tests and the natural dequantization, then (unless
-    # the tests hung) back to back against shipped and the register-staged wg; cubins built first
+wgn36|wgn36c)
+    # 2026-12-08 (36th, written, not run; either card, mini site): the natural build's wgmma
+    # forms (x copied into the warpgroup's stages as it lies, beside the weights, by every
+    # thread's cp.async or by TMA; K shared by 2 or 4 warpgroups a block). wgn36 (~7 min): their
+    # GPU tests and the natural dequantization's; wgn36c (~5 min, the same warm machine or not):
+    # back to back against shipped and the register-staged wg. Cubins built first (cached after)
     ROW_SCALE=wait pdl_cubins 4 > "$OUT/cubins.log" 2>&1 &
     for pdl in False True; do
         python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=$pdl, columns='natural', wg=True)" &
@@ -379,14 +381,17 @@ wgn36)
     done
     wait
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
-    b wgn_tests 240 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k "natural or gated"
-    tail -15 "$OUT/wgn_tests.log"
-    b wgn_dequant 90 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack"
-    tail -5 "$OUT/wgn_dequant.log"
-    grep -q "wgn_tests rc=124" "$OUT/rc.txt" ||
-        b wgn_chain 240 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg wgn "wgn bulk" \
-            "wgn kw2" "wgn kw4" "wgn bulk kw4"
-    cat "$OUT/rc.txt"; grep -v "^ " "$OUT/wgn_chain.log"
+    if [ "$1" = wgn36 ]; then
+        b wgn_tests 330 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k "natural or gated"
+        tail -15 "$OUT/wgn_tests.log"
+        b wgn_dequant 90 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack"
+        tail -5 "$OUT/wgn_dequant.log"
+    else
+        b wgn_chain 420 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg wgn "wgn bulk" \
+            "wgn kw2" "wgn kw4" "wgn bulk kw4" "wgn tma" "wgn tma kw2" "wgn tma kw4" "wgn bulk tma kw4"
+        grep -v "^ " "$OUT/wgn_chain.log"
+    fi
+    cat "$OUT/rc.txt"
     ;;
 wgx35)
     # 2026-12-08 (35th; either card, mini site, ~2 min): what the wgmma form's x costs it: x

@@ -1163,36 +1163,44 @@ GEMV_KERNEL(nvfp4_mma_gemv_ring_kw8, RING, 8, 1, 1, BLOCKS_PER_SM)  // the memor
 // Measured slower than the GEMV on every shape (H100; x's staging through registers and K in
 // splits: docs/nvfp4.md, thirty-fifth session); no shipped tilings file names it.
 
-__device__ __forceinline__ uint32_t x_descriptor(const uint32_t* at, const int k_half_bytes) {
-    // the low word of wgmma's descriptor of B in shared memory, K-major, no swizzle, in 16-byte
-    // units: the start (bits 0..13) and the leading byte offset (the k half 8 .. 15: k_half_bytes
-    // on; bits 16..29); its high word is X_DESCRIPTOR_HIGH. A 32-bit word, so that a stage's and a
-    // MMA's offsets are one add (the start cannot carry past its 14 bits below 256 KiB)
-    return ((shared_address(at) & 0x3FFFFu) >> 4) | ((uint32_t)(k_half_bytes >> 4) << 16);
+__device__ __forceinline__ uint32_t x_descriptor(const uint32_t* at, const int leading_bytes) {
+    // the low word of wgmma's descriptor of B in shared memory, K-major, in 16-byte units: the
+    // start (bits 0..13) and the leading byte offset (bits 16..29: no swizzle, the k half 8 .. 15
+    // leading_bytes on; unused under the 128-byte swizzle); its high word is DESCRIPTOR_HIGH(_SWIZZLED).
+    // A 32-bit word, so that a stage's and a MMA's offsets are one add (the start cannot carry
+    // past its 14 bits below 256 KiB)
+    return ((shared_address(at) & 0x3FFFFu) >> 4) | ((uint32_t)(leading_bytes >> 4) << 16);
 }
-#define X_DESCRIPTOR_HIGH "8"  // the stride byte offset (x rows 8 .. 15: 128 bytes on), no swizzle
+
+// the descriptor's high word: the stride byte offset (bits 32..45, x rows 8 .. 15: 128 bytes on
+// as core matrices, 1024 as the 128-byte swizzle's atoms of eight 128-byte rows) and the layout
+// (bits 62..63: 0 no swizzle, 1 the 128-byte swizzle)
+constexpr uint32_t DESCRIPTOR_HIGH = 128 >> 4, DESCRIPTOR_HIGH_SWIZZLED = (1024 >> 4) | (1u << 30);
 
 template <int SETS>
-__device__ __forceinline__ void wgmma(float (&d)[4 * SETS], const uint32_t (&a)[4], const uint32_t b);
+__device__ __forceinline__ void wgmma(float (&d)[4 * SETS], const uint32_t (&a)[4], const uint32_t b,
+                                      const uint32_t high);
 
 template <>
-__device__ __forceinline__ void wgmma<1>(float (&d)[4], const uint32_t (&a)[4], const uint32_t b) {
-    // B's descriptor: low word ``b`` (x_descriptor), high word X_DESCRIPTOR_HIGH
+__device__ __forceinline__ void wgmma<1>(float (&d)[4], const uint32_t (&a)[4], const uint32_t b,
+                                         const uint32_t high) {
+    // B's descriptor: low word ``b`` (x_descriptor), high word ``high`` (DESCRIPTOR_HIGH(_SWIZZLED))
     asm volatile(
-        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %9, 0;\n mov.b64 desc, {%8, " X_DESCRIPTOR_HIGH "};\n"
+        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %9, 0;\n mov.b64 desc, {%8, %10};\n"
         " wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, {%4, %5, %6, %7}, desc, p, 1, 1, 0;\n}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1), "r"(high));
 }
 
 template <>
-__device__ __forceinline__ void wgmma<2>(float (&d)[8], const uint32_t (&a)[4], const uint32_t b) {
+__device__ __forceinline__ void wgmma<2>(float (&d)[8], const uint32_t (&a)[4], const uint32_t b,
+                                         const uint32_t high) {
     asm volatile(
-        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %13, 0;\n mov.b64 desc, {%12, " X_DESCRIPTOR_HIGH "};\n"
+        "{\n .reg .pred p;\n .reg .b64 desc;\n setp.ne.b32 p, %13, 0;\n mov.b64 desc, {%12, %14};\n"
         " wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, "
         "{%8, %9, %10, %11}, desc, p, 1, 1, 0;\n}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b), "r"(1), "r"(high));
 }
 
 template <int SETS>
@@ -1227,20 +1235,27 @@ __device__ __forceinline__ void decode_superstep(const uint4 c0, const uint4 c1,
     for (int u = 0; u < 8; ++u) scaled_fragment(words[u], u, row_g, row_g8, a[u]);
 }
 
-template <int SETS>
+template <int SETS, bool SWIZZLED = false>
 __device__ __forceinline__ uint32_t stage_descriptor(const uint32_t (*stages)[16][SETS][32], const int stage) {
-    // x_descriptor of a ring's stage ``stage`` (its core matrix 0): the ring's first, the stage's
-    // offset added in 16-byte units (a constant where the stage is)
-    return x_descriptor(&stages[0][0][0][0], SETS * 128) + (uint32_t)(stage * 16 * SETS * 128 >> 4);
+    // x_descriptor of a ring's stage ``stage`` (its first byte): the ring's first, the stage's
+    // offset added in 16-byte units (a constant where the stage is). A stage is 16 SETS 128
+    // bytes either way: core matrix i of set s at (i SETS + s) 128 (no swizzle: MMA i / 2's k
+    // half i % 2; leading offset SETS 128), or (SWIZZLED: the TMA form's) its two 64-column
+    // halves of 8 SETS rows of 128 bytes in the 128-byte swizzle, one after the other
+    return x_descriptor(&stages[0][0][0][0], SWIZZLED ? 16 : SETS * 128) + (uint32_t)(stage * 16 * SETS * 128 >> 4);
 }
 
-template <int SETS>
+template <int SETS, bool SWIZZLED = false>
 __device__ __forceinline__ void issue_wgmmas(float (&d)[4 * SETS], const uint32_t (&a)[8][4], const uint32_t stage) {
-    // the superstep's eight wgmmas, B from the stage of descriptor ``stage`` (core matrix i: MMA
-    // i / 2's k half i % 2, 2 SETS 128 bytes a MMA on), committed
+    // the superstep's eight wgmmas, B from the stage of descriptor ``stage`` (stage_descriptor:
+    // MMA u's core matrices 2 SETS 128 bytes on, or, swizzled, in half u / 4 at 32 (u % 4) bytes
+    // into its rows), committed
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-    for (int u = 0; u < 8; ++u) wgmma<SETS>(d, a[u], stage + (uint32_t)(u * 2 * SETS * 128 >> 4));
+    for (int u = 0; u < 8; ++u) {
+        const uint32_t at = SWIZZLED ? ((u >> 2) * 8 * SETS * 128 + (u & 3) * 32) >> 4 : (u * 2 * SETS * 128) >> 4;
+        wgmma<SETS>(d, a[u], stage + at, SWIZZLED ? DESCRIPTOR_HIGH_SWIZZLED : DESCRIPTOR_HIGH);
+    }
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
@@ -1333,6 +1348,13 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
 
 #endif  // !MMA_NATURAL
 
+struct __align__(64) TensorMap {
+    // CUtensorMap (cuda.h): the TMA forms' map of x, made by the launcher (mma_gemv.MmaGemv,
+    // cuTensorMapEncodeTiled: x as (K columns, M rows) bf16, boxes of 64 columns by 8 SETS rows
+    // in the 128-byte swizzle, rows past M zeros), passed as a __grid_constant__ parameter
+    unsigned long long opaque[16];
+};
+
 #if MMA_NATURAL
 // The natural build's wgmma forms: the weights stream into each warp's ring as above, and x is
 // copied into the warpgroup's ring of stages beside them, STAGES - 1 supersteps ahead, as it lies
@@ -1347,21 +1369,41 @@ __device__ __forceinline__ void accumulate_wg(const uint4* __restrict__ codes, c
 
 template <int SETS, int KG>
 struct WgRings {
-    // a block's dynamic shared memory: each warp's ring of codes and of scale words (the static
-    // rings' layout: a warp's codes ring is where ring_floats finds it), each warpgroup's ring of
-    // x stages, each warp's barriers (the bulk form's), in that order
-    static constexpr int CODE_BYTES = 4 * KG * STAGES * 1024, SCALE_BYTES = 4 * KG * STAGES * 128;
+    // a block's dynamic shared memory (1024-byte aligned): each warpgroup's ring of x stages
+    // (first: each stage of SETS 2 KiB on a 1 KiB boundary, as the 128-byte swizzle's atoms need
+    // them), each warp's ring of codes and of scale words (the static rings' layout: a warp's
+    // codes ring is where ring_floats finds it), each warp's barriers (the bulk form's), each
+    // warpgroup's barriers of its x stages (the TMA forms'), in that order
     static constexpr int X_BYTES = KG * STAGES * 16 * SETS * 128;
+    static constexpr int CODE_BYTES = 4 * KG * STAGES * 1024, SCALE_BYTES = 4 * KG * STAGES * 128;
+    static constexpr int BAR_BYTES = 4 * KG * STAGES * 8;
+    uint32_t (*x)[STAGES][16][SETS][32];
     uint4 (*codes)[STAGES][1][2][32];
     uint32_t (*scales)[STAGES][1][32];
-    uint32_t (*x)[STAGES][16][SETS][32];
     uint64_t (*bars)[STAGES];
+    uint64_t (*x_bars)[STAGES];
     __device__ __forceinline__ explicit WgRings(unsigned char* base)
-        : codes(reinterpret_cast<uint4 (*)[STAGES][1][2][32]>(base)),
-          scales(reinterpret_cast<uint32_t (*)[STAGES][1][32]>(base + CODE_BYTES)),
-          x(reinterpret_cast<uint32_t (*)[STAGES][16][SETS][32]>(base + CODE_BYTES + SCALE_BYTES)),
-          bars(reinterpret_cast<uint64_t (*)[STAGES]>(base + CODE_BYTES + SCALE_BYTES + X_BYTES)) {}
+        : x(reinterpret_cast<uint32_t (*)[STAGES][16][SETS][32]>(base)),
+          codes(reinterpret_cast<uint4 (*)[STAGES][1][2][32]>(base + X_BYTES)),
+          scales(reinterpret_cast<uint32_t (*)[STAGES][1][32]>(base + X_BYTES + CODE_BYTES)),
+          bars(reinterpret_cast<uint64_t (*)[STAGES]>(base + X_BYTES + CODE_BYTES + SCALE_BYTES)),
+          x_bars(reinterpret_cast<uint64_t (*)[STAGES]>(base + X_BYTES + CODE_BYTES + SCALE_BYTES + BAR_BYTES)) {}
 };
+
+template <int SETS>
+__device__ __forceinline__ void tma_x_stage(uint32_t (&stage)[16][SETS][32], const TensorMap* x_map,
+                                            const int superstep, uint64_t* bar) {
+    // a superstep's x (columns 128 superstep .. + 127, rows 0 .. 8 SETS - 1) into a stage by two
+    // TMA copies of 64 columns, onto ``bar`` (its bytes expected first); the caller one thread
+    const unsigned b = shared_address(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "n"(SETS * 2048) : "memory");
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+            ::"r"(shared_address(&stage[0][0][0]) + h * SETS * 1024), "l"(reinterpret_cast<uint64_t>(x_map)),
+              "r"(superstep * 128 + h * 64), "r"(0), "r"(b) : "memory");
+}
 
 template <int SETS>
 __device__ __forceinline__ void copy_x_stage(uint32_t (&stage)[16][SETS][32], const uint4* const (&x_src)[SETS],
@@ -1376,17 +1418,19 @@ __device__ __forceinline__ void copy_x_stage(uint32_t (&stage)[16][SETS][32], co
     }
 }
 
-template <int SETS, bool BULK_W, int KG>
+template <int SETS, bool BULK_W, int KG, bool TMA>
 __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, const uint32_t* __restrict__ scales,
                                                const uint16_t* __restrict__ x, const int k, const int m,
                                                const int c_tile, const int c_super, const int s_tile,
                                                const int s_super, const int tile, const int first, const int steps,
                                                const int warp, const int lane, float (&acc)[4 * SETS],
                                                const float* row_scale, const int n, float (&scale)[1][2],
-                                               const WgRings<SETS, KG>& rings) {
+                                               const WgRings<SETS, KG>& rings, const TensorMap* x_map) {
     // the warpgroup's sums over supersteps first .. first + steps - 1 (steps >= 1; the same for its
     // four warps) of tile ``tile`` (this warp's; past N the last tile again, the caller drops its
-    // sums); row_scale given (ROW_SCALE 2): its rows' into scale
+    // sums); row_scale given (ROW_SCALE 2): its rows' into scale. TMA (the ``_tma`` forms): x's
+    // stages filled by the warpgroup's thread 0 with two TMA copies a superstep (``x_map``) onto
+    // the stage's barrier, in the async proxy as wgmma reads them (no fence), rows past m zeros
     const int group = warp >> 2, thread = threadIdx.x & 127, g = thread & 7, p = thread >> 3;
     const uint4* const c_block[1] = {codes + tile * c_tile + first * c_super};
     const uint4* const s_block[1] = {reinterpret_cast<const uint4*>(scales) + tile * s_tile + first * s_super};
@@ -1400,6 +1444,16 @@ __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, 
     uint32_t(*my_scales)[1][32] = rings.scales[warp];
     uint32_t(*stage)[16][SETS][32] = rings.x[group];
     uint64_t* my_bars = rings.bars[warp];
+    uint64_t* x_bars = rings.x_bars[group];
+    const unsigned barrier = 1 + group;  // the warpgroup's named barrier (0 is __syncthreads')
+    if constexpr (TMA) {
+        if (thread == 0) {
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) barrier_init(&x_bars[s]);
+            barrier_init_fence();
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(barrier) : "memory");  // initialized for every thread
+    }
     // the prologue: supersteps 0 .. STAGES - 2 of the weights (before griddepcontrol.wait), then,
     // once the kernels before have finished, of x, a copy group a superstep (group 0 holds every
     // weight copy of the prologue: waiting for group i still means superstep i's have landed)
@@ -1413,11 +1467,14 @@ __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, 
     if constexpr (PDL) wait_for_prerequisites();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < steps) copy_x_stage<SETS>(stage[s], x_src, (size_t)s * 16, g, p, m);
+        if constexpr (TMA) {
+            if (thread == 0 && s < steps) tma_x_stage<SETS>(stage[s], x_map, first + s, &x_bars[s]);
+        } else if (s < steps) {
+            copy_x_stage<SETS>(stage[s], x_src, (size_t)s * 16, g, p, m);
+        }
         commit_copies();  // an empty group past the last superstep keeps the wait count uniform
     }
     if (ROW_SCALE == 2 && row_scale != nullptr) early_scales<1>(row_scale, n, tile, lane, scale);
-    const unsigned barrier = 1 + group;  // the warpgroup's named barrier (0 is __syncthreads')
     float d[4 * SETS] = {};
     // STAGES supersteps an iteration, unrolled, so that every ring slot is a constant
     for (int base = 0; base < steps; base += STAGES) {
@@ -1426,8 +1483,12 @@ __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, 
             const int i = base + s;
             if (i >= steps) break;
             if constexpr (BULK_W) barrier_wait(&my_bars[s], (unsigned)(base / STAGES) & 1u);
-            wait_copies<STAGES - 2>();  // this thread's copies of superstep i have landed
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // its x, for wgmma's reads
+            if constexpr (!(BULK_W && TMA)) wait_copies<STAGES - 2>();  // this thread's copies of superstep i landed
+            if constexpr (TMA) {
+                barrier_wait(&x_bars[s], (unsigned)(base / STAGES) & 1u);  // x of superstep i landed
+            } else {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // its x, for wgmma's reads
+            }
             __syncwarp();  // every lane's, and every lane read superstep i - 1's slot
             const uint4 c0 = my_codes[s][0][0][lane], c1 = my_codes[s][0][1][lane];
             const LaneScales sc = lane_scales(my_scales[s][0], lane);
@@ -1446,10 +1507,14 @@ __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, 
                 } else {
                     copy_supersteps<1>(my_codes[to], my_scales[to], c_src, s_src, next * c_super, next * s_super, lane);
                 }
-                copy_x_stage<SETS>(stage[to], x_src, (size_t)next * 16, g, p, m);
+                if constexpr (TMA) {
+                    if (thread == 0) tma_x_stage<SETS>(stage[to], x_map, first + next, &x_bars[to]);
+                } else {
+                    copy_x_stage<SETS>(stage[to], x_src, (size_t)next * 16, g, p, m);
+                }
             }
             commit_copies();
-            issue_wgmmas<SETS>(d, a, stage_descriptor<SETS>(stage, s));
+            issue_wgmmas<SETS, TMA>(d, a, stage_descriptor<SETS, TMA>(stage, s));
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // a and d free again
         }
     }
@@ -1458,13 +1523,13 @@ __device__ __forceinline__ void accumulate_wgn(const uint4* __restrict__ codes, 
 }
 #endif  // MMA_NATURAL
 
-template <int SETS, bool BULK_W, int KG>
-__device__ __forceinline__ void gemv_wg(GEMV_PARAMS) {
+template <int SETS, bool BULK_W, int KG, bool TMA = false>
+__device__ __forceinline__ void gemv_wg(GEMV_PARAMS, const TensorMap* x_map = nullptr) {
     // tiles 4 blockIdx.x .. + 3, a warp each of each of KG warpgroups (KG > 1: natural builds),
     // over split blockIdx.y, warpgroup j its j-th run of the split's supersteps; the sums of a
     // tile's KG warps added in shared memory in warpgroup order, then the epilogue as the GEMV's
     // (finish: a tile's splits added by its last warp to finish)
-    static_assert(KG == 1 || NATURAL, "warpgroups share K in the natural build's forms alone");
+    static_assert((KG == 1 && !TMA) || NATURAL, "warpgroups share K, and TMA copies x, in the natural build alone");
     if constexpr (PDL && TRIGGER_START) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, group = KG == 1 ? 0 : warp >> 2;
     const int tile = blockIdx.x * 4 + (KG == 1 ? warp : warp & 3), tiles = n >> 4;
@@ -1480,12 +1545,13 @@ __device__ __forceinline__ void gemv_wg(GEMV_PARAMS) {
     }
     const float* late_scale = ROW_SCALE == 2 && group == 0 ? row_scale : nullptr;
 #if MMA_NATURAL
-    extern __shared__ __align__(128) unsigned char wg_shared[];
+    extern __shared__ __align__(1024) unsigned char wg_shared[];
     const WgRings<SETS, KG> rings(wg_shared);
     float* handoff = reinterpret_cast<float*>(rings.codes[0]);  // (ring_floats: the rings are dynamic)
     if (steps > 0)
-        accumulate_wgn<SETS, BULK_W, KG>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1),
-                                         first, steps, warp, lane, acc, late_scale, n, scale, rings);
+        accumulate_wgn<SETS, BULK_W, KG, TMA>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super,
+                                              min(tile, tiles - 1), first, steps, warp, lane, acc, late_scale, n,
+                                              scale, rings, x_map);
 #else
     float* handoff = nullptr;  // (ring_floats: the static rings)
     accumulate_wg<SETS, BULK_W>(codes, scales, x, k, m, c_tile, c_super, s_tile, s_super, min(tile, tiles - 1), first,
@@ -1531,6 +1597,21 @@ WG_KERNELS(nvfp4_mma_gemv_wg, false, 2, _kw2)
 WG_KERNELS(nvfp4_mma_gemv_wg, false, 4, _kw4)
 WG_KERNELS(nvfp4_mma_gemv_wg_bulk, true, 2, _kw2)
 WG_KERNELS(nvfp4_mma_gemv_wg_bulk, true, 4, _kw4)
+// the TMA forms (mma_gemv.WG_FORMS ``wg_tma``, ``wg_bulk_tma``): x's map a parameter past the GEMV's
+#define WG_TMA_KERNEL(name, SETS, BULK_W, KG, BLOCKS)                                            \
+    extern "C" __global__ void __launch_bounds__(128 * KG, BLOCKS)                               \
+        name(GEMV_PARAMS, const __grid_constant__ TensorMap x_map) {                              \
+        gemv_wg<SETS, BULK_W, KG, true>(GEMV_ARGS, &x_map);                                       \
+    }
+#define WG_TMA_KERNELS(name, BULK_W, KG, SUFFIX)                                                 \
+    WG_TMA_KERNEL(name##SUFFIX, 1, BULK_W, KG, BLOCKS_PER_SM / KG)                               \
+    WG_TMA_KERNEL(name##SUFFIX##_r16, 2, BULK_W, KG, BLOCKS_PER_SM_16 / KG)
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_tma, false, 1, )
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_tma, false, 2, _kw2)
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_tma, false, 4, _kw4)
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_bulk_tma, true, 1, )
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_bulk_tma, true, 2, _kw2)
+WG_TMA_KERNELS(nvfp4_mma_gemv_wg_bulk_tma, true, 4, _kw4)
 #endif
 #endif
 

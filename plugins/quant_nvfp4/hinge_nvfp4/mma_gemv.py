@@ -90,8 +90,12 @@ REGS_DIAGNOSTICS = {"regs_fold": "nvfp4_mma_gemv_regs_fold"}
 #: the dequantizing kernels alone) they copy x into shared memory as it lies in memory, with the
 #: weights' copies and as far ahead, and ``WG_KWARPS`` warpgroups a block may share K (``_kw2``,
 #: ``_kw4``: a tile's warps, one a warpgroup, their sums added in shared memory), all their
-#: shared memory dynamic (``wg_shared_bytes``); not timed yet
-WG_FORMS = {"wg": "nvfp4_mma_gemv_wg", "wg_bulk": "nvfp4_mma_gemv_wg_bulk"}
+#: shared memory dynamic (``wg_shared_bytes``); not timed yet. ``WG_TMA_FORMS`` (natural build
+#: alone): x's stages filled by a warpgroup's one thread with two TMA copies a superstep (a tensor
+#: map of x the launcher makes, the 128-byte swizzle, rows past M zeros) onto a barrier a stage
+WG_FORMS = {"wg": "nvfp4_mma_gemv_wg", "wg_bulk": "nvfp4_mma_gemv_wg_bulk",
+            "wg_tma": "nvfp4_mma_gemv_wg_tma", "wg_bulk_tma": "nvfp4_mma_gemv_wg_bulk_tma"}
+WG_TMA_FORMS = ("wg_tma", "wg_bulk_tma")  #: the wgmma forms whose x is copied by TMA (natural build alone)
 WG_KWARPS = (1, 2, 4)  #: warps a tile (warpgroups a block) of the natural build's wgmma forms
 NATURAL = "natural"  #: the column map the wgmma forms alone read (``mma_layout.REPACK_MAPS``)
 KWARPS = (1, 2, 4)  #: warps a 16-row tile, each a run of the split's supersteps (sums added in shared memory)
@@ -142,9 +146,10 @@ def wg_shared_bytes(kwarps: int, stages: int, rows: int) -> int:
     """Dynamic shared memory of a block of the natural build's wgmma kernel of ``kwarps``
     warpgroups, rings of ``stages``, for x of up to ``rows`` rows (mma_gemv.cu's ``WgRings``):
     each warp's rings of codes and scale words (1152 bytes a superstep) and barriers (8 bytes a
-    slot), each warpgroup's ring of x stages (2 KiB a set of eight rows a superstep)."""
+    slot), each warpgroup's ring of x stages (2 KiB a set of eight rows a superstep) and their
+    barriers (8 bytes a stage, the TMA forms')."""
     sets = 2 if rows > SET_ROWS else 1
-    return kwarps * stages * (4 * (1024 + 128 + 8) + sets * 2048)
+    return kwarps * stages * (4 * (1024 + 128 + 8) + sets * 2048 + 8)
 
 
 WG_MAX_SHARED = 232448  #: dynamic shared memory a Hopper block may ask for (227 KiB)
@@ -163,6 +168,9 @@ def check_columns(form: str, kwarps: int, columns: str, stages: int | None = Non
     if form in WG_FORMS and kwarps != 1 and columns != NATURAL:
         raise ValueError(f"the {form} form's warpgroups share K ({kwarps} warps a tile) in the {NATURAL} "
                          f"column map alone, not {columns}: repack in {NATURAL}, or take one warp a tile")
+    if form in WG_TMA_FORMS and columns != NATURAL:
+        raise ValueError(f"the {form} form copies x by TMA into the {NATURAL} map's stages, not {columns}'s: "
+                         f"repack in {NATURAL}, or name {form.removesuffix('_tma')}")
     if columns == NATURAL and stages is not None and wg_shared_bytes(kwarps, stages, MAX_ROWS) > WG_MAX_SHARED:
         fits = max(s for s in range(1, stages) if wg_shared_bytes(kwarps, s, MAX_ROWS) <= WG_MAX_SHARED)
         raise ValueError(f"the {form} form at {kwarps} warps a tile in rings of {stages} asks "
@@ -403,7 +411,10 @@ class MmaGemv:
         """The launches' parameter blocks (``GEMV_PARAMS``, ``DEQUANT_PARAMS`` of mma_gemv.cu),
         set in place a launch, and the PDL launch configurations made so far."""
         ptr, i32 = ctypes.c_void_p, ctypes.c_int
-        self._gemv_args = KernelArguments([ptr] * 4 + [i32] * 8 + [ptr] * 4 + [i32] * 2)
+        gemv = [ptr] * 4 + [i32] * 8 + [ptr] * 4 + [i32] * 2
+        #: the TMA forms take x's map past the GEMV's parameters
+        self._gemv_args = KernelArguments(gemv + ([TensorMap] if self.form in WG_TMA_FORMS else []))
+        self._x_maps: dict = {}  #: (x's address, M, K, rows a box) -> its TensorMap (``x_map``)
         self._dequant_args = KernelArguments([ptr, ptr] + [i32] * 6 + [ptr, ptr, i32])
         self._configs: dict = {}  #: (grid, dynamic shared bytes, stream) -> LaunchConfig
 
@@ -551,10 +562,12 @@ class MmaGemv:
                                                      or part.shape != (splits, m, n)):
             raise ValueError(f"part must be a ({splits}, {m}, {n}) float32 tensor for {splits} splits")
 
+        x_map = (self.x_map(x.data_ptr(), m, k, MAX_ROWS if rows > SET_ROWS else SET_ROWS),) if (
+            self.form in WG_TMA_FORMS) else ()
         pointers = self._gemv_args.set(
             _address(words), _address(scale_codes), _address(x), _address(part), n, k, m,
             *block_strides(words, scale_codes), groups_per_split, _address(row_scale), _address(bias),
-            _address(out), _address(self._counters), pair_tiles, int(gated))
+            _address(out), _address(self._counters), pair_tiles, int(gated), *x_map)
         tiles = self.tiles16 if rows > SET_ROWS else 1  # a warp's
         grid = (-(-(n // 16) // (tiles * self.warps // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
@@ -574,6 +587,20 @@ class MmaGemv:
                         "cuLaunchKernel")
         return part if out is None else out
 
+
+    def x_map(self, x_address: int, m: int, k: int, rows: int) -> TensorMap:
+        """The TMA forms' tensor map of x (``x_map_arguments``), encoded by the driver once an
+        (address, M, K, rows) and kept (a CUDA graph's launches are captured with theirs; the
+        last 64 kept)."""
+        key = (x_address, m, k, rows)
+        if key not in self._x_maps:
+            if len(self._x_maps) >= 64:
+                self._x_maps.clear()
+            tensor_map = TensorMap()
+            self._check(self.cuda.cuTensorMapEncodeTiled(ctypes.byref(tensor_map), *x_map_arguments(*key)),
+                        "cuTensorMapEncodeTiled")
+            self._x_maps[key] = tensor_map
+        return self._x_maps[key]
 
     def dequantize(self, words: torch.Tensor, scale_codes: torch.Tensor, row_scale: torch.Tensor,
                    out: torch.Tensor, pair_tiles: int = 0, form: str | None = None) -> torch.Tensor:
@@ -645,13 +672,42 @@ class KernelArguments:
         self.pointers = (ctypes.c_void_p * len(types))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
 
-    def set(self, *values: int) -> ctypes.Array:
-        """The pointer array, the parameters set to ``values`` (in the kernel's order)."""
+    def set(self, *values) -> ctypes.Array:
+        """The pointer array, the parameters set to ``values`` (in the kernel's order; a
+        ``TensorMap`` parameter's value a ``TensorMap``, copied)."""
         if len(values) != len(self.values):
             raise ValueError(f"the kernel takes {len(self.values)} parameters, got {len(values)}")
         for slot, value in zip(self.values, values, strict=True):
-            slot.value = value
+            if isinstance(slot, TensorMap):
+                ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(value), ctypes.sizeof(TensorMap))
+            else:
+                slot.value = value
         return self.pointers
+
+
+class TensorMap(ctypes.Structure):
+    """cuda.h's ``CUtensorMap``: 128 opaque bytes (mma_gemv.cu's ``TensorMap`` parameter)."""
+
+    _fields_ = [("opaque", ctypes.c_uint64 * 16)]
+
+
+#: cuda.h's values for ``cuTensorMapEncodeTiled``: bf16 elements, no interleave, the 128-byte
+#: swizzle, L2 promotion of 128 bytes, out-of-bounds elements zeros
+CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
+CU_TENSOR_MAP_SWIZZLE_128B = 3
+CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
+X_MAP_COLUMNS = 64  #: columns of x a TMA box (128 bytes: the swizzle's row)
+
+
+def x_map_arguments(x_address: int, m: int, k: int, rows: int) -> tuple:
+    """``cuTensorMapEncodeTiled``'s arguments past the map for x (M, K) bf16 at ``x_address``, as
+    the TMA forms read it (mma_gemv.cu's ``tma_x_stage``): rank 2, dims (K, M), row stride 2K
+    bytes, boxes of ``X_MAP_COLUMNS`` columns by ``rows`` rows (8 a set of MMA columns), the
+    128-byte swizzle that the kernels' descriptors name, rows past M zeros."""
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    return (CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ctypes.c_void_p(x_address), (u64 * 2)(k, m), (u64 * 1)(2 * k),
+            (u32 * 2)(X_MAP_COLUMNS, rows), (u32 * 2)(1, 1), 0, CU_TENSOR_MAP_SWIZZLE_128B,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_128B, 0)
 
 
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  #: cuda.h's CUlaunchAttributeID

@@ -443,7 +443,8 @@ def test_a_wg_build_adds_the_wgmma_kernels_and_changes_no_other_kernel(tmp_path)
     unrolled), x loaded a piece a set a superstep a lane (a quarter of the GEMV's loads), within
     the GEMV's register budgets (80 a thread; 128 for 16 rows) and without spills."""
     plain, wg = (built_sass(tmp_path, stages=4, pdl=True, **({"wg": True} if on else {})) for on in (False, True))
-    names = {nvfp4_mma.kernel_name(form, 1, rows) for form in nvfp4_mma.WG_FORMS for rows in (8, 16)}
+    names = {nvfp4_mma.kernel_name(form, 1, rows) for form in nvfp4_mma.WG_FORMS for rows in (8, 16)
+             if form not in nvfp4_mma.WG_TMA_FORMS}  # (the TMA forms: the natural build's alone)
     assert set(wg) == set(plain) | names and not names & set(plain)
     assert all(wg[name].split() == plain[name].split() for name in plain)
     cubin = tmp_path / "wg.cubin"
@@ -467,7 +468,9 @@ def test_a_natural_build_holds_the_wgmma_forms_at_one_to_four_warpgroups_copying
     registers: x is copied by cp.async (LDGSTS), a set a thread a superstep (rows past m zeros,
     read from nowhere: no branch), in the prologue's 3 supersteps and each of the ring's 4,
     beside the weights' three copies a lane (``wg``; the bulk form's weights are bulk copies,
-    UBLKCP); one proxy fence and one warpgroup barrier a
+    UBLKCP), or (the ``_tma`` forms) by two TMA copies a superstep (UTMALDG.2D, one thread's),
+    then no proxy fence in the loop and one more warpgroup barrier (past its x barriers'
+    initialization); one proxy fence and one warpgroup barrier a
     superstep; no stack, no local memory, no static shared memory past the 1 KiB the card
     reserves (all of it dynamic: ``wg_shared_bytes``), registers within the launch bounds (80 a
     thread at 24 warps a multiprocessor, 128 at 16)."""
@@ -479,15 +482,17 @@ def test_a_natural_build_holds_the_wgmma_forms_at_one_to_four_warpgroups_copying
     cubin.write_bytes(built(stages=4, pdl=True, wg=True, columns="natural"))
     resources = dict(re.findall(r"Function (\w+):\s+(REG:.*)", cuobjdump("-res-usage", cubin)))
     for name in names:
-        sets, bulk = (2 if name.endswith("_r16") else 1), "_bulk" in name
+        sets, bulk, tma = (2 if name.endswith("_r16") else 1), "_bulk" in name, "_tma" in name
         kw = int(re.search(r"_kw(\d)", name).group(1)) if "_kw" in name else 1
         assert re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", code[name]) == [str(8 * sets)] * 8 * 4, name
         assert "HMMA" not in code[name] and not re.search(r"\bLDG\.E\S*\.128", code[name]), name
         copies = len(re.findall(r"\bLDGSTS\.E\.BYPASS\.128", code[name]))
-        assert copies == (3 + 4) * (sets + (0 if bulk else 3)), (name, copies)
+        assert copies == (3 + 4) * ((0 if tma else sets) + (0 if bulk else 3)), (name, copies)
+        assert len(re.findall(r"\bUTMALDG\.2D\b", code[name])) == (3 + 4) * 2 * tma, name
         assert ("UBLKCP" in code[name]) == bulk, name
-        assert len(re.findall(r"BAR\.SYNC\S* R\d+, 0x80", code[name])) == 4, name
-        assert len(re.findall(r"FENCE\.VIEW\.ASYNC\.S", code[name])) >= 4, name
+        assert len(re.findall(r"BAR\.SYNC\S* R\d+, 0x80", code[name])) == 4 + tma, name
+        if not tma:
+            assert len(re.findall(r"FENCE\.VIEW\.ASYNC\.S", code[name])) >= 4, name
         assert ("BAR.SYNC.DEFER_BLOCKING 0x0" in code[name]) == (kw > 1), name  # the warpgroups' sums added
         usage = resources[name]
         registers = int(re.search(r"REG:(\d+)", usage).group(1))
@@ -740,6 +745,38 @@ def test_a_natural_wgmma_launch_is_a_block_of_kwarps_warpgroups_asking_its_rings
     staged(layout.repack(packed, scales, "coalesced")[0], codes, torch.zeros(1, 256, dtype=torch.bfloat16), None, 16,
            row_scale=torch.ones(128), out=torch.empty(1, 128, dtype=torch.bfloat16))
     assert calls[-1] == ("eight", [2, 1, 1], 128, 0)
+
+
+def test_a_tma_launch_passes_x_s_tensor_map_encoded_once_an_address_and_row_count(monkeypatch):
+    # the map: x (M, K) bf16 as (K, M), rows 2K bytes apart, boxes of 64 columns by 8 rows (the
+    # 8-row kernel) or 16 (the 16-row one), the 128-byte swizzle, zeros past M; past the GEMV's
+    # 18 parameters; one encoding a (address, M, K, rows), however many launches
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: type("Stream", (), {"cuda_stream": 0}))
+    encoded, launched = [], []
+
+    class FakeDriver:
+        def cuTensorMapEncodeTiled(self, tensor_map, dtype, rank, address, dims, strides, box, elements,  # noqa: N802
+                                   interleave, swizzle, promotion, fill):
+            encoded.append((dtype, rank, address.value, list(dims), list(strides), list(box), list(elements),
+                            interleave, swizzle, fill))
+            tensor_map._obj.opaque[0], tensor_map._obj.opaque[1] = address.value, box[1]
+            return 0
+
+        def cuLaunchKernel(self, function, *args):  # noqa: N802 - the driver's name
+            params = ctypes.cast(args[8], ctypes.POINTER(ctypes.c_void_p))
+            x_map = ctypes.cast(params[18], ctypes.POINTER(nvfp4_mma.TensorMap)).contents
+            launched.append((function, list(x_map.opaque[:2])))
+            return 0
+
+    packed, scales = weights(128, 256)
+    words, codes = layout.repack(packed, scales, "natural")
+    gemv = stand_in_launcher(FakeDriver(), "eight", "sixteen", 2, form="wg_tma", columns="natural")
+    x = torch.zeros(16, 256, dtype=torch.bfloat16)
+    for m in (3, 3, 12):
+        gemv(words, codes, x[:m], None, 16, row_scale=torch.ones(128), out=torch.empty(m, 128, dtype=torch.bfloat16))
+    address = x.data_ptr()
+    assert encoded == [(9, 2, address, [256, m], [512], [64, rows], [1, 1], 0, 3, 0) for m, rows in ((3, 8), (12, 16))]
+    assert launched == [("eight", [address, 8]), ("eight", [address, 8]), ("sixteen", [address, 16])]
 
 
 def test_a_launcher_takes_its_sixteen_row_kernel_from_its_rows16_from_rows_on(monkeypatch):

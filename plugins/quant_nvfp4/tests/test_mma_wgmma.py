@@ -39,10 +39,16 @@ def test_the_natural_map_is_read_by_the_wgmma_forms_alone_which_share_k_in_warpg
     with pytest.raises(ValueError, match="no column map 'rows'"):
         mma_gemv.check_columns("wg", 1, "rows")
     # a block's rings fit a Hopper block's 227 KiB: four warpgroups in rings of 4, not 8
-    assert mma_gemv.wg_shared_bytes(4, 4, 16) == 4 * 4 * (4 * 1160 + 2 * 2048) <= mma_gemv.WG_MAX_SHARED
-    assert mma_gemv.wg_shared_bytes(1, 4, 8) == 4 * (4 * 1160 + 2048)
-    with pytest.raises(ValueError, match="279552 bytes .* more than a Hopper block's 232448: take rings of at most 6"):
+    assert mma_gemv.wg_shared_bytes(4, 4, 16) == 4 * 4 * (4 * 1160 + 2 * 2048 + 8) <= mma_gemv.WG_MAX_SHARED
+    assert mma_gemv.wg_shared_bytes(1, 4, 8) == 4 * (4 * 1160 + 2048 + 8)
+    with pytest.raises(ValueError, match="279808 bytes .* more than a Hopper block's 232448: take rings of at most 6"):
         mma_gemv.check_columns("wg", 4, "natural", 8)
+    # x copied by TMA: into the natural map's stages alone
+    mma_gemv.check_columns("wg_bulk_tma", 4, "natural", 4)
+    assert mma_gemv.kernel_name("wg_bulk_tma", 2, 16) == "nvfp4_mma_gemv_wg_bulk_tma_kw2_r16"
+    with pytest.raises(ValueError, match="wg_tma form copies x by TMA into the natural map's stages, not coalesced's: "
+                                         "repack in natural, or name wg"):
+        mma_gemv.check_columns("wg_tma", 1, "coalesced")
     with pytest.raises(ValueError, match="a natural build holds the wgmma forms alone .*x_once"):
         mma_gemv.build_cubin("sm_90", columns="natural", wg=True, x_once=True)
 
@@ -53,9 +59,9 @@ def test_a_tilings_file_may_name_a_wgmma_form_at_one_warp_a_tile_for_any_rows():
     assert (plan.form, plan.kwarps, plan.splits, plan.rows16) == ("wg", 1, 4, None)
     sixteen = {"splits": 1, "kwarps": 4, "stages": 4, "r16": {"kwarps": 1, "form": "wg_bulk", "from": 1}}
     assert mma_tiling.tiling(6144, 4096, 132, {"6144x4096": sixteen}).rows16 == mma_tiling.Rows16(1, "wg_bulk", 1, 1)
-    with pytest.raises(ValueError, match=r"forms .* \(or wg, wg_bulk at 1, 2, 4 warps a tile\)"):
+    with pytest.raises(ValueError, match=r"forms .* \(or wg, wg_bulk, wg_tma, wg_bulk_tma at 1, 2, 4 warps a tile\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 8, "stages": 4}})
-    with pytest.raises(ValueError, match=r"\(or wg, wg_bulk at one tile a warp\)"):
+    with pytest.raises(ValueError, match=r"\(or wg, wg_bulk, wg_tma, wg_bulk_tma at one tile a warp\)"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**sixteen, "r16": {"kwarps": 2, "form": "wg", "tiles": 2}}})
     with pytest.raises(ValueError, match=r"6144x4096 .*warpgroups share K \(4 warps a tile\) in the natural"):
         mma_tiling.tiling(6144, 4096, 132, {"6144x4096": {**entry, "kwarps": 4}})
@@ -93,14 +99,14 @@ def test_a_natural_tilings_file_runs_a_layer_through_the_natural_repack_at_every
     from hinge_nvfp4.kernels import MmaKernel
 
     entry = {"splits": 2, "kwarps": 2, "stages": 4, "form": "wg", "columns": "natural",
-             "r16": {"kwarps": 4, "form": "wg_bulk"}}
+             "r16": {"kwarps": 4, "form": "wg_bulk_tma"}}
     (tmp_path / "plan.json").write_text(json.dumps({"128x4096": entry}))
     monkeypatch.setenv("HINGE_NVFP4_MMA_PLAN", str(tmp_path / "plan.json"))
     kernel = MmaKernel(gemv=EmulatedLauncher("natural"), num_sms=132, dequant_rows=32)
     layer, x, packed, scales, bias = layer_of(128, 4096, rows=40)
     kernel.prepare_linear(layer, packed, scales)
     assert torch.equal(layer.nvfp4_mma_words, mma_layout.repack(packed, scales, "natural")[0])
-    assert [key[1:3] + key[5:6] for key in kernel._gemvs] == [(2, "wg", "natural"), (4, "wg_bulk", "natural")]
+    assert [key[1:3] + key[5:6] for key in kernel._gemvs] == [(2, "wg", "natural"), (4, "wg_bulk_tma", "natural")]
     assert_rows_match_the_reference(kernel, layer, x, packed, scales, bias, (1, 3, 8, 9, 16, 40))
     assert [call[0] for call in kernel._gemvs[next(iter(kernel._gemvs))].calls][-1] == "dequantize"
     with pytest.raises(ValueError, match="stood in computes column map 'coalesced', the layer is repacked in 'natural'"):
@@ -143,9 +149,13 @@ def _equals_the_reference(gemv, shapes, columns, seed, label) -> None:
             assert torch.equal(captured, _launch(gemv, static, weight, per_split)), (*label, n, k)
 
 
+#: the wgmma forms of every build (the TMA forms are the natural build's alone)
+STAGED = sorted(set(mma_gemv.WG_FORMS) - set(mma_gemv.WG_TMA_FORMS))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("columns", mma_layout.COLUMN_MAPS)
-@pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
+@pytest.mark.parametrize("form", STAGED)
 def test_cuda_a_wgmma_form_equals_the_reference_in_every_layout_split_and_row_count_eager_and_in_a_graph(form, columns):
     # 1 .. 8 rows: the m64n8 kernel, 9 .. 16 the m64n16 one
     _sm90()
@@ -159,8 +169,9 @@ def test_cuda_a_wgmma_form_equals_the_reference_in_every_layout_split_and_row_co
 @pytest.mark.parametrize("kwarps", mma_gemv.WG_KWARPS)
 @pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
 def test_cuda_a_natural_wgmma_form_equals_the_reference_at_one_two_and_four_warpgroups_a_block(form, kwarps):
-    # x copied into the stages as it lies, K shared by the block's warpgroups (and by splits);
-    # qkv and down in one split too (K all in the block); PDL and not
+    # x copied into the stages as it lies (by every thread's cp.async, or by TMA), K shared by the
+    # block's warpgroups (and by splits); qkv and down in one split too (K all in the block); PDL
+    # and not
     _sm90()
     for pdl in (False, True):
         cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=pdl, columns="natural", trigger="start" if pdl else "read",
@@ -171,8 +182,8 @@ def test_cuda_a_natural_wgmma_form_equals_the_reference_at_one_two_and_four_warp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("form", sorted(mma_gemv.WG_FORMS))
-@pytest.mark.parametrize("columns, kwarps", [("coalesced", 1), ("natural", 1), ("natural", 2)])
+@pytest.mark.parametrize("form, columns, kwarps", [(form, "coalesced", 1) for form in STAGED] + [
+    (form, "natural", kwarps) for form in sorted(mma_gemv.WG_FORMS) for kwarps in (1, 2)])
 def test_cuda_a_gated_wgmma_gemv_gives_the_bits_of_its_gemv_then_silu_mul(form, columns, kwarps):
     # gate_up's shape in one split (a pair's tiles meet in the block) and a small one in 3 splits
     # (through part and the pair counters)
