@@ -10,7 +10,7 @@
 // A superstep is 128 columns of K: eight mma.sync.m16n8k16 (bf16 in, float32 out). The MMA sums
 // over its k index in any order, so the repack (mma_layout.repack_codes) chooses which columns of
 // W a k index stands for: lane (g, t) = (lane / 4, lane % 4) holds 32 columns of the superstep in
-// its eight MMAs, four a MMA, in one of two column maps (MMA_COALESCED; mma_layout.COLUMN_MAPS):
+// its eight MMAs, four a MMA, in one of three column maps (mma_layout.REPACK_MAPS):
 //   - contiguous (0): MMA u's are 32t + 4u .. + 3, so its x operand is 64 contiguous bytes of row
 //     g (four 16-byte loads a superstep, the row's four lanes 64 bytes apart: each load touches
 //     four half-used 32-byte sectors of a row), and its A elements of MMAs 0..3 lie in one scale
@@ -18,7 +18,11 @@
 //   - coalesced (1): MMA u = 2v + w's are 32v + 8t + 4w .. + 3, so that each 16-byte load of x
 //     is, with the row's three other lanes', 64 contiguous bytes (two whole sectors), and MMAs
 //     2v, 2v + 1 lie in group 2v + t / 2: eight scale codes a lane (lanes 2p, 2p + 1 share them:
-//     each holds four in its scale word, each reads the pair's two words).
+//     each holds four in its scale word, each reads the pair's two words);
+//   - natural (MMA_NATURAL; the wgmma forms of a natural build alone, below): MMA u's k half h
+//     is columns 16u + 8h .. + 7, lane t's of them 2t, 2t + 1, so that x is wgmma's B operand as
+//     it lies in memory, and MMA u lies in group u: sixteen scale codes a lane (its row's four
+//     words, shared by the row's four lanes).
 // Either way the scales multiply the A fragments (one bf16x2 multiply a register, exact) and the
 // MMAs accumulate the whole K with no float32 rescaling.
 // A fragment register (two codes of one row) is a bf16 pattern of e2m1 * 2^-126 (sign at bit 15,
