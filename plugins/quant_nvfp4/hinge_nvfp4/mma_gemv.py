@@ -18,7 +18,14 @@ from pathlib import Path
 
 import torch
 
-from hinge_nvfp4.mma_layout import COLUMN_MAPS, COLUMNS, REPACK_MAPS, SUPERSTEP, block_strides
+from hinge_nvfp4.mma_layout import (
+    COLUMN_MAPS,
+    COLUMNS,
+    REPACK_MAPS,
+    SUPERSTEP,
+    block_strides,
+    check_map,
+)
 
 SOURCE = Path(__file__).with_name("mma_gemv.cu")
 MAX_ROWS = 16  #: rows of x: the MMA's B columns, in sets of ``SET_ROWS``
@@ -160,8 +167,7 @@ def check_columns(form: str, kwarps: int, columns: str, stages: int | None = Non
     of ``stages``, where given) where no cubin holds it: the natural map is read by the wgmma
     forms alone, their warpgroups share K in its build alone, and a block's rings must fit a
     Hopper block's shared memory (``wg_shared_bytes`` at 16 rows)."""
-    if columns not in REPACK_MAPS:
-        raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(REPACK_MAPS)}")
+    check_map(columns)
     if columns == NATURAL and form not in WG_FORMS:
         raise ValueError(f"the {NATURAL} column map is read by the wgmma forms alone ({', '.join(WG_FORMS)}), "
                          f"not {form}: name one of them, or repack in {' or '.join(COLUMN_MAPS)}")
@@ -428,7 +434,7 @@ class MmaGemv:
     def _function(self, name: str, rows: int) -> ctypes.c_void_p:
         """A GEMV function of x of up to ``rows`` rows, with this launcher's attributes set."""
         function = self._lookup(name)
-        dynamic = self.dynamic_bytes(rows, rows > SET_ROWS)
+        dynamic = self.dynamic_bytes(rows, rows)
         if self.spread:  # room for any spread launch's padding (the carveout the driver's choice:
             # preferring all of it to shared memory cost down's 16-row launch 15.1 -> 23.1 us on an
             # H100, its x read through a smaller L1)
@@ -461,27 +467,28 @@ class MmaGemv:
             "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return value.value
 
-    def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int, sixteen: bool = False) -> int:
+    def spread_bytes(self, function: ctypes.c_void_p, blocks: int, m: int, rows: int = SET_ROWS) -> int:
         """The dynamic shared memory of a spread launch of ``blocks`` blocks over ``m`` rows of x
-        (``sixteen``: by the 16-row kernel): at least its own (``dynamic_bytes``), and as much as keeps a multiprocessor to
+        by the kernel of up to ``rows`` (``SET_ROWS`` or ``MAX_ROWS``): at least its own
+        (``dynamic_bytes``), and as much as keeps a multiprocessor to
         ``ceil(blocks / multiprocessors)`` blocks (``spread_blocks_bytes``) where registers and the
         rings alone would let it hold more; worked out once a (function, blocks, m)."""
         key = (function.value, blocks, m)
         if key not in self._spread_bytes:
             d = self._device
             self._spread_bytes[key] = spread_blocks_bytes(
-                -(-blocks // d["sms"]), self.dynamic_bytes(m, sixteen), self._static_bytes(function), d,
+                -(-blocks // d["sms"]), self.dynamic_bytes(m, rows), self._static_bytes(function), d,
                 lambda dynamic: self._resident_blocks(function, dynamic), least=self.spread == "least")
         return self._spread_bytes[key]
 
-    def dynamic_bytes(self, m: int, sixteen: bool = False) -> int:
-        """Dynamic shared memory of a launch over ``m`` rows of x (``sixteen``: by the 16-row
-        kernel): the xring form's ring of x, the natural build's wgmma forms' every ring
-        (``wg_shared_bytes``), else 0."""
+    def dynamic_bytes(self, m: int, rows: int = SET_ROWS) -> int:
+        """Dynamic shared memory of a launch over ``m`` rows of x by the kernel of up to ``rows``
+        (``SET_ROWS`` or ``MAX_ROWS``): the xring form's ring of x, the natural build's wgmma
+        forms' every ring (``wg_shared_bytes``), else 0."""
         if self.form == "xring":
             return self.warps * self.stages * m * X_RING_BYTES
         if self.columns == NATURAL:
-            return wg_shared_bytes(self.kwarps, self.stages, MAX_ROWS if sixteen else SET_ROWS)
+            return wg_shared_bytes(self.kwarps, self.stages, rows)
         return 0
 
     def _make_torch_context_current(self) -> None:
@@ -562,19 +569,18 @@ class MmaGemv:
                                                      or part.shape != (splits, m, n)):
             raise ValueError(f"part must be a ({splits}, {m}, {n}) float32 tensor for {splits} splits")
 
-        x_map = (self.x_map(x.data_ptr(), m, k, MAX_ROWS if rows > SET_ROWS else SET_ROWS),) if (
-            self.form in WG_TMA_FORMS) else ()
         pointers = self._gemv_args.set(
             _address(words), _address(scale_codes), _address(x), _address(part), n, k, m,
             *block_strides(words, scale_codes), groups_per_split, _address(row_scale), _address(bias),
-            _address(out), _address(self._counters), pair_tiles, int(gated), *x_map)
+            _address(out), _address(self._counters), pair_tiles, int(gated))
+        if self.form in WG_TMA_FORMS:
+            self._gemv_args.set_map(self.x_map(x.data_ptr(), m, k, rows))
         tiles = self.tiles16 if rows > SET_ROWS else 1  # a warp's
         grid = (-(-(n // 16) // (tiles * self.warps // self.kwarps)), splits, 1)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         function = self.function16 if rows > SET_ROWS else self.function
-        sixteen = rows > SET_ROWS
-        shared = (self.spread_bytes(function, grid[0] * grid[1], m, sixteen) if self.spread
-                  else self.dynamic_bytes(m, sixteen))
+        shared = (self.spread_bytes(function, grid[0] * grid[1], m, rows) if self.spread
+                  else self.dynamic_bytes(m, rows))
         if self.pdl and early:
             key = (grid, shared, stream.value)
             if key not in self._configs:  # a few (grid, stream) a launcher: built once each
@@ -671,18 +677,24 @@ class KernelArguments:
         self.values = [kind() for kind in types]
         self.pointers = (ctypes.c_void_p * len(types))(
             *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values])
+        #: the scalar and pointer parameters ``set`` takes; a ``TensorMap`` one is ``set_map``'s
+        self._scalars = [v for v in self.values if not isinstance(v, TensorMap)]
+        self._map = next((v for v in self.values if isinstance(v, TensorMap)), None)
 
-    def set(self, *values) -> ctypes.Array:
-        """The pointer array, the parameters set to ``values`` (in the kernel's order; a
-        ``TensorMap`` parameter's value a ``TensorMap``, copied)."""
-        if len(values) != len(self.values):
-            raise ValueError(f"the kernel takes {len(self.values)} parameters, got {len(values)}")
-        for slot, value in zip(self.values, values, strict=True):
-            if isinstance(slot, TensorMap):
-                ctypes.memmove(ctypes.addressof(slot), ctypes.addressof(value), ctypes.sizeof(TensorMap))
-            else:
-                slot.value = value
+    def set(self, *values: int) -> ctypes.Array:
+        """The pointer array, the scalar and pointer parameters set to ``values`` (in the
+        kernel's order, a ``TensorMap`` parameter left to ``set_map``)."""
+        if len(values) != len(self._scalars):
+            raise ValueError(f"the kernel takes {len(self._scalars)} parameters, got {len(values)}")
+        for slot, value in zip(self._scalars, values, strict=True):
+            slot.value = value
         return self.pointers
+
+    def set_map(self, tensor_map: TensorMap) -> None:
+        """The kernel's ``TensorMap`` parameter set to a copy of ``tensor_map``."""
+        if self._map is None:
+            raise ValueError("the kernel takes no tensor map parameter")
+        ctypes.memmove(ctypes.addressof(self._map), ctypes.addressof(tensor_map), ctypes.sizeof(TensorMap))
 
 
 class TensorMap(ctypes.Structure):

@@ -69,7 +69,8 @@ def _check_shape(n: int, k: int) -> None:
         raise ValueError(f"the MMA GEMV takes N % 16 == 0 and K % {SUPERSTEP} == 0, got {n} x {k}")
 
 
-def _check_columns(columns: str) -> None:
+def check_map(columns: str) -> None:
+    """Refuses a column map's name that is none of ``REPACK_MAPS``, naming them."""
     if columns not in REPACK_MAPS:
         raise ValueError(f"no column map {columns!r} of the MMA GEMV; the maps are {', '.join(REPACK_MAPS)}")
 
@@ -77,7 +78,7 @@ def _check_columns(columns: str) -> None:
 def column_index(columns: str = COLUMNS) -> torch.Tensor:
     """(4, 8, 4) int64: the superstep column of lane t's MMA u's element c (``2 cp + half``:
     fragment registers 2 cp, 2 cp + 1 hold columns c = 2 cp, 2 cp + 1 of rows g, g + 8)."""
-    _check_columns(columns)
+    check_map(columns)
     t, u, c = torch.arange(4)[:, None, None], torch.arange(8)[None, :, None], torch.arange(4)[None, None, :]
     if columns == "contiguous":
         return 32 * t + 4 * u + c
@@ -119,7 +120,7 @@ def repack_codes(packed: torch.Tensor, rows_at_once: int = 2048, columns: str = 
     24576 x 4096 weight would take 0.8 GB)."""
     n, k = packed.shape[0], packed.shape[1] * 2
     _check_shape(n, k)
-    _check_columns(columns)
+    check_map(columns)
     step = max(16, rows_at_once // 16 * 16)
     if n > step:
         return torch.cat([repack_codes(packed[i:i + step], step, columns) for i in range(0, n, step)])
@@ -158,7 +159,7 @@ def repack_scales(scales: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
     (module docstring)."""
     n, groups = scales.shape
     _check_shape(n, groups * 16)
-    _check_columns(columns)
+    check_map(columns)
     code = encode_scales(scales).to(torch.int64)
     if columns == "contiguous":  # lane 4 g + t, byte 2 q + rs: group 8 S + 2 t + q
         code = code.view(n // 16, 2, 8, groups // 8, 4, 2)  # i rs g S t q
@@ -200,7 +201,7 @@ def _multiplier_values(codes: torch.Tensor) -> torch.Tensor:
 def lane_scale_codes(scale_codes: torch.Tensor, columns: str = COLUMNS) -> torch.Tensor:
     """(tiles, supers, 8 g, 4 t, 8 u, 2 rs) int64: the scale code lane (g, t) multiplies MMA u's
     row g + 8 rs by, taken from the scale words as the kernel takes them (module docstring)."""
-    _check_columns(columns)
+    check_map(columns)
     tiles, supers = scale_codes.shape[:2]
     sc = scale_codes.to(torch.int64).reshape(tiles, supers, 8, 4) & 0xFFFFFFFF  # i S g t
     if columns == "natural":  # MMA u's group u: word 2 rs + u // 4 of the row's four, byte u % 4
