@@ -36,7 +36,7 @@
 #                                                 # out of time after qkv); wgx35b: the rest (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wgn36    # the natural build's wgmma forms (x copied as it
 #                                                 # lies, by cp.async or TMA; K shared by warpgroups):
-#                                                 # GPU tests (~7 min); wgn36c: back to back at 1, 8,
+#                                                 # the tracer, then GPU tests (~8 min); wgn36c: back to back at 1, 8,
 #                                                 # 16 rows (~5 min); neither run yet
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
@@ -382,7 +382,10 @@ wgn36|wgn36c)
     wait
     nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
     if [ "$1" = wgn36 ]; then
-        b wgn_tests 330 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k "natural or gated"
+        # the tracer first (~1 min): every wrong output named by the x it read (37th session)
+        b wgn_tracer 120 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k every_output
+        grep -E "passed|failed|<-" "$OUT/wgn_tracer.log" | tail -25
+        b wgn_tests 330 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_wgmma.py -k "(natural or gated) and not every_output"
         tail -15 "$OUT/wgn_tests.log"
         b wgn_dequant 90 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack"
         tail -5 "$OUT/wgn_dequant.log"

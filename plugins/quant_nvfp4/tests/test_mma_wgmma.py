@@ -11,6 +11,7 @@ import torch
 from test_mma_kernel import _launch
 from test_triton_gemm import problem
 
+from hinge_nvfp4 import format as fp4
 from hinge_nvfp4 import mma_gemv, mma_layout, mma_tiling, reference
 
 
@@ -113,6 +114,51 @@ def test_a_natural_tilings_file_runs_a_layer_through_the_natural_repack_at_every
         MmaKernel(gemv=EmulatedLauncher("coalesced"), num_sms=132).prepare_linear(layer, packed, scales)
 
 
+#: bf16 1.0's bits: x element number i of a tracer problem is the bf16 of bits ONE + i
+ONE = 0x3F80
+
+
+def tracer(n: int, rows: int = 16) -> tuple[torch.Tensor, ...]:
+    """x (rows, n) bf16 whose every element names itself (element i, row-major, has the bits ONE +
+    i: 1.0 up to 2^64, no two alike) and the (n, n) identity weight in NVFP4 (code 1.0, scales
+    1.0, row_scale 1.0): the GEMV's out[i, r] is x[i, r] bit for bit (one product, exact), and an
+    element that is not names the x it read."""
+    if rows * n > 0x7FFF - ONE:
+        raise ValueError(f"a tracer names at most {0x7FFF - ONE} elements, not {rows} x {n}")
+    x = (ONE + torch.arange(rows * n, dtype=torch.int32)).to(torch.int16).view(torch.bfloat16).reshape(rows, n)
+    codes = torch.zeros(n, n, dtype=torch.uint8)
+    codes.diagonal().fill_(fp4.E2M1_VALUES.index(1.0))
+    scales = torch.ones(n, n // fp4.BLOCK).to(torch.float8_e4m3fn)
+    return x, fp4.pack(codes), scales, torch.ones(n)
+
+
+def misreads(got: torch.Tensor, x: torch.Tensor, most: int = 8) -> list[str]:
+    """Where ``got`` (a tracer problem's output) is not x: each such out[i, r] as the x element
+    its bits name (``x[i', c']``), or its value where it names none (a sum, a zero)."""
+    n = x.shape[1]
+    wrong = (got.cpu().view(torch.int16) != x.cpu().view(torch.int16)).nonzero().tolist()
+    said = []
+    for i, r in wrong[:most]:
+        bits = int(got[i, r].cpu().view(torch.int16)) - ONE
+        read = f"x[{bits // n}, {bits % n}]" if 0 <= bits < x.numel() else f"{float(got[i, r])}"
+        said.append(f"out[{i}, {r}] <- {read}")
+    return said + ([f"... {len(wrong) - most} more"] if len(wrong) > most else [])
+
+
+@pytest.mark.parametrize("columns", mma_layout.REPACK_MAPS)
+def test_a_tracer_problem_gives_x_back_bit_for_bit_in_every_column_map_and_names_a_misread(columns):
+    x, packed, scales, row_scale = tracer(256)
+    assert len(set(x.view(torch.int16).flatten().tolist())) == x.numel()
+    assert torch.equal(reference.linear(x, packed, scales, row_scale, None).view(torch.int16), x.view(torch.int16))
+    words, codes = mma_layout.repack(packed, scales, columns)
+    assert torch.equal(mma_layout.emulate(words, codes, x, columns), x.double())
+    wrong = x.clone()
+    wrong[3, 7], wrong[15, 255] = x[5, 2], 0.0
+    assert misreads(wrong, x) == ["out[3, 7] <- x[5, 2]", "out[15, 255] <- 0.0"]
+    with pytest.raises(ValueError, match="at most 16511 elements, not 16 x 2048"):
+        tracer(2048)
+
+
 def _sm90() -> None:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (wgmma is sm_90a's)")
@@ -179,6 +225,28 @@ def test_cuda_a_natural_wgmma_form_equals_the_reference_at_one_two_and_four_warp
         gemv = mma_gemv.MmaGemv(cubin, form, 4, kwarps, pdl, columns="natural")
         shapes = SHAPES + ((6144, 4096, 256), (4096, 12288, 768))
         _equals_the_reference(gemv, shapes, "natural", pdl, (form, kwarps, pdl))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("form, columns, kwarps", [(form, columns, 1) for form in STAGED for columns in ("coalesced",
+    "contiguous")] + [(form, "natural", kwarps) for form in sorted(mma_gemv.WG_FORMS) for kwarps in mma_gemv.WG_KWARPS])
+def test_cuda_every_output_of_a_wgmma_form_reads_the_x_its_row_and_column_name(form, columns, kwarps):
+    # the tracer problem (the identity weight, x elements that name themselves): out is x bit for
+    # bit at 1 .. 16 rows, in one split and in two, eager; a failure names what each wrong output
+    # read (an x element: a layout's, a descriptor's or a swizzle's mistake; a sum or zero: a
+    # stage read before it landed or a row past m). The staged forms (measured correct on an
+    # H100, thirty-fifth session) are the probe's own control
+    _sm90()
+    cubin = mma_gemv.cached_cubin("sm_90", 4, pdl=True, columns=columns, trigger="start", row_scale="wait", wg=True)
+    gemv = mma_gemv.MmaGemv(cubin, form, 4, kwarps, True, columns=columns)
+    x, packed, scales, row_scale = (t.cuda() for t in tracer(512))
+    words, codes = mma_layout.repack(packed, scales, columns)
+    gemv.reserve_counters(512 // 16, torch.device("cuda"))
+    for per_split in (32, 16):
+        for rows in (1, 3, 8, 9, 16):
+            got = _launch(gemv, x[:rows].contiguous(), (words, codes, row_scale, None), per_split)
+            torch.cuda.synchronize()
+            assert not misreads(got, x[:rows]), (form, columns, kwarps, per_split, rows, misreads(got, x[:rows]))
 
 
 @pytest.mark.gpu
