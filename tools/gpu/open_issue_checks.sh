@@ -36,8 +36,11 @@
 #                                                 # out of time after qkv); wgx35b: the rest (~4 min)
 #   bash tools/gpu/open_issue_checks.sh wgn36    # the natural build's wgmma forms (x copied as it
 #                                                 # lies, by cp.async or TMA; K shared by warpgroups):
-#                                                 # the tracer, then GPU tests (~8 min); wgn36c: back to back at 1, 8,
-#                                                 # 16 rows (~5 min); neither run yet
+#                                                 # the tracer, then GPU tests (~8 min); wgn36c:
+#                                                 # back to back at 1, 8, 16 rows (~5 min), the
+#                                                 # variants' files kept in $OUT/plans; wgn36v:
+#                                                 # PLAN=<file> against shipped, the GEMM table at
+#                                                 # 1, 4, 16 and end to end (~5 min); none run yet
 #   bash tools/gpu/open_issue_checks.sh h200n    # h200y's NVFP4 half alone (mini site); h200m: and
 #                                                 # the PDL read of each shape
 #   bash tools/gpu/open_issue_checks.sh tests    # GPU tests: one engine lane, two kernel lanes;
@@ -396,11 +399,31 @@ wgn36|wgn36c)
         b wgn_dequant 90 python3 -m pytest -q -p no:cacheprovider plugins/quant_nvfp4/tests/test_mma_kernel.py -k "dequantized_from_the_repack"
         tail -5 "$OUT/wgn_dequant.log"
     else
-        b wgn_chain 420 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --variants shipped wg wgn "wgn bulk" \
+        b wgn_chain 420 python3 tools/gpu/nvfp4_launch_chain.py --ms 1 8 16 --keep-plans "$OUT/plans" \
+            --variants shipped wg wgn "wgn bulk" \
             "wgn kw2" "wgn kw4" "wgn bulk kw4" "wgn tma" "wgn tma kw2" "wgn tma kw4" "wgn bulk tma kw4"
         grep -v "^ " "$OUT/wgn_chain.log"
     fi
     cat "$OUT/rc.txt"
+    ;;
+wgn36v)
+    # 2026-12-08 (37th, written, not run; either card, mini site, ~5 min): a candidate tilings file
+    # ($PLAN: a path in the tree, e.g. one merged from wgn36c's kept plans) against the shipped
+    # one: the issue's GEMM table (M = 1, 4, 16; % of the bytes roofline, CUDA graph, weights
+    # rotated) under each, then the end-to-end decode under each
+    [ -f "${PLAN:-}" ] || { echo "wgn36v: PLAN names no file (PLAN=path/to/tilings.json)"; exit 2; }
+    for pdl in False True; do
+        python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=$pdl, columns='natural', wg=True)" &
+    done
+    python3 -c "from hinge_nvfp4 import mma_gemv as m; m.cached_cubin('sm_90', 4, pdl=True, columns='natural', trigger='start', row_scale='wait', wg=True)" &
+    ROW_SCALE=wait pdl_cubins 4 8 > "$OUT/cubins.log" 2>&1; wait
+    nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/card.txt"
+    b gemm_shipped 120 python3 tools/gpu/nvfp4_gemm.py --skip-e2e --ms 1 4 16 --shapes qkv gate_up down
+    b gemm_plan 120 env HINGE_NVFP4_MMA_PLAN="$PLAN" python3 tools/gpu/nvfp4_gemm.py --skip-e2e --ms 1 4 16 \
+        --shapes qkv gate_up down
+    paste "$OUT/gemm_shipped.log" "$OUT/gemm_plan.log" | grep -E "qkv|gate|down" | head -30
+    b e2e_plan 200 python3 tools/gpu/nvfp4_gemm.py --skip-table --e2e-plan - "$PLAN"
+    grep -E "/ bf16|decoding" "$OUT/e2e_plan.log"; cat "$OUT/rc.txt"
     ;;
 wgx35)
     # 2026-12-08 (35th; either card, mini site, ~2 min): what the wgmma form's x costs it: x
