@@ -14,8 +14,10 @@ import argparse
 import json
 from pathlib import Path
 
-#: the shapes' names as the GPU scripts print them (nvfp4_gemm.SHAPES) -> their tilings keys
-SHAPE_KEYS = {"qkv": "6144x4096", "gate_up": "24576x4096", "down": "4096x12288", "o": "4096x4096"}
+from nvfp4_gemm import SHAPES  # NOTE: the sibling script
+
+#: the shapes' names as the GPU scripts print them -> their tilings keys
+SHAPE_KEYS = {label.split()[0]: f"{n}x{k}" for label, (n, k) in SHAPES.items()}
 
 
 def shape_key(name: str) -> str:

@@ -593,7 +593,6 @@ class MmaGemv:
                         "cuLaunchKernel")
         return part if out is None else out
 
-
     def x_map(self, x_address: int, m: int, k: int, rows: int) -> TensorMap:
         """The TMA forms' tensor map of x (``x_map_arguments``), encoded by the driver once an
         (address, M, K, rows) and kept (a CUDA graph's launches are captured with theirs; the

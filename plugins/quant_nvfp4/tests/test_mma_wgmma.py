@@ -135,11 +135,11 @@ def tracer(n: int, rows: int = 16) -> tuple[torch.Tensor, ...]:
 def misreads(got: torch.Tensor, x: torch.Tensor, most: int = 8) -> list[str]:
     """Where ``got`` (a tracer problem's output) is not x: each such out[i, r] as the x element
     its bits name (``x[i', c']``), or its value where it names none (a sum, a zero)."""
-    n = x.shape[1]
-    wrong = (got.cpu().view(torch.int16) != x.cpu().view(torch.int16)).nonzero().tolist()
+    n, got = x.shape[1], got.cpu()
+    wrong = (got.view(torch.int16) != x.cpu().view(torch.int16)).nonzero().tolist()
     said = []
     for i, r in wrong[:most]:
-        bits = int(got[i, r].cpu().view(torch.int16)) - ONE
+        bits = int(got[i, r].view(torch.int16)) - ONE
         read = f"x[{bits // n}, {bits % n}]" if 0 <= bits < x.numel() else f"{float(got[i, r])}"
         said.append(f"out[{i}, {r}] <- {read}")
     return said + ([f"... {len(wrong) - most} more"] if len(wrong) > most else [])
